@@ -1,0 +1,211 @@
+"""The upgrade check: two plans in, a verdict with findings out.
+
+Steps, in this fixed order:
+1. load and validate both plans (schema, graph, semantics, changelog modes);
+2. walk them in lockstep from the sink, applying the enforcing rules of ``RULES`` per step
+   type and the passive rule on the paths between;
+3. compare what consumers of the output notice (schema, changelog mode) and plan config;
+4. apply the environment's requirements (``--require``);
+5. the verdict is the strongest effect of any finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compat.errors import CheckError
+from compat.findings import EFFECT_RANK, Finding, finding
+from compat.infer import analyze, characteristics
+from compat.model import Plan
+from compat.rules import RuleContext
+from compat.rules.aggregate import check_aggregate
+from compat.rules.common import check_version
+from compat.rules.config import check_config
+from compat.rules.deduplicate import check_deduplicate
+from compat.rules.join import check_join
+from compat.rules.output import check_changelog, check_output_schema
+from compat.rules.recursive import check_recursive
+from compat.rules.sink import check_sink
+from compat.rules.source import check_source
+from compat.rules.top_n import check_top_n
+from compat.serde import load
+from compat.walk import Walk
+
+#: enforcing rules per step type, applied in this order
+RULES = {
+    "source": [check_version, check_source],
+    "aggregate": [check_version, check_aggregate],
+    "join": [check_version, check_join],
+    "deduplicate": [check_version, check_deduplicate],
+    "top_n": [check_version, check_top_n],
+    "recursive": [check_version, check_recursive],
+    "sink": [check_version, check_sink, check_output_schema, check_changelog],
+}
+
+REQUIREMENTS = ("backfill", "cascading", "exactly_once", "live", "ordered")
+SCHEMA_COMPAT = ("forward", "backward", "full", "none")
+VERDICT_EXIT = {"identical": 0, "in_place": 0, "migrate": 1, "unsupported": 3}
+
+
+@dataclass
+class Report:
+    verdict: str
+    findings: list[Finding]
+    old: Plan
+    new: Plan
+    alignment: list[tuple[str, str, str]]
+    require: list[str]
+    schema_compat: str
+    requirements: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICT_EXIT[self.verdict]
+
+    @property
+    def upgrade_types(self) -> list[str]:
+        return sorted({f.upgrade_type for f in self.findings if f.effect != "none"})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "theseus.report/1",
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "old": {"file": self.old.file, "query": self.old.query},
+            "new": {"file": self.new.file, "query": self.new.query},
+            "findings": [f.to_json() for f in self.findings],
+            "upgrade_types": self.upgrade_types,
+            "characteristics": {"old": characteristics(self.old),
+                                "new": characteristics(self.new)},
+            "requirements": self.requirements,
+            "schema_compat": self.schema_compat,
+            "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
+        }
+
+
+def parse_require(text: str | None) -> list[str]:
+    if not text:
+        return []
+    items = [x.strip().lower().replace("-", "_") for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in REQUIREMENTS]
+    if bad:
+        raise CheckError(f"unknown requirement '{bad[0]}' in --require",
+                         expected="a comma-separated subset of " + ", ".join(REQUIREMENTS),
+                         found=repr(text))
+    return sorted(set(items))
+
+
+def load_plan(path: str) -> Plan:
+    plan = load(path)
+    analyze(plan)
+    return plan
+
+
+def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
+                schema_compat: str = "forward") -> Report:
+    return check_plans(load_plan(old_path), load_plan(new_path), require=require,
+                       schema_compat=schema_compat)
+
+
+def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
+                schema_compat: str = "forward") -> Report:
+    require = sorted(set(require or []))
+    if schema_compat not in SCHEMA_COMPAT:
+        raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
+                         found=repr(schema_compat))
+    if not old.info:
+        analyze(old)
+    if not new.info:
+        analyze(new)
+    ctx = RuleContext(old, new, frozenset(require), schema_compat)
+    ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
+    # Step 2: the lockstep walk.
+    walk = Walk(old, new, ctx, RULES)
+    walk.run()
+    findings = list(walk.findings)
+    # Step 3: plan-level settings.
+    findings.extend(check_config(ctx))
+    if old.query != new.query:
+        findings.append(finding("config-changed", f"the query name changes from "
+                                f"'{old.query}' to '{new.query}'", old_pointer="/query",
+                                new_pointer="/query"))
+    # Step 4: requirements of the environment.
+    findings, requirements = _apply_requirements(findings, old, new, set(require))
+    findings = _dedupe(findings)
+    verdict = _verdict(findings)
+    return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
+                  requirements)
+
+
+def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,
+                        require: set[str]) -> tuple[list[Finding], list[dict[str, Any]]]:
+    out = list(findings)
+    status: list[dict[str, Any]] = []
+    if "backfill" in require:
+        upgraded = []
+        for i, f in enumerate(out):
+            if f.history and EFFECT_RANK[f.effect] < EFFECT_RANK["migrate"]:
+                out[i] = Finding(**{**f.__dict__, "effect": "migrate", "severity": "error",
+                                    "message": f.message + " (--require backfill: the "
+                                    "output must be as if the new query had always run)",
+                                    "hint": "Deploy it with a live migration: the shadow "
+                                    "query recomputes history from the source topics."})
+                upgraded.append(f.code)
+        status.append({"name": "backfill", "met": True,
+                       "note": ("history is recomputed by a migration for: " +
+                                ", ".join(sorted(set(upgraded)))) if upgraded else
+                       "no change alters history"})
+        needs_migration = any(EFFECT_RANK[f.effect] >= EFFECT_RANK["migrate"] for f in out)
+        infos = new.info.values()
+        nondet = not all(i.deterministic for i in infos)
+        stateful = any(i.stateful for i in infos)
+        if needs_migration and nondet and stateful:
+            out.append(finding("nondeterministic-backfill", "the new query is stateful and "
+                               "nondeterministic: replaying history cannot reproduce what it "
+                               "would have computed", new_pointer="/nodes",
+                               old_pointer="/nodes"))
+            status[-1]["met"] = False
+    if "exactly_once" in require:
+        ok = new.sink.delivery == "exactly_once"
+        if not ok:
+            out.append(finding("requirement-exactly-once", f"the new sink '{new.sink_id}' "
+                               f"delivers {new.sink.delivery}, but --require exactly_once",
+                               old=old.sink_id, new=new.sink_id,
+                               old_pointer=old.pointer(old.sink_id, "delivery"),
+                               new_pointer=new.pointer(new.sink_id, "delivery")))
+        status.append({"name": "exactly_once", "met": ok,
+                       "note": f"new sink delivers {new.sink.delivery}"})
+    if "cascading" in require:
+        bad = [f.code for f in out if f.code.startswith(("sink-", "changelog-", "output-"))
+               and f.effect == "unsupported"]
+        status.append({"name": "cascading", "met": not bad,
+                       "note": "output key, mode and schema stay compatible" if not bad else
+                       "breaks: " + ", ".join(sorted(set(bad)))})
+    if "ordered" in require:
+        status.append({"name": "ordered", "met": True, "note": "the cut is one offset vector "
+                       "written as control events into every source partition"})
+    if "live" in require:
+        status.append({"name": "live", "met": True, "note": "a shadow migration keeps the "
+                       "old query running until the cut; in-place restarts stall for one "
+                       "restart"})
+    return out, status
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.message, f.old_pointer, f.new_pointer)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def _verdict(findings: list[Finding]) -> str:
+    worst = max((EFFECT_RANK[f.effect] for f in findings), default=0)
+    return {0: "identical", 1: "in_place", 2: "migrate", 3: "unsupported"}[worst]
+
+
+__all__ = ["Report", "check_files", "check_plans", "check_version", "parse_require"]

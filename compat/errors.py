@@ -1,0 +1,90 @@
+"""One exception root for Theseus; each phase has its own subclass with its own exit code.
+
+Every message says *where* (file, node id, JSON pointer), *what was expected* and *what was
+found*.  Errors become exit codes in exactly one place: the CLI.
+"""
+
+from __future__ import annotations
+
+
+class TheseusError(Exception):
+    """Root of every error Theseus raises on purpose."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        node: str | None = None,
+        pointer: str | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.node = node
+        self.pointer = pointer
+        self.expected = expected
+        self.found = found
+        self.hint = hint
+        super().__init__(self.render())
+
+    def where(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.node:
+            parts.append(f"node '{self.node}'")
+        if self.pointer is not None:
+            parts.append(f"at {self.pointer or '/'}")
+        return ", ".join(parts)
+
+    def render(self) -> str:
+        where = self.where()
+        text = f"{where}: {self.message}" if where else self.message
+        if self.expected is not None or self.found is not None:
+            text += f" (expected {self.expected}, found {self.found})"
+        if self.hint:
+            text += f". {self.hint}"
+        return text
+
+    def with_location(self, *, file: str | None = None, node: str | None = None,
+                      pointer: str | None = None) -> TheseusError:
+        """Fill in location parts that a lower layer could not know."""
+        self.file = self.file or file
+        self.node = self.node or node
+        if self.pointer is None:
+            self.pointer = pointer
+        self.args = (self.render(),)
+        return self
+
+
+class PlanError(TheseusError):
+    """A plan file cannot be read, parsed or validated."""
+
+
+class ExpressionError(PlanError):
+    """An expression string is not valid Spark SQL, or uses a refused function."""
+
+    def __init__(self, message: str, *, column: int | None = None, **kw: object) -> None:
+        self.column = column
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+
+
+class CheckError(TheseusError):
+    """The checker was called wrongly (bad flag values, git ref not found...)."""
+
+
+class RuntimeFailure(TheseusError):
+    """Running a plan on Spark or Kafka failed."""
+
+    exit_code = 4
+
+
+class MigrationError(TheseusError):
+    """A migration could not proceed."""
+
+    exit_code = 5

@@ -1,0 +1,54 @@
+"""Compatibility rules, one module per rule family.
+
+Each rule is a plain function ``(old_node, new_node, ctx) -> list[Finding]`` that never
+mutates the plans.  ``compat.check`` applies them in the fixed order of ``RULES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compat import expr as E
+from compat.findings import Finding, finding
+from compat.infer import NodeInfo
+from compat.model import Node, Plan
+
+
+@dataclass
+class RuleContext:
+    old: Plan
+    new: Plan
+    require: frozenset[str] = frozenset()
+    schema_compat: str = "forward"
+    #: set by the walk for passive rules: the change sits upstream of state
+    upstream_of_state: bool = False
+    #: set by the walk: the enforcing step that consumes the passive path
+    consumer: tuple[Node | None, Node | None] = (None, None)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def oi(self, node: Node) -> NodeInfo:
+        return self.old.info[node.id]
+
+    def ni(self, node: Node) -> NodeInfo:
+        return self.new.info[node.id]
+
+    def f(self, code: str, message: str, old: Node | None, new: Node | None,
+          old_field: str | None = None, new_field: str | None = None,
+          **kw: Any) -> Finding:
+        if new_field is None:
+            new_field = old_field
+        return finding(
+            code, message, old=old, new=new,
+            old_pointer=self.old.pointer(old.id, old_field) if old is not None else None,
+            new_pointer=self.new.pointer(new.id, new_field) if new is not None else None,
+            **kw)
+
+
+def canon(text: str | None) -> str | None:
+    """Canonical form of an optional expression string."""
+    return None if text is None else E.canonical(text)
+
+
+def canon_list(items: tuple[str, ...] | list[str]) -> list[str]:
+    return [E.canonical(x) for x in items]

@@ -1,0 +1,1 @@
+"""Plan to Spark builder, the query host, migrations and the command line."""

@@ -1,0 +1,137 @@
+"""The ``theseus`` command line: thin, and the one place where errors become exit codes.
+
+Only ``click`` and ``compat`` are imported at module level: ``theseus check`` is a CI gate
+and must not pay for Spark or Kafka clients.  Commands that run queries import them lazily.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from compat.errors import TheseusError
+
+FORMATS = ("text", "json", "markdown", "sarif", "github")
+
+CHECK_HELP = """Compare two execution plans and say how the upgrade can be deployed.
+
+\b
+Verdicts and exit codes:
+  identical    0  same plan modulo formatting, ids and metadata
+  in_place     0  restart the new plan on the old checkpoint
+  migrate      1  state is incompatible: needs a live migration (0 with --allow-migration)
+  unsupported  3  cannot be done live on the same output
+  (invalid)    2  unreadable file, malformed JSON, schema violation, dangling input, cycle...
+
+\b
+--require takes a comma-separated list of environment requirements:
+  backfill      output must be as if the new query had always run
+  cascading     the output feeds other queries: key, mode and schema stay compatible
+  exactly_once  the new sink must deliver exactly once
+  ordered       one offset vector separates old and new output
+  live          no output stall beyond a few trigger intervals
+"""
+
+
+class TheseusGroup(click.Group):
+    """Turns TheseusError into one line on stderr and its exit code: never a traceback."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except TheseusError as e:
+            click.echo(f"theseus: error: {e.render()}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("theseus: interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="theseus", prog_name="theseus")
+def main() -> None:
+    """Theseus keeps never-ending Spark streaming queries correct while they change."""
+
+
+@main.command(help=CHECK_HELP)
+@click.argument("old", type=click.Path(dir_okay=True))
+@click.argument("new", type=click.Path(dir_okay=True))
+@click.option("--require", "require", default="", metavar="LIST",
+              help="backfill,ordered,exactly_once,live,cascading")
+@click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
+              default="forward", show_default=True,
+              help="Output schema rule: forward = consumers reading with the old schema "
+                   "must still read new output.")
+@click.option("--allow-migration", is_flag=True, help="Exit 0 on the migrate verdict.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
+              show_default=True, help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to a file instead of stdout.")
+def check(old: str, new: str, require: str, schema_compat: str, allow_migration: bool,
+          fmt: str, output: str | None) -> None:
+    from compat.check import check_files, parse_require
+    from compat.report import render
+
+    report = check_files(old, new, require=parse_require(require),
+                         schema_compat=schema_compat)
+    text = render(report, fmt)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        click.echo(text, nl=False)
+    code = report.exit_code
+    if allow_migration and report.verdict == "migrate":
+        code = 0
+    sys.exit(code)
+
+
+@main.group()
+def plan() -> None:
+    """Inspect plans."""
+
+
+@plan.command("validate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+def plan_validate(paths: tuple[str, ...]) -> None:
+    """Validate plan files (schema, graph, expressions, changelog modes)."""
+    from compat.check import load_plan
+
+    for p in paths:
+        pl = load_plan(p)
+        click.echo(f"{p}: ok ({len(pl.nodes)} nodes, sink '{pl.sink_id}', "
+                   f"output [{pl.info[pl.sink_id].mode}])")
+
+
+@plan.command("show")
+@click.argument("path", type=click.Path())
+def plan_show(path: str) -> None:
+    """Print the plan as a tree, sink at the top, with each step's class and changelog mode."""
+    from compat.check import load_plan
+    from compat.infer import characteristics
+
+    pl = load_plan(path)
+    click.echo(f"{pl.query}  ({', '.join(characteristics(pl))})")
+    seen: set[str] = set()
+
+    def show(nid: str, indent: str, last: bool) -> None:
+        node = pl.nodes[nid]
+        info = pl.info[nid]
+        branch = "└─ " if last else "├─ "
+        extra = " (see above)" if nid in seen else ""
+        state = ", stateful" if info.stateful else ""
+        click.echo(f"{indent}{branch}{nid}: {node.step} v{node.version} "
+                   f"[{node.klass}{state}] [{info.mode}]{extra}")
+        if nid in seen:
+            return
+        seen.add(nid)
+        child_indent = indent + ("   " if last else "│  ")
+        for i, inp in enumerate(node.inputs):
+            show(inp, child_indent, i == len(node.inputs) - 1)
+
+    show(pl.sink_id, "", True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
