@@ -1033,3 +1033,56 @@ def _unknown_column(parts: tuple[str, ...], scope: Scope) -> ExpressionError:
 
 def contains_aggregate(ast: Ast) -> bool:
     return any(n[0] == "fn" and n[1] in _AGG_FUNCTIONS for n in walk(ast))
+
+
+# ---------------------------------------------------------------------------------------
+# Cached analysis: what validation needs, computed once per expression shape
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExprInfo:
+    ast: Ast
+    columns: tuple[tuple[str, ...], ...]
+    functions: frozenset[str]
+    has_aggregate: bool
+    deterministic: bool
+
+
+_INFO_BY_TEXT: dict[str, ExprInfo] = {}
+_INFO_BY_AST: dict[int, ExprInfo] = {}
+_TYPE_CACHE: dict[tuple[int, tuple[str | None, ...]], str] = {}
+
+
+def analyze(text: str) -> ExprInfo:
+    """Parse (by shape) and summarise an expression; cached per text and per shape."""
+    found = _INFO_BY_TEXT.get(text)
+    if found is not None:
+        return found
+    ast = shape(text)
+    found = _INFO_BY_AST.get(id(ast))
+    if found is None:
+        fns = frozenset(functions(ast))
+        found = ExprInfo(ast, tuple(sorted(columns(ast))), fns, bool(fns & _AGG_FUNCTIONS),
+                         not (fns & NONDETERMINISTIC_FUNCTIONS))
+        _INFO_BY_AST[id(ast)] = found
+    _INFO_BY_TEXT[text] = found
+    return found
+
+
+def type_of(info: ExprInfo, scope: Scope) -> str:
+    """``infer_type`` memoised on the expression shape and the types of its columns."""
+    col_types = tuple(scope.resolve(c) for c in info.columns)
+    key = (id(info), col_types)
+    t = _TYPE_CACHE.get(key)
+    if t is None:
+        t = infer_type(info.ast, scope)  # raises on an unknown column
+        if not scope.qualified:
+            _TYPE_CACHE[key] = t
+    return t
+
+
+def clear_caches() -> None:
+    for cache in (_PARSE_CACHE, _SHAPE_CACHE, _CANON_CACHE, _INFO_BY_TEXT, _INFO_BY_AST,
+                  _TYPE_CACHE):
+        cache.clear()

@@ -82,26 +82,39 @@ class _Ctx:
 
     def expr_type(self, node: Node, field: str, text: str, scope: E.Scope, *,
                   ptr: str | None = None, allow_aggregate: bool = False) -> str:
-        pointer = ptr if ptr is not None else self.plan.pointer(node.id, field)
         try:
-            ast = E.shape(text)
-            if not allow_aggregate and E.contains_aggregate(ast):
+            info = E.analyze(text)
+            if not allow_aggregate and info.has_aggregate:
                 raise ExpressionError(
                     f"aggregate function in '{text}' outside an aggregate step",
                     expected="a row-level expression", found=text)
-            return E.infer_type(ast, scope)
+            return E.type_of(info, scope)
         except ExpressionError as e:
+            pointer = ptr if ptr is not None else self.plan.pointer(node.id, field)
             raise e.with_location(file=self.file, node=node.id, pointer=pointer) from None
 
 
-def analyze(plan: Plan) -> dict[str, NodeInfo]:
-    """Validate ``plan`` semantically and return the inferred NodeInfo per node id."""
+def analyze(plan: Plan, reuse: Plan | None = None) -> dict[str, NodeInfo]:
+    """Validate ``plan`` semantically and return the inferred NodeInfo per node id.
+
+    With ``reuse`` (an analysed plan that ``plan`` was loaded against), a node that is the
+    very same object there and whose inputs got the very same infos gets its old info:
+    by induction its whole upstream is identical, so validation would say the same.
+    """
     ctx = _Ctx(plan)
     infos: dict[str, NodeInfo] = {}
     sink_mode = plan.sink.mode
-    for node in plan.nodes.values():
+    if reuse is not None and (not reuse.info or reuse.sink.mode != sink_mode):
+        reuse = None
+    old_nodes = reuse.nodes if reuse is not None else {}
+    old_infos = reuse.info if reuse is not None else {}
+    for nid, node in plan.nodes.items():
+        if old_nodes.get(nid) is node and \
+                all(infos[i] is old_infos[i] for i in node.inputs):
+            infos[nid] = old_infos[nid]
+            continue
         ins = [infos[i] for i in node.inputs]
-        infos[node.id] = _infer(ctx, node, ins, sink_mode, infos)
+        infos[nid] = _infer(ctx, node, ins, sink_mode, infos)
     plan.info = infos
     return infos
 
@@ -187,7 +200,7 @@ def _filter(ctx: _Ctx, node: Filter, ins: list[NodeInfo], sink_mode: str) -> Nod
     # Dropping an update from an upsert stream would leave the old row visible downstream,
     # so, as in Flink, a filter over updates emits retractions.
     mode = RETRACT if src.mode != INSERT else INSERT
-    det = E.is_deterministic(E.shape(node.predicate))
+    det = E.analyze(node.predicate).deterministic
     return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, det, src.names)
 
 
@@ -200,8 +213,8 @@ def _project(ctx: _Ctx, node: Project, ins: list[NodeInfo], sink_mode: str) -> N
     for i, c in enumerate(node.columns):
         t = ctx.expr_type(node, f"columns/{i}/expr", c.expr, scope)
         cols.append((c.name.lower(), t))
-        ast = E.shape(c.expr)
-        det = det and E.is_deterministic(ast)
+        ast = E.analyze(c.expr).ast
+        det = det and E.analyze(c.expr).deterministic
         if ast[0] == "col" and len(ast[1]) == 1 and ast[1][0] in src.watermarks:
             marks.add(c.name.lower())
     _unique(ctx, node, [c.name for c in node.columns], "columns")
@@ -225,7 +238,7 @@ def _explode(ctx: _Ctx, node: Explode, ins: list[NodeInfo], sink_mode: str) -> N
     if node.alias.lower() in src.types:
         raise ctx.err(node, "as", f"column '{node.alias}' already exists in the input",
                       expected="a new column name", found=repr(node.alias))
-    det = E.is_deterministic(E.shape(node.expr))
+    det = _det(node.expr)
     return NodeInfo(src.columns + ((node.alias.lower(), elem),), src.mode, src.stream, False,
                     src.watermarks, det, src.names + (node.alias,))
 
@@ -291,7 +304,7 @@ def _aggregate(ctx: _Ctx, node: Aggregate, ins: list[NodeInfo], sink_mode: str) 
             marks.add("window")
     for i, g in enumerate(node.group_by):
         t = ctx.expr_type(node, f"group_by/{i}/expr", g.expr, scope)
-        det = det and E.is_deterministic(E.shape(g.expr))
+        det = det and _det(g.expr)
         cols.append((g.name.lower(), t))
         names.append(g.name)
     for i, a in enumerate(node.aggregates):
@@ -408,7 +421,7 @@ def _join(ctx: _Ctx, node: Join, ins: list[NodeInfo], sink_mode: str) -> NodeInf
             names.append(orig)
         _unique(ctx, node, names, "")
     marks = left.watermarks | (right.watermarks & {c[0] for c in cols})
-    det = all(E.is_deterministic(E.shape(x)) for x in
+    det = all(_det(x) for x in
               (*node.left_keys, *node.right_keys, node.condition or "1", node.time_bound or "1"))
     mode = INSERT if stateful else (left.mode if left.stream else right.mode)
     return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names))
@@ -438,10 +451,10 @@ def _top_n(ctx: _Ctx, node: TopN, ins: list[NodeInfo], sink_mode: str) -> NodeIn
     det = True
     for i, p in enumerate(node.partition_by):
         ctx.expr_type(node, f"partition_by/{i}", p, scope)
-        det = det and E.is_deterministic(E.shape(p))
+        det = det and _det(p)
     for i, o in enumerate(node.order_by):
         ctx.expr_type(node, f"order_by/{i}/expr", o.expr, scope)
-        det = det and E.is_deterministic(E.shape(o.expr))
+        det = det and _det(o.expr)
     if src.mode != INSERT:
         raise ctx.err(node, "inputs", "top_n over a stream of updates is not supported",
                       expected="[I]", found=f"[{src.mode}]")
@@ -562,3 +575,7 @@ def characteristics(plan: Plan) -> list[str]:
     if not out:
         out.append("simple")
     return out
+
+
+def _det(text: str) -> bool:
+    return E.analyze(text).deterministic

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from graphlib import CycleError, TopologicalSorter
 from typing import Any, ClassVar
 
 from compat.errors import PlanError
 
 PASSIVE = "passive"
+_CONTENT_FIELDS: dict[type, tuple[str, ...]] = {}
 ENFORCING = "enforcing"
 
 
@@ -75,8 +75,11 @@ class Node:
 
     def content(self) -> tuple[Any, ...]:
         """Every field but ``id`` and ``inputs``: what the node computes, for hashing."""
-        return tuple(getattr(self, f) for f in self.__dataclass_fields__
-                     if f not in ("id", "inputs"))
+        names = _CONTENT_FIELDS.get(type(self))
+        if names is None:
+            names = _CONTENT_FIELDS[type(self)] = tuple(
+                f for f in self.__dataclass_fields__ if f not in ("id", "inputs"))
+        return tuple([getattr(self, f) for f in names])
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,9 @@ class Plan:
     sink_id: str = ""
     #: filled by ``compat.infer``: output columns, changelog modes and more per node
     info: dict[str, Any] = field(default_factory=dict)
+    #: the node documents the plan was read from, by id: a plan loaded against this one
+    #: reuses the nodes whose documents are equal (opaque to everything but ``serde``)
+    documents: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def state_partitions(self) -> int | None:
@@ -273,16 +279,35 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
                                 expected="the id of a node in the plan", found=repr(dep),
                                 hint=f"Did you mean '{close[0]}'?" if close else None)
             dependents[dep].append(node.id)
-    sorter: TopologicalSorter[str] = TopologicalSorter()
-    for node in nodes:
-        sorter.add(node.id, *node.inputs)
-    try:
-        order = list(sorter.static_order())
-    except CycleError as e:
-        cycle = e.args[1]
+    # Kahn's algorithm, inputs first; what is left over lies on or behind a cycle.
+    missing = {nid: len(node.inputs) for nid, node in by_id.items()}
+    order = [nid for nid, k in missing.items() if k == 0]
+    i = 0
+    while i < len(order):
+        for dep in dependents[order[i]]:
+            missing[dep] -= 1
+            if missing[dep] == 0:
+                order.append(dep)
+        i += 1
+    if len(order) != len(by_id):
+        cycle = _find_cycle(by_id, {nid for nid, k in missing.items() if k > 0})
         first = cycle[0]
         raise PlanError("the graph has a cycle" + where, file=file, node=first,
                         pointer=pointers.get(first, "") + "/inputs",
                         expected="an acyclic graph (express recursion with a recursive step)",
-                        found=" -> ".join(cycle)) from None
+                        found=" -> ".join(cycle))
     return {nid: by_id[nid] for nid in order}, dependents
+
+
+def _find_cycle(by_id: dict[str, Node], suspects: set[str]) -> list[str]:
+    """One cycle among the nodes Kahn's algorithm could not order, as a closed path."""
+    start = min(suspects)
+    path: list[str] = []
+    seen: dict[str, int] = {}
+    nid = start
+    while nid not in seen:
+        seen[nid] = len(path)
+        path.append(nid)
+        nid = next(i for i in by_id[nid].inputs if i in suspects)
+    cycle = path[seen[nid]:] + [nid]
+    return list(reversed(cycle))

@@ -32,133 +32,179 @@ def load_schema(name: str) -> dict[str, Any]:
         return json.load(f)
 
 
-_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-class _Compiler:
-    """Compiles the subset of JSON Schema 2020-12 that Theseus' schemas use."""
+class _CodeGen:
+    """Compiles the subset of JSON Schema 2020-12 that Theseus' schemas use into Python
+    source (one function per subschema, checks inlined), like fastjsonschema does."""
 
     def __init__(self, root: dict[str, Any]) -> None:
         self.root = root
-        self.refs: dict[str, Check] = {}
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self.consts: dict[str, Any] = {}
+        self.refs: dict[str, str] = {}
 
-    def ref(self, ref: str) -> Check:
+    def const(self, value: Any) -> str:
+        name = f"_k{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def ref(self, ref: str) -> str:
         if ref not in self.refs:
-            holder: list[Check] = []
-            self.refs[ref] = lambda v: holder[0](v)  # late binding allows recursion
             target: Any = self.root
             for part in ref.lstrip("#/").split("/"):
                 target = target[part]
-            holder.append(self.compile(target))
+            self.refs[ref] = f"_f{len(self.refs) + len(self.names) + 1000}"
+            self.function(target, self.refs[ref])
         return self.refs[ref]
 
-    def compile(self, s: Any) -> Check:  # noqa: C901 - one branch per keyword
-        if s is True or s == {}:
-            return lambda v: True
-        if s is False:
-            return lambda v: False
-        checks: list[Check] = []
-        if "$ref" in s:
-            checks.append(self.ref(s["$ref"]))
-        if "type" in s:
-            checks.append(_TYPES[s["type"]])
-        if "const" in s:
-            const = s["const"]
-            checks.append(lambda v, c=const: v == c and type(v) is type(c))
-        if "enum" in s:
-            allowed = frozenset(s["enum"])
-            checks.append(lambda v: isinstance(v, str) and v in allowed)
-        if "pattern" in s:
-            rx = re.compile(s["pattern"])
-            checks.append(lambda v: not isinstance(v, str) or rx.search(v) is not None)
-        if "minLength" in s:
-            n = s["minLength"]
-            checks.append(lambda v: not isinstance(v, str) or len(v) >= n)
-        if "minimum" in s:
-            m = s["minimum"]
-            checks.append(lambda v: not isinstance(v, (int, float)) or v >= m)
-        if "minItems" in s:
-            n = s["minItems"]
-            checks.append(lambda v: not isinstance(v, list) or len(v) >= n)
-        if "items" in s:
-            item = self.compile(s["items"])
-            checks.append(lambda v: not isinstance(v, list) or all(item(x) for x in v))
-        if "required" in s:
-            req = tuple(s["required"])
-            checks.append(lambda v: not isinstance(v, dict) or all(k in v for k in req))
-        if any(k in s for k in ("properties", "additionalProperties", "patternProperties")):
-            checks.append(self._object(s))
-        if "allOf" in s:
-            checks.append(self._all_of(s["allOf"]))
-        if len(checks) == 1:
-            return checks[0]
-        return lambda v: all(c(v) for c in checks)
+    def function(self, s: Any, name: str | None = None) -> str:
+        if name is None:
+            if id(s) in self.names:
+                return self.names[id(s)]
+            name = f"_f{len(self.names)}"
+            self.names[id(s)] = name
+        body: list[str] = []
+        self.emit(s, "v", body, 1)
+        self.lines.append(f"def {name}(v):")
+        self.lines.extend(body or ["    pass"])
+        self.lines.append("    return True")
+        return name
 
-    def _object(self, s: dict[str, Any]) -> Check:
-        props = {k: self.compile(v) for k, v in s.get("properties", {}).items()}
-        patterns = [(re.compile(p), self.compile(v))
+    def emit(self, s: Any, var: str, out: list[str], depth: int) -> None:  # noqa: C901
+        pad = "    " * depth
+        if s is True or s == {}:
+            return
+        if s is False:
+            out.append(f"{pad}return False")
+            return
+        if "$ref" in s:
+            out.append(f"{pad}if not {self.ref(s['$ref'])}({var}): return False")
+        t = s.get("type")
+        if t == "object":
+            out.append(f"{pad}if type({var}) is not dict: return False")
+        elif t == "array":
+            out.append(f"{pad}if type({var}) is not list: return False")
+        elif t == "string":
+            out.append(f"{pad}if type({var}) is not str: return False")
+        elif t == "integer":
+            out.append(f"{pad}if type({var}) is not int: return False")
+        elif t == "boolean":
+            out.append(f"{pad}if type({var}) is not bool: return False")
+        elif t == "number":
+            out.append(f"{pad}if type({var}) not in (int, float): return False")
+        elif t is not None:
+            raise NotImplementedError(t)
+        if "const" in s:
+            k = self.const(s["const"])
+            out.append(f"{pad}if {var} != {k} or type({var}) is not type({k}): return False")
+        if "enum" in s:
+            k = self.const(frozenset(s["enum"]))
+            out.append(f"{pad}if type({var}) is not str or {var} not in {k}: return False")
+        if "pattern" in s:
+            k = self.const(re.compile(s["pattern"]).search)
+            out.append(f"{pad}if type({var}) is str and {k}({var}) is None: return False")
+        if "minLength" in s:
+            out.append(f"{pad}if type({var}) is str and len({var}) < {s['minLength']}: "
+                       "return False")
+        if "minimum" in s:
+            out.append(f"{pad}if type({var}) in (int, float) and {var} < {s['minimum']!r}: "
+                       "return False")
+        if "minItems" in s:
+            out.append(f"{pad}if type({var}) is list and len({var}) < {s['minItems']}: "
+                       "return False")
+        if "items" in s and s["items"] not in (True, {}):
+            f = self.function(s["items"])
+            out.append(f"{pad}if type({var}) is list:")
+            out.append(f"{pad}    for x in {var}:")
+            out.append(f"{pad}        if not {f}(x): return False")
+        if "required" in s:
+            for key in s["required"]:
+                out.append(f"{pad}if type({var}) is dict and {key!r} not in {var}: "
+                           "return False")
+        if any(k in s for k in ("properties", "additionalProperties", "patternProperties")):
+            self.emit_object(s, var, out, depth)
+        if "allOf" in s:
+            self.emit_all_of(s["allOf"], var, out, depth)
+
+    def emit_object(self, s: dict[str, Any], var: str, out: list[str], depth: int) -> None:
+        pad = "    " * depth
+        props = {k: self.function(v) for k, v in s.get("properties", {}).items()}
+        table = self.const(props)  # filled with functions after exec
+        patterns = [(re.compile(p).search, self.function(v))
                     for p, v in s.get("patternProperties", {}).items()]
         extra = s.get("additionalProperties", True)
-        extra_check = self.compile(extra)
+        extra_f = self.function(extra) if extra not in (True, {}) else None
+        out.append(f"{pad}if type({var}) is dict:")
+        out.append(f"{pad}    for key, val in {var}.items():")
+        out.append(f"{pad}        f = {table}.get(key)")
+        out.append(f"{pad}        if f is not None:")
+        out.append(f"{pad}            if not f(val): return False")
+        out.append(f"{pad}            continue")
+        if patterns:
+            out.append(f"{pad}        matched = False")
+            for search, fn in patterns:
+                k = self.const(search)
+                out.append(f"{pad}        if {k}(key):")
+                out.append(f"{pad}            matched = True")
+                out.append(f"{pad}            if not {fn}(val): return False")
+            out.append(f"{pad}        if matched: continue")
+        if extra is False:
+            out.append(f"{pad}        return False")
+        elif extra_f:
+            out.append(f"{pad}        if not {extra_f}(val): return False")
+        self.tables = getattr(self, "tables", [])
+        self.tables.append(table)
 
-        def check(v: Any) -> bool:
-            if not isinstance(v, dict):
-                return True
-            for key, value in v.items():
-                c = props.get(key)
-                if c is not None:
-                    if not c(value):
-                        return False
-                    continue
-                matched = False
-                for rx, pc in patterns:
-                    if rx.search(key):
-                        matched = True
-                        if not pc(value):
-                            return False
-                if not matched and not extra_check(value):
-                    return False
-            return True
-
-        return check
-
-    def _all_of(self, branches: list[Any]) -> Check:
-        # ``allOf`` of ``if step == X then ...`` branches becomes one dispatch on ``step``.
-        dispatch: dict[Any, Check] = {}
-        rest: list[Check] = []
+    def emit_all_of(self, branches: list[Any], var: str, out: list[str], depth: int) -> None:
+        # ``allOf`` of ``if field == X then ...`` branches becomes one dispatch on the field.
+        pad = "    " * depth
+        dispatch: dict[str, dict[Any, str]] = {}
         for b in branches:
             cond = b.get("if", {}).get("properties", {})
             if len(b) == 2 and "then" in b and len(cond) == 1:
                 (field, spec), = cond.items()
                 if set(spec) == {"const"}:
-                    dispatch[(field, spec["const"])] = self.compile(b["then"])
+                    dispatch.setdefault(field, {})[spec["const"]] = self.function(b["then"])
                     continue
-            rest.append(self.compile(b))
-        fields = {f for f, _ in dispatch}
+            self.emit(b, var, out, depth)
+        for field, table in dispatch.items():
+            k = self.const(table)
+            self.tables = getattr(self, "tables", [])
+            self.tables.append(k)
+            out.append(f"{pad}if type({var}) is dict:")
+            out.append(f"{pad}    f = {k}.get({var}.get({field!r}))")
+            out.append(f"{pad}    if f is not None and not f({var}): return False")
 
-        def check(v: Any) -> bool:
-            if isinstance(v, dict):
-                for f in fields:
-                    c = dispatch.get((f, v.get(f)))
-                    if c is not None and not c(v):
-                        return False
-            return all(r(v) for r in rest)
+    def build(self, s: Any) -> Check:
+        entry = self.function(s, "_entry")
+        ns: dict[str, Any] = dict(self.consts)
+        exec(compile("\n".join(self.lines), "<plan schema>", "exec"), ns)  # noqa: S102
+        for t in getattr(self, "tables", []):  # function names -> functions
+            ns[t] = {k: ns[v] for k, v in ns[t].items()}
+            self.consts[t] = ns[t]
+        return ns[entry]
 
-        return check
+
+def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
+                   shallow: bool = False) -> Check:
+    """A fast predicate equivalent to validating against ``schema`` (or one of its $defs).
+
+    ``shallow`` leaves the items of the top-level ``nodes`` array to the caller.
+    """
+    if shallow:
+        schema = {**schema, "properties": {**schema["properties"],
+                                           "nodes": {"type": "array", "minItems": 2}}}
+    gen = _CodeGen(schema)
+    target: Any = schema
+    if pointer_to:
+        for part in pointer_to.lstrip("#/").split("/"):
+            target = target[part]
+    return gen.build(target)
 
 
 @lru_cache(maxsize=None)
-def compiled(name: str) -> Check:
-    schema = load_schema(name)
-    return _Compiler(schema).compile(schema)
+def compiled(name: str, pointer_to: str | None = None, shallow: bool = False) -> Check:
+    return compile_schema(load_schema(name), pointer_to, shallow)
 
 
 def pointer(path: Any) -> str:

@@ -68,21 +68,55 @@ def read_json(path: str) -> Any:
                         ) from None
 
 
-def load(path: str) -> Plan:
+def load(path: str, reuse: Plan | None = None) -> Plan:
     """Read, schema-validate and build a plan (semantic checks live in ``compat.infer``)."""
     doc = read_json(path)
-    return from_doc(doc, path)
+    return from_doc(doc, path, reuse)
 
 
-def from_doc(doc: Any, file: str = "<plan>") -> Plan:
+def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
+    """Build a plan from a document.
+
+    With ``reuse`` (a plan loaded before, typically the old side of a check), a node whose
+    document equals the old one's, key for key, was already validated and is shared as the
+    same object instead of being validated and built again.
+    """
     if isinstance(doc, dict) and doc.get("format") not in (FORMAT, None) and \
             isinstance(doc.get("format"), str):
         raise PlanError("unsupported plan format", file=file, pointer="/format",
                         expected=f"'{FORMAT}'", found=repr(doc["format"]))
-    schema_check.validate(doc, "plan.v1.json", file)
+    old_docs = reuse.documents if reuse is not None else {}
+    if not old_docs:
+        schema_check.validate(doc, "plan.v1.json", file)
+    else:
+        shallow = schema_check.compiled("plan.v1.json", None, True)
+        node_ok = schema_check.compiled("plan.v1.json", "#/$defs/node")
+        ok = shallow(doc)
+        if ok:
+            for d in doc["nodes"]:
+                prev = old_docs.get(d.get("id")) if type(d) is dict else None
+                if (prev is None or prev != d) and not node_ok(d):
+                    ok = False
+                    break
+        if not ok:
+            raise schema_check.explain(doc, "plan.v1.json", file)
     pointers: dict[str, str] = {}
+    documents: dict[str, Any] = {}
+    old_nodes = reuse.nodes if reuse is not None else {}
     try:
-        nodes = [_node(d, f"/nodes/{i}", pointers) for i, d in enumerate(doc["nodes"])]
+        nodes = []
+        for i, d in enumerate(doc["nodes"]):
+            nid = d["id"]
+            prev = old_docs.get(nid)
+            if prev is not None and prev == d and nid in old_nodes and nid not in pointers:
+                node = old_nodes[nid]
+                pointers[nid] = f"/nodes/{i}"
+            else:
+                node = _node(d, f"/nodes/{i}", pointers)
+            if isinstance(node, Recursive):
+                _body_pointers(node, d, f"/nodes/{i}", pointers)
+            nodes.append(node)
+            documents[nid] = d
     except PlanError as e:
         raise e.with_location(file=file) from None
     by_id, dependents = build_graph(nodes, file, pointers)
@@ -99,8 +133,15 @@ def from_doc(doc: Any, file: str = "<plan>") -> Plan:
     plan = Plan(query=doc["query"], nodes=by_id, config=dict(doc.get("config", {})),
                 metadata=dict(doc.get("metadata", {})),
                 extras={k: v for k, v in doc.items() if k.startswith("x-")},
-                file=file, pointers=pointers, dependents=dependents, sink_id=sinks[0])
+                file=file, pointers=pointers, dependents=dependents, sink_id=sinks[0],
+                documents=documents)
     return plan
+
+
+def _body_pointers(rec: Recursive, d: dict[str, Any], ptr: str,
+                   pointers: dict[str, str]) -> None:
+    for j, b in enumerate(d["body"]):
+        pointers.setdefault(f"{rec.id}/{b['id']}", f"{ptr}/body/{j}")
 
 
 def _check_body(rec: Recursive, file: str, pointers: dict[str, str]) -> None:

@@ -24,14 +24,22 @@ Rule = Callable[[Node, Node, RuleContext], list[Finding]]
 _GATES = (StopGate, StartGate)
 
 
-def merkle(plan: Plan) -> dict[str, int]:
-    """Structural hash of every node's subtree: equal hashes mean equal computations."""
+def merkle(plan: Plan, memo: dict[int, int] | None = None) -> dict[str, int]:
+    """Structural hash of every node's subtree: equal hashes mean equal computations.
+
+    ``memo`` caches each node object's content hash; the two sides of a check share the
+    node objects whose documents are equal, so each is hashed once.
+    """
+    memo = {} if memo is None else memo
     out: dict[str, int] = {}
     for nid, node in plan.nodes.items():  # topological order: inputs first
         if isinstance(node, _GATES):  # gates are deployment plumbing, not computation
             out[nid] = out[node.inputs[0]]
             continue
-        out[nid] = hash((node.step, node.content(), tuple(out[i] for i in node.inputs)))
+        h = memo.get(id(node))
+        if h is None:
+            h = memo[id(node)] = hash((node.step, node.content()))
+        out[nid] = hash((h, *[out[i] for i in node.inputs]))
     return out
 
 
@@ -46,7 +54,9 @@ class Walk:
     _seen: set[tuple[str, str]] = field(default_factory=set)
 
     def run(self) -> None:
-        self.ho, self.hn = merkle(self.old), merkle(self.new)
+        memo: dict[int, int] = {}
+        self.ho, self.hn = merkle(self.old, memo), merkle(self.new, memo)
+        self.memo = memo
         self.visit(self.old.sink, self.new.sink)
 
     # ------------------------------------------------------------------------------------
@@ -118,6 +128,10 @@ class Walk:
     def compare_paths(self, o: Node, n: Node, po: list[str], pn: list[str],
                       stateful: bool) -> None:
         """Align the passive steps between a frontier pair and its consumers."""
+        memo = self.memo
+        if [memo[id(self.old.nodes[x])] for x in po] == \
+                [memo[id(self.new.nodes[x])] for x in pn]:
+            return  # same steps, same versions, same text: nothing to compare
         ko = [_passive_key(self.old.nodes[x]) for x in po]
         kn = [_passive_key(self.new.nodes[x]) for x in pn]
         if ko == kn:
@@ -189,7 +203,10 @@ def _identity(plan: Plan, nid: str) -> tuple:
 
 
 def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
-    """Pair frontier entries: identical subtrees first, then same identity, then same step."""
+    """Pair frontier entries: identical subtrees first, then same identity, then same step.
+
+    Within each key, entries pair in order; buckets keep this linear in the frontier size.
+    """
     left_o = list(fo)
     left_n = list(fn)
     pairs = []
@@ -199,12 +216,21 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
         (lambda x: old.nodes[x].step, lambda x: new.nodes[x].step),
     )
     for key_o, key_n in keys:
-        for eo in list(left_o):
-            ko = key_o(eo[0])
-            for en in left_n:
-                if ko == key_n(en[0]):
-                    pairs.append((eo, en))
-                    left_o.remove(eo)
-                    left_n.remove(en)
-                    break
+        if not left_o or not left_n:
+            break
+        buckets: dict[object, list[int]] = {}
+        for j, en in enumerate(left_n):
+            buckets.setdefault(key_n(en[0]), []).append(j)
+        taken: set[int] = set()
+        rest_o = []
+        for eo in left_o:
+            cands = buckets.get(key_o(eo[0]))
+            if cands:
+                j = cands.pop(0)
+                taken.add(j)
+                pairs.append((eo, left_n[j]))
+            else:
+                rest_o.append(eo)
+        left_o = rest_o
+        left_n = [en for j, en in enumerate(left_n) if j not in taken]
     return pairs, left_o, left_n

@@ -1,0 +1,34 @@
+# Theseus: the two set-up commands are `make demo` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo kafka kafka-stop bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,runtime]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) scripts/demo.py
+
+kafka:
+	@bash scripts/kafka.sh start
+
+kafka-stop:
+	@bash scripts/kafka.sh stop
+
+bench: $(STAMP)
+	$(PY) bench/check_speed.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check compat gates migrate tests bench scripts
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
