@@ -25,6 +25,7 @@ from compat.rules.common import check_version
 from compat.rules.config import check_config
 from compat.rules.deduplicate import check_deduplicate
 from compat.rules.join import check_join
+from compat.rules.moves import find_moves
 from compat.rules.output import check_changelog, check_output_schema
 from compat.rules.recursive import check_recursive
 from compat.rules.sink import check_sink
@@ -135,7 +136,7 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     # Step 2: the lockstep walk.
     walk = Walk(old, new, ctx, RULES)
     walk.run()
-    findings = list(walk.findings)
+    findings = find_moves(list(walk.findings), ctx, walk.alignment)
     # Step 3: plan-level settings.
     findings.extend(check_config(ctx))
     if old.query != new.query:

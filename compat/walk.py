@@ -113,6 +113,38 @@ class Walk:
         for (eo, po), (en, pn) in pairs:
             self.compare_paths(o, n, po, pn, stateful)
             self.visit(self.old.nodes[eo], self.new.nodes[en])
+        # An enforcing step inserted (or dropped) between two others: the nodes behind it
+        # are still there, one level further up.  Report the step alone and walk on.
+        for en, pn in list(left_n):
+            node = self.new.nodes[en]
+            if isinstance(node, Source) or not left_o:
+                continue
+            behind = [x for i in node.inputs for x in frontier(self.new, i)]
+            sub, left_o2, _ = _pair(left_o, behind, self.old, self.new, self.ho, self.hn,
+                                    strict=True)
+            if sub:
+                left_n.remove((en, pn))
+                left_o = left_o2
+                self.findings.append(self.ctx.f(
+                    "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
+                    "its state has no history", o, node, "inputs", ""))
+                for (eo, po), (eb, pb) in sub:
+                    self.visit(self.old.nodes[eo], self.new.nodes[eb])
+        for eo, po in list(left_o):
+            node = self.old.nodes[eo]
+            if isinstance(node, Source) or not left_n:
+                continue
+            behind = [x for i in node.inputs for x in frontier(self.old, i)]
+            sub, left_b, left_n2 = _pair(behind, left_n, self.old, self.new, self.ho,
+                                         self.hn, strict=True)
+            if sub:
+                left_o.remove((eo, po))
+                left_n = left_n2
+                self.findings.append(self.ctx.f(
+                    "enforcing-removed", f"{node.step} '{eo}' is removed from before "
+                    f"'{n.id}'", node, n, "", "inputs"))
+                for (eb, pb), (en, pn) in sub:
+                    self.visit(self.old.nodes[eb], self.new.nodes[en])
         for eo, po in left_o:
             node = self.old.nodes[eo]
             code = "source-removed" if isinstance(node, Source) else "enforcing-removed"
@@ -202,7 +234,7 @@ def _identity(plan: Plan, nid: str) -> tuple:
     return (node.step,)
 
 
-def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
+def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
     """Pair frontier entries: identical subtrees first, then same identity, then same step.
 
     Within each key, entries pair in order; buckets keep this linear in the frontier size.
@@ -215,7 +247,7 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
         (lambda x: _identity(old, x), lambda x: _identity(new, x)),
         (lambda x: old.nodes[x].step, lambda x: new.nodes[x].step),
     )
-    for key_o, key_n in keys:
+    for key_o, key_n in keys[:2] if strict else keys:
         if not left_o or not left_n:
             break
         buckets: dict[object, list[int]] = {}

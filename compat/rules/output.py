@@ -51,6 +51,15 @@ def check_output_schema(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]
         eff = {"effect": "unsupported", "severity": "error"} if backward else {}
         out.append(f("output-column-added", f"output column '{an}' ({at}) is added", old,
                      new, "inputs", **eff))
+    # Spark matches column names case-insensitively, but JSON consumers read keys as written.
+    ocase = dict(zip((c[0] for c in ocols), ctx.oi(old).names))
+    ncase = dict(zip((c[0] for c in ncols), ctx.ni(new).names))
+    for name in oname:
+        if name in nname and ocase.get(name) != ncase.get(name):
+            eff = {} if (forward or backward) else {"effect": "in_place"}
+            out.append(f("output-column-renamed", f"output column '{ocase.get(name)}' is "
+                         f"written as '{ncase.get(name)}': JSON keys are case-sensitive",
+                         old, new, "inputs", **eff))
     for name, ot in ocols:
         nt = nname.get(name)
         if nt is None or nt == ot:

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+UPGRADES = sorted(p for p in (FIXTURES / "upgrades").iterdir() if p.is_dir()) \
+    if (FIXTURES / "upgrades").is_dir() else []
+PLAN_FILES = sorted((FIXTURES / "plans").glob("*.json")) + \
+    [p / n for p in UPGRADES for n in ("old.json", "new.json")]
+
+
+def load_doc(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def write_plan(tmp_path):
+    """Write a plan document to a file and return its path as a string."""
+    counter = [0]
+
+    def write(doc, name: str | None = None) -> str:
+        counter[0] += 1
+        p = tmp_path / (name or f"plan{counter[0]}.json")
+        p.write_text(doc if isinstance(doc, str) else json.dumps(doc, indent=2))
+        return str(p)
+
+    return write
+
+
+def ship_load() -> dict:
+    return load_doc(FIXTURES / "plans" / "ship_load.json")
