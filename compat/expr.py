@@ -66,7 +66,7 @@ _TOKEN_RE = re.compile(
   | (?P<str>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")
   | (?P<qid>`(?:[^`]|``)*`)
   | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op><=>|->|<=|>=|<>|!=|==|\|\||::|[-+*/%=<>(),.\[\]&|^~!:])
+  | (?P<op><=>|>>>|<<|>>|->|<=|>=|<>|!=|==|\|\||::|[-+*/%=<>(),.\[\]&|^~!:])
     """,
     re.VERBOSE,
 )
@@ -74,7 +74,7 @@ _TOKEN_RE = re.compile(
 # Binding powers for binary operators (higher binds tighter).
 _BINARY = {
     "or": 1, "and": 2, "=": 4, "==": 4, "!=": 4, "<>": 4, "<=>": 4, "<": 4, "<=": 4,
-    ">": 4, ">=": 4, "|": 5, "^": 6, "&": 7, "||": 8, "+": 8, "-": 8, "*": 9, "/": 9,
+    ">": 4, ">=": 4, "|": 5, "^": 6, "&": 7, "<<": 7, ">>": 7, ">>>": 7, "||": 8, "+": 8, "-": 8, "*": 9, "/": 9,
     "%": 9, "div": 9,
 }
 _NOT_BP = 3  # NOT binds looser than comparisons, tighter than AND
@@ -500,9 +500,17 @@ def parse(text: str) -> Ast:
         return cached
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError("empty expression", column=1)
+    parser = _Parser(text)
     try:
-        ast = _Parser(text).parse()
+        ast = parser.parse()
     except ExpressionError as own:
+        # Only a word we do not know (TRIM(BOTH ... FROM ...), POSITION(a IN b), ...) can
+        # be valid Spark outside our subset; a misplaced operator or bracket never is.
+        toks = parser.toks
+        i = min(parser.i, len(toks) - 1)
+        near = {toks[j].kind for j in (i - 1, i) if 0 <= j < len(toks)}
+        if "id" not in near:
+            raise
         ast = _sqlglot_fallback(text, own)
     _check_functions(ast, text)
     _PARSE_CACHE[text] = ast
@@ -520,15 +528,15 @@ def _sqlglot_fallback(text: str, own: ExpressionError) -> Ast:
         tree = sqlglot.parse_one(text, read="spark", into=exp.Condition)
     except Exception:
         raise own from None
-    if isinstance(tree, (exp.Select, exp.Subquery, exp.Query)) or \
-            tree.find(exp.Select, exp.Window, exp.Subquery) is not None:
+    if isinstance(tree, (exp.Select, exp.Subquery, exp.Query, exp.Alias)) or \
+            tree.find(exp.Select, exp.Window, exp.Subquery, exp.Alias) is not None:
         raise own
     cols = tuple(sorted({tuple(p.lower() for p in c.sql(dialect="spark").replace("`", "")
                                  .split(".")) for c in tree.find_all(exp.Column)}))
     fns = tuple(sorted({(f.sql_name() if not isinstance(f, exp.Anonymous) else f.name).lower()
                         for f in tree.find_all(exp.Func)}))
     canon = tree.sql(dialect="spark", normalize=True, identify=False)
-    return ("opaque", canon.lower(), cols, fns)
+    return ("opaque", canon, cols, fns)
 
 
 def walk(ast: Ast):
