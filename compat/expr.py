@@ -74,8 +74,8 @@ _TOKEN_RE = re.compile(
 # Binding powers for binary operators (higher binds tighter).
 _BINARY = {
     "or": 1, "and": 2, "=": 4, "==": 4, "!=": 4, "<>": 4, "<=>": 4, "<": 4, "<=": 4,
-    ">": 4, ">=": 4, "|": 5, "^": 6, "&": 7, "<<": 7, ">>": 7, ">>>": 7, "||": 8, "+": 8, "-": 8, "*": 9, "/": 9,
-    "%": 9, "div": 9,
+    ">": 4, ">=": 4, "|": 5, "^": 6, "&": 7, "<<": 7, ">>": 7, ">>>": 7, "||": 8, "+": 8,
+    "-": 8, "*": 9, "/": 9, "%": 9, "div": 9,
 }
 _NOT_BP = 3  # NOT binds looser than comparisons, tighter than AND
 _COMMUTATIVE = {"=", "!=", "<=>", "+", "*", "&", "|", "^"}

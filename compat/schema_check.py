@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ if not SCHEMA_DIR.is_dir():  # installed without the repository around it
 Check = Callable[[Any], bool]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> dict[str, Any]:
     with open(SCHEMA_DIR / name, encoding="utf-8") as f:
         return json.load(f)
@@ -202,7 +202,7 @@ def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
     return gen.build(target)
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(name: str, pointer_to: str | None = None, shallow: bool = False) -> Check:
     return compile_schema(load_schema(name), pointer_to, shallow)
 

@@ -15,8 +15,18 @@ from dataclasses import dataclass, field
 
 from compat import expr as E
 from compat.findings import Finding
-from compat.model import ENFORCING, Explode, Filter, Node, Plan, Project, Source, StartGate, \
-    StopGate, Union
+from compat.model import (
+    ENFORCING,
+    Explode,
+    Filter,
+    Node,
+    Plan,
+    Project,
+    Source,
+    StartGate,
+    StopGate,
+    Union,
+)
 from compat.rules import RuleContext
 from compat.rules.passive import check_passive
 
@@ -128,7 +138,7 @@ class Walk:
                 self.findings.append(self.ctx.f(
                     "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
                     "its state has no history", o, node, "inputs", ""))
-                for (eo, po), (eb, pb) in sub:
+                for (eo, _po), (eb, _pb) in sub:
                     self.visit(self.old.nodes[eo], self.new.nodes[eb])
         for eo, po in list(left_o):
             node = self.old.nodes[eo]
@@ -143,14 +153,14 @@ class Walk:
                 self.findings.append(self.ctx.f(
                     "enforcing-removed", f"{node.step} '{eo}' is removed from before "
                     f"'{n.id}'", node, n, "", "inputs"))
-                for (eb, pb), (en, pn) in sub:
+                for (eb, _pb), (en, _pn) in sub:
                     self.visit(self.old.nodes[eb], self.new.nodes[en])
-        for eo, po in left_o:
+        for eo, _po in left_o:
             node = self.old.nodes[eo]
             code = "source-removed" if isinstance(node, Source) else "enforcing-removed"
             self.findings.append(self.ctx.f(code, f"{node.step} '{eo}' no longer feeds "
                                             f"'{n.id}'", node, n, "", "inputs"))
-        for en, pn in left_n:
+        for en, _pn in left_n:
             node = self.new.nodes[en]
             code = "source-added" if isinstance(node, Source) else "enforcing-added"
             self.findings.append(self.ctx.f(code, f"{node.step} '{en}' now feeds '{n.id}'; "

@@ -45,7 +45,7 @@ def check_output_schema(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]
             eff = {} if forward else {"effect": "in_place", "severity": "warning"}
             out.append(f("output-column-removed", f"output column '{rn}' ({rt}) is removed; "
                          "consumers reading it find nothing", old, new, "inputs", **eff))
-    for ai, an, at in added:
+    for _ai, an, at in added:
         if an in renamed:
             continue
         eff = {"effect": "unsupported", "severity": "error"} if backward else {}

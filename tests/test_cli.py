@@ -1,0 +1,117 @@
+"""The CLI in-process (click's CliRunner): formats, flags and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from compat.schema_check import load_schema
+from migrate.cli import main
+from tests.conftest import ROOT, UPGRADES
+
+CASE = {c.name: c for c in UPGRADES}
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def pair(name):
+    return str(CASE[name] / "old.json"), str(CASE[name] / "new.json")
+
+
+def test_text_report_starts_with_verdict_and_says_what_to_do():
+    r = run("check", *pair("group_by_key_changed"))
+    assert r.exit_code == 1
+    lines = r.output.splitlines()
+    assert lines[0].startswith("verdict: migrate")
+    assert "[aggregate-key-changed]" in r.output
+    assert "what to do:" in r.output
+
+
+def test_allow_migration_turns_migrate_into_success():
+    assert run("check", *pair("group_by_key_changed")).exit_code == 1
+    assert run("check", *pair("group_by_key_changed"), "--allow-migration").exit_code == 0
+    # but never an unsupported change
+    assert run("check", *pair("sink_key_changed"), "--allow-migration").exit_code == 3
+
+
+def test_require_backfill_turns_history_changes_into_migrations():
+    assert run("check", *pair("filter_changed_before_aggregate")).exit_code == 0
+    r = run("check", *pair("filter_changed_before_aggregate"), "--require", "backfill",
+            "--format", "json")
+    assert r.exit_code == 1
+    assert json.loads(r.output)["requirements"][0]["name"] == "backfill"
+
+
+@pytest.mark.parametrize("case", [c.name for c in UPGRADES[:25]])
+def test_json_report_follows_its_schema(case):
+    r = run("check", *pair(case), "--format", "json")
+    jsonschema.validate(json.loads(r.output), load_schema("report.v1.json"))
+
+
+def test_markdown_has_verdict_findings_and_alignment():
+    r = run("check", *pair("aggregate_function_changed"), "--format", "markdown")
+    assert "Theseus: `migrate`" in r.output
+    assert "| `aggregate-function-changed` |" in r.output
+    assert "Matched enforcing steps" in r.output
+
+
+def test_github_annotations_point_at_real_lines():
+    old, new = pair("sink_key_changed")
+    r = run("check", old, new, "--format", "github")
+    ann = [line for line in r.output.splitlines() if line.startswith("::error")]
+    assert ann, r.output
+    line_no = int(ann[0].split("line=")[1].split(",")[0])
+    text = open(new).read().splitlines()[line_no - 1]
+    assert "key_columns" in text
+
+
+def test_sarif_is_2_1_0_with_locations():
+    old, new = pair("group_by_key_changed")
+    doc = json.loads(run("check", old, new, "--format", "sarif").output)
+    assert doc["version"] == "2.1.0"
+    res = doc["runs"][0]["results"]
+    assert res and all(r["locations"][0]["physicalLocation"]["region"]["startLine"] >= 1
+                       for r in res)
+    line_no = res[0]["locations"][0]["physicalLocation"]["region"]["startLine"]
+    assert "group_by" in open(new).read().splitlines()[line_no - 1]
+
+
+def test_output_file(tmp_path):
+    out = tmp_path / "r.json"
+    r = run("check", *pair("identical_same_plan"), "--format", "json", "-o", str(out))
+    assert r.exit_code == 0 and json.loads(out.read_text())["verdict"] == "identical"
+
+
+def test_plan_show_tree():
+    r = run("plan", "show", str(ROOT / "fixtures" / "plans" / "ship_load.json"))
+    assert r.exit_code == 0
+    first = r.output.splitlines()[1]
+    assert "alerts: sink" in first and "[I,UB,UA,D]" in first
+    assert "load: aggregate v1 [enforcing, stateful] [I,UA]" in r.output
+
+
+def test_help_documents_exit_codes():
+    r = run("check", "--help")
+    for word in ("identical", "in_place", "migrate", "unsupported", "--require",
+                 "--schema-compat", "--allow-migration", "--format"):
+        assert word in r.output
+
+
+def test_check_imports_no_spark_and_no_kafka_client():
+    old, new = pair("ship_load_capacity_rule_changed")
+    code = (f"import sys, runpy; sys.argv=['theseus','check',{old!r},{new!r}];\n"
+            "try:\n    runpy.run_module('migrate.cli', run_name='__main__')\n"
+            "except SystemExit: pass\n"
+            "bad=[m for m in sys.modules if m.split('.')[0] in "
+            "('pyspark','confluent_kafka','py4j','pandas','pyarrow')]\n"
+            "print('LOADED', bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert "LOADED []" in out, out
