@@ -64,6 +64,11 @@ def rename_and_reformat(doc: dict, seed: int) -> dict:
     rng = random.Random(seed)
     doc = copy.deepcopy(doc)
     ids = {n["id"]: f"n{i}_{rng.randint(0, 999)}" for i, n in enumerate(doc["nodes"])}
+    # A join names a clashing right column after its right input ('<right id>_<name>'):
+    # renaming that input renames an output column, which is a real change (tested below).
+    for n in doc["nodes"]:
+        if n["step"] == "join":
+            ids[n["inputs"][1]] = n["inputs"][1]
 
     def requalify(text):
         # qualifiers in join conditions name input ids
@@ -155,3 +160,20 @@ def test_theseus_error_is_the_only_root():
         obj = getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, Exception) and obj is not TheseusError:
             assert issubclass(obj, TheseusError)
+
+
+def test_renaming_a_join_right_input_renames_clashing_output_columns():
+    found = None
+    for doc in DOCS.values():
+        for n in doc["nodes"]:
+            if n["step"] == "join":
+                plan = _plan(doc)
+                right = n["inputs"][1]
+                if any(c.startswith(right.lower() + "_") for c, _ in plan.info[n["id"]].columns):
+                    found = (doc, plan, right)
+    assert found, "a fixture join with a clashing right column is expected"
+    doc, plan, right = found
+    other = json.loads(json.dumps(doc).replace(f'"{right}"', '"renamed_right"')
+                       .replace(f"{right}.", "renamed_right."))
+    report = check_plans(plan, _plan(other))
+    assert "output-column-renamed" in {f.code for f in report.findings}
