@@ -98,10 +98,10 @@ def parse_require(text: str | None) -> list[str]:
     return sorted(set(items))
 
 
-def load_plan(path: str, reuse: Plan | None = None) -> Plan:
+def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
     """Load and validate a plan; ``reuse`` shares the identical nodes of a plan loaded
     before (the old side of a check), which then need no second validation."""
-    plan = load(path, reuse)
+    plan = load(path, reuse, raw)
     analyze(plan, reuse)
     return plan
 

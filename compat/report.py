@@ -233,3 +233,11 @@ def render_sarif(report: Report) -> str:
                   "properties": {"verdict": report.verdict}}],
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def render_sarif_empty() -> str:
+    return json.dumps({"$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+                       "version": "2.1.0",
+                       "runs": [{"tool": {"driver": {"name": "theseus", "informationUri":
+                                                     "https://theseus.dev", "rules": []}},
+                                 "results": []}]})

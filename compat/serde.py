@@ -40,11 +40,15 @@ from compat.model import (
 FORMAT = "theseus.plan/1"
 
 
-def read_json(path: str) -> Any:
-    """Read a JSON file; unreadable files and malformed JSON become one PlanError."""
+def read_json(path: str, raw: bytes | None = None) -> Any:
+    """Read a JSON file; unreadable files and malformed JSON become one PlanError.
+
+    ``raw`` gives the file's bytes when they do not come from disk (a file at a git ref).
+    """
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        if raw is None:
+            with open(path, "rb") as f:
+                raw = f.read()
     except FileNotFoundError:
         raise PlanError("file not found", file=path, expected="a readable plan file",
                         found="no such file") from None
@@ -68,9 +72,9 @@ def read_json(path: str) -> Any:
                         ) from None
 
 
-def load(path: str, reuse: Plan | None = None) -> Plan:
+def load(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
     """Read, schema-validate and build a plan (semantic checks live in ``compat.infer``)."""
-    doc = read_json(path)
+    doc = read_json(path, raw)
     return from_doc(doc, path, reuse)
 
 

@@ -25,6 +25,12 @@ Verdicts and exit codes:
   (invalid)    2  unreadable file, malformed JSON, schema violation, dangling input, cycle...
 
 \b
+With --against REF, every plan file under PATH... is compared with its version at the
+git ref REF: new plans are reported as new, deleted ones as removed (exit 1: the query
+must be stopped by hand), and the exit code is the worst outcome over all files (an
+invalid plan, 2, counts as the worst).
+
+\b
 --require takes a comma-separated list of environment requirements:
   backfill      output must be as if the new query had always run
   cascading     the output feeds other queries: key, mode and schema stay compatible
@@ -55,8 +61,10 @@ def main() -> None:
 
 
 @main.command(help=CHECK_HELP)
-@click.argument("old", type=click.Path(dir_okay=True))
-@click.argument("new", type=click.Path(dir_okay=True))
+@click.argument("paths", nargs=-1, required=True, metavar="OLD NEW | PATH...")
+@click.option("--against", "against", default=None, metavar="REF",
+              help="Compare every plan under PATH... with its version at git REF (new and "
+                   "removed plans are reported); the exit code is the worst outcome.")
 @click.option("--require", "require", default="", metavar="LIST",
               help="backfill,ordered,exactly_once,live,cascading")
 @click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
@@ -68,23 +76,42 @@ def main() -> None:
               show_default=True, help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to a file instead of stdout.")
-def check(old: str, new: str, require: str, schema_compat: str, allow_migration: bool,
-          fmt: str, output: str | None) -> None:
+def check(paths: tuple[str, ...], against: str | None, require: str, schema_compat: str,
+          allow_migration: bool, fmt: str, output: str | None) -> None:
     from compat.check import check_files, parse_require
+    from compat.errors import CheckError
     from compat.report import render
 
+    if against is not None:
+        from compat import gitcheck
+
+        entries = gitcheck.check_against(against, list(paths), require=parse_require(require),
+                                         schema_compat=schema_compat)
+        _emit(gitcheck.render(entries, against, fmt), output)
+        code = gitcheck.exit_code(entries)
+        if allow_migration and code == 1:
+            code = 0
+        sys.exit(code)
+    if len(paths) != 2:
+        raise CheckError("check takes two plans (OLD NEW), or --against REF and paths",
+                         expected="2 paths", found=f"{len(paths)}")
+    old, new = paths
     report = check_files(old, new, require=parse_require(require),
                          schema_compat=schema_compat)
     text = render(report, fmt)
+    _emit(text, output)
+    code = report.exit_code
+    if allow_migration and report.verdict == "migrate":
+        code = 0
+    sys.exit(code)
+
+
+def _emit(text: str, output: str | None) -> None:
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         click.echo(text, nl=False)
-    code = report.exit_code
-    if allow_migration and report.verdict == "migrate":
-        code = 0
-    sys.exit(code)
 
 
 @main.group()
@@ -131,6 +158,42 @@ def plan_show(path: str) -> None:
             show(inp, child_indent, i == len(node.inputs) - 1)
 
     show(pl.sink_id, "", True)
+
+
+@main.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path())
+@click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT",
+              help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP).")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR",
+              help="The store: plans, status, checkpoints and gate state.")
+@click.option("--available-now", is_flag=True,
+              help="Process everything currently in the source topics, then exit 0.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--trigger", "trigger_interval", default="1 second", show_default=True,
+              help="Micro-batch interval when running continuously.")
+def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master: str,
+        trigger_interval: str) -> None:
+    """Build the plan's Spark query and run it (Ctrl-C stops it after the current batch)."""
+    from migrate.run import run as run_plan
+
+    sys.exit(run_plan(plan_path, bootstrap=bootstrap, state=state, master=master,
+                      available_now=available_now, echo=click.echo,
+                      trigger_interval=trigger_interval))
+
+
+@main.command()
+@click.argument("query")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+def stop(query: str, state: str) -> None:
+    """Ask the host running QUERY to stop it after its current batch."""
+    from migrate.store import open_store
+
+    store = open_store(state)
+    if not store.status(query):
+        raise TheseusError(f"no query named '{query}' in the store", file=state,
+                           expected="a query started with theseus run", found=repr(query))
+    store.request_stop(query)
+    click.echo(f"theseus: asked '{query}' to stop")
 
 
 if __name__ == "__main__":  # pragma: no cover

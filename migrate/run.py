@@ -1,0 +1,170 @@
+"""The query host: ``theseus run PLAN`` builds the plan's query on Spark and keeps it running.
+
+1. Load and validate the plan (``compat``): a plan Spark cannot run fails here, with the reason.
+2. Record the plan, its checkpoint and status ``starting`` in the store.
+3. Start Spark (shuffle partitions = ``config.state_partitions``) and the query.
+4. Report progress per micro-batch; stop after the current batch on Ctrl-C or on a stop
+   request in the store (``theseus stop``); with ``--available-now`` exit when all input
+   that was in the topics at start has been processed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from compat.check import load_plan
+from compat.errors import RuntimeFailure
+from compat.model import Plan
+from compat.serde import dumps
+from migrate.store import DirectoryStore
+
+DEFAULT_STATE_PARTITIONS = 4
+
+
+def spark_env() -> None:
+    """Spark's Python workers must run this interpreter, bound to loopback here."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+_SESSION: Any = None
+
+
+def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
+    """One SparkSession per process (tests share it); shuffle partitions set per query."""
+    global _SESSION
+    spark_env()
+    if _SESSION is None:
+        from pyspark.sql import SparkSession
+
+        _SESSION = (SparkSession.builder.master(master).appName("theseus")
+                    .config("spark.ui.enabled", "false")
+                    .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+                    .config("spark.sql.session.timeZone", "UTC")
+                    .config("spark.driver.memory", "2g")
+                    .config("spark.sql.streaming.stateStore.providerClass",
+                            "org.apache.spark.sql.execution.streaming.state."
+                            "RocksDBStateStoreProvider")
+                    .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+                    .getOrCreate())
+        _SESSION.sparkContext.setLogLevel("ERROR")
+    _SESSION.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return _SESSION
+
+
+def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: str,
+                available_now: bool, generation: int = 0, query_name: str | None = None,
+                trigger_interval: str = "1 second", start_gate: Any = None) -> Any:
+    from migrate.builder import BuildOptions, Builder
+
+    name = query_name or plan.query
+    spark = spark_session(master, plan.state_partitions or DEFAULT_STATE_PARTITIONS)
+    checkpoint = store.checkpoint(name, generation)
+    opts = BuildOptions(bootstrap=bootstrap, store=str(store.root), query=name,
+                        available_now=available_now, trigger_interval=trigger_interval,
+                        checkpoint=str(checkpoint), start_gate=start_gate)
+    return Builder(spark, plan, opts).start()
+
+
+def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
+        available_now: bool = False, echo: Callable[[str], None] = print,
+        trigger_interval: str = "1 second") -> int:
+    # Step 1. Validate before anything is deployed.
+    plan = load_plan(plan_path)
+    from compat.infer import characteristics  # noqa: F401  (validated above)
+
+    store = DirectoryStore(state)
+    name = plan.query
+    # Step 2. Record what runs where.
+    store.put_plan(name, dumps(plan))
+    store.clear_stop(name)
+    generation = int(store.status(name).get("generation", 0))
+    store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
+                     checkpoint=str(store.checkpoint(name, generation)),
+                     generation=generation)
+    # Step 3. Start Spark and the query.
+    query = start_query(plan, bootstrap=bootstrap, store=store, master=master,
+                        available_now=available_now, generation=generation,
+                        trigger_interval=trigger_interval)
+    store.set_status(name, status="running", query_id=str(query.id))
+    echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(name, generation)})")
+    # Step 4. Progress, and a graceful stop.
+    stop = {"asked": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop["asked"]:
+            raise KeyboardInterrupt
+        stop["asked"] = True
+        echo("theseus: stopping after the current batch (Ctrl-C again to abort)")
+
+    old_handler = signal.signal(signal.SIGINT, on_signal)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
+    seen = -1
+    try:
+        while query.isActive:
+            for p in query.recentProgress:
+                if p["batchId"] > seen:
+                    seen = p["batchId"]
+                    echo(progress_line(p))
+            if stop["asked"] or store.stop_requested(name):
+                stop_after_batch(query)
+                break
+            time.sleep(0.5)
+        for p in query.recentProgress:
+            if p["batchId"] > seen:
+                seen = p["batchId"]
+                echo(progress_line(p))
+        exc = query.exception()
+        if exc is not None:
+            store.set_status(name, status="failed", error=str(exc)[:2000])
+            raise RuntimeFailure(f"the query failed: {str(exc).splitlines()[0]}",
+                                 file=plan_path, node=None)
+        store.set_status(name, status="stopped", last_batch=seen)
+        echo(f"theseus: '{name}' stopped after batch {seen}")
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
+        signal.signal(signal.SIGTERM, old_term)
+        if query.isActive:
+            query.stop()
+
+
+def stop_after_batch(query: Any, timeout: float = 120.0) -> None:
+    """Stop between batches: wait until no trigger is active, then stop."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and query.isActive:
+        status = query.status
+        if not status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
+
+
+def progress_line(p: dict[str, Any]) -> str:
+    lag = 0
+    for s in p.get("sources", []):
+        lag += _lag(s.get("endOffset"), s.get("latestOffset"))
+    rate = p.get("processedRowsPerSecond") or 0.0
+    return (f"  batch {p['batchId']}: {p.get('numInputRows', 0)} rows in, "
+            f"{rate:,.0f} rows/s, lag {lag}")
+
+
+def _lag(end: Any, latest: Any) -> int:
+    import json
+
+    try:
+        e = json.loads(end) if isinstance(end, str) else end or {}
+        lt = json.loads(latest) if isinstance(latest, str) else latest or {}
+        total = 0
+        for topic, parts in lt.items():
+            for part, off in parts.items():
+                total += max(0, int(off) - int(e.get(topic, {}).get(part, 0)))
+        return total
+    except (ValueError, TypeError, AttributeError):
+        return 0

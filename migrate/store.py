@@ -1,0 +1,98 @@
+"""The durable store of queries and migrations (a directory by default).
+
+Layout under the store root (``--state``, default ``.theseus/``):
+
+    queries/<query>/plan.json        the plan the query runs (the deployable artifact)
+    queries/<query>/status.json      status, host, pid, checkpoint, updated_at
+    queries/<query>/stop             present: the host stops the query after its batch
+    checkpoints/<query>/<generation> Spark checkpoints (a migration starts a new one)
+    gates/<query>.json               gate state read by the running query's source
+
+Every write is atomic (write a temporary file, then rename), so a crash never leaves a
+half-written record behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from compat.errors import RuntimeFailure
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class DirectoryStore:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot create the state directory: {e.strerror}",
+                                 file=str(root)) from None
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # queries --------------------------------------------------------------------------
+    def query_dir(self, query: str) -> Path:
+        return self.root / "queries" / query
+
+    def put_plan(self, query: str, plan_text: str) -> None:
+        atomic_write(self.query_dir(query) / "plan.json", plan_text)
+
+    def plan_path(self, query: str) -> Path:
+        return self.query_dir(query) / "plan.json"
+
+    def status(self, query: str) -> dict[str, Any]:
+        p = self.query_dir(query) / "status.json"
+        if not p.exists():
+            return {}
+        return json.loads(p.read_text())
+
+    def set_status(self, query: str, **fields: Any) -> dict[str, Any]:
+        cur = self.status(query)
+        cur.update(fields)
+        cur["updated_at"] = time.time()
+        cur.setdefault("host", socket.gethostname())
+        atomic_write(self.query_dir(query) / "status.json", json.dumps(cur, indent=2) + "\n")
+        return cur
+
+    def checkpoint(self, query: str, generation: int = 0) -> Path:
+        return self.root / "checkpoints" / query / str(generation)
+
+    def request_stop(self, query: str) -> None:
+        atomic_write(self.query_dir(query) / "stop", str(time.time()))
+
+    def stop_requested(self, query: str) -> bool:
+        return (self.query_dir(query) / "stop").exists()
+
+    def clear_stop(self, query: str) -> None:
+        p = self.query_dir(query) / "stop"
+        if p.exists():
+            p.unlink()
+
+
+def open_store(spec: str) -> DirectoryStore:
+    if spec.startswith("kafka://"):
+        raise RuntimeFailure("the Kafka-topic store is not available yet; use a directory",
+                             expected="a directory path", found=spec)
+    return DirectoryStore(spec)
