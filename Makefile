@@ -7,6 +7,10 @@ STAMP  := $(VENV)/.installed
 .PHONY: test demo kafka kafka-stop bench lint clean
 
 $(STAMP): pyproject.toml
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing chromium (headless browser tests)"; \
+	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || \
+	    echo "warning: could not install chromium"; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,runtime]'

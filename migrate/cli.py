@@ -131,6 +131,33 @@ def plan_validate(paths: tuple[str, ...]) -> None:
                    f"output [{pl.info[pl.sink_id].mode}])")
 
 
+@plan.command("diff")
+@click.argument("old", type=click.Path())
+@click.argument("new", type=click.Path())
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained page drawing both plans side by side.")
+@click.option("--require", "require", default="", metavar="LIST")
+@click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
+              default="forward")
+def plan_diff(old: str, new: str, html_out: str | None, require: str,
+              schema_compat: str) -> None:
+    """Compare two plans; --html draws them (enforcing and passive steps, matched pairs,
+    findings on their nodes).  Exit code as for check."""
+    from compat.check import check_files, parse_require
+    from compat.report import render_text
+
+    report = check_files(old, new, require=parse_require(require),
+                         schema_compat=schema_compat)
+    if html_out:
+        from compat.htmldiff import render_html
+
+        with open(html_out, "w", encoding="utf-8") as f:
+            f.write(render_html(report))
+        click.echo(f"wrote {html_out}")
+    click.echo(render_text(report), nl=False)
+    sys.exit(report.exit_code)
+
+
 @plan.command("show")
 @click.argument("path", type=click.Path())
 def plan_show(path: str) -> None:

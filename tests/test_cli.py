@@ -115,3 +115,13 @@ def test_check_imports_no_spark_and_no_kafka_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
     assert "LOADED []" in out, out
+
+
+def test_sarif_validates_against_the_sarif_2_1_0_schema():
+    schema = load_schema("sarif-2.1.0.json")
+    validator_cls = jsonschema.validators.validator_for(schema)
+    for name in ("group_by_key_changed", "sink_key_changed", "identical_same_plan",
+                 "klip6_having_filter_moved"):
+        doc = json.loads(run("check", *pair(name), "--format", "sarif").output)
+        errors = list(validator_cls(schema).iter_errors(doc))
+        assert not errors, [e.message for e in errors[:3]]

@@ -1,0 +1,141 @@
+"""``theseus plan diff OLD NEW --html out.html``: both plans side by side in one
+self-contained page (inline SVG and CSS, no scripts, no network).
+
+Each plan is drawn as layers from the sink (top) to the sources (bottom).  Enforcing steps
+are dark boxes, passive steps light ones; a matched enforcing pair carries the same number
+in both drawings; a node with a finding gets a coloured border (red: unsupported, orange:
+migrate, blue: in place) and its findings are listed under the drawings.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from compat.check import Report
+from compat.model import ENFORCING, Plan
+
+BOX_W, BOX_H, GAP_X, GAP_Y = 190, 54, 24, 46
+EFFECT_COLOUR = {"unsupported": "#d32f2f", "migrate": "#f57c00", "in_place": "#1976d2",
+                 "none": "#9e9e9e"}
+RANK = {"none": 0, "in_place": 1, "migrate": 2, "unsupported": 3}
+
+
+def _layers(plan: Plan) -> dict[str, int]:
+    """Depth of each node below the sink (longest path), sink at 0."""
+    depth = {plan.sink_id: 0}
+    for nid in reversed(list(plan.nodes)):  # reverse topological: consumers first
+        d = depth.get(nid)
+        if d is None:
+            d = depth[nid] = 0
+        for i in plan.nodes[nid].inputs:
+            depth[i] = max(depth.get(i, 0), d + 1)
+    return depth
+
+
+def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str]) -> str:
+    depth = _layers(plan)
+    rows: dict[int, list[str]] = {}
+    for nid in plan.nodes:
+        rows.setdefault(depth[nid], []).append(nid)
+    width = max(len(r) for r in rows.values()) * (BOX_W + GAP_X) + GAP_X
+    height = (max(rows) + 1) * (BOX_H + GAP_Y) + GAP_Y
+    pos: dict[str, tuple[float, float]] = {}
+    for d, ids in rows.items():
+        total = len(ids) * (BOX_W + GAP_X) - GAP_X
+        x0 = (width - total) / 2
+        for k, nid in enumerate(ids):
+            pos[nid] = (x0 + k * (BOX_W + GAP_X), GAP_Y / 2 + d * (BOX_H + GAP_Y))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plan" data-side="{side}" '
+             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} '
+             f'{height:.0f}">',
+             '<defs><marker id="arrow-' + side + '" viewBox="0 0 10 10" refX="9" refY="5" '
+             'markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" '
+             'fill="#78909c"/></marker></defs>']
+    for nid, node in plan.nodes.items():  # edges: from input (below) up to consumer
+        x2, y2 = pos[nid]
+        for i in node.inputs:
+            x1, y1 = pos[i]
+            parts.append(f'<line x1="{x1 + BOX_W / 2:.0f}" y1="{y1:.0f}" '
+                         f'x2="{x2 + BOX_W / 2:.0f}" y2="{y2 + BOX_H:.0f}" stroke="#78909c" '
+                         f'stroke-width="1.5" marker-end="url(#arrow-{side})"/>')
+    for nid, node in plan.nodes.items():
+        x, y = pos[nid]
+        info = plan.info.get(nid)
+        enforcing = node.klass == ENFORCING
+        fill = "#263238" if enforcing else "#eceff1"
+        text = "#ffffff" if enforcing else "#263238"
+        effect = marks.get(nid)
+        stroke = EFFECT_COLOUR[effect] if effect else ("#263238" if enforcing else "#b0bec5")
+        sw = 4 if effect else 1.5
+        mode = f" [{info.mode}]" if info else ""
+        title = f"{nid}: {node.step} ({node.klass}){mode}"
+        parts.append(f'<g class="node {node.klass}" data-id="{html.escape(nid)}" '
+                     f'data-effect="{effect or ""}"><title>{html.escape(title)}</title>'
+                     f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="8" '
+                     f'fill="{fill}" stroke="{stroke}" stroke-width="{sw}"/>'
+                     f'<text x="{x + 10:.0f}" y="{y + 22:.0f}" fill="{text}" '
+                     f'font-weight="bold">{html.escape(nid[:22])}</text>'
+                     f'<text x="{x + 10:.0f}" y="{y + 42:.0f}" fill="{text}" '
+                     f'font-size="12">{html.escape(node.step)}{html.escape(mode)}</text>')
+        if nid in badges:
+            bx, by = x + BOX_W - 16, y + 16
+            parts.append(f'<circle cx="{bx:.0f}" cy="{by:.0f}" r="11" fill="#ffca28"/>'
+                         f'<text class="badge" x="{bx:.0f}" y="{by + 4:.0f}" '
+                         f'text-anchor="middle" font-size="12" fill="#000">{badges[nid]}'
+                         '</text>')
+        parts.append("</g>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(report: Report) -> str:
+    old_badges: dict[str, int] = {}
+    new_badges: dict[str, int] = {}
+    for k, (a, b, _) in enumerate(report.alignment, start=1):
+        old_badges.setdefault(a, k)
+        new_badges.setdefault(b, k)
+    old_marks: dict[str, str] = {}
+    new_marks: dict[str, str] = {}
+    for f in report.findings:
+        for marks, nid in ((old_marks, f.old_node), (new_marks, f.new_node)):
+            if nid and RANK[f.effect] >= RANK.get(marks.get(nid, "none"), 0):
+                marks[nid] = f.effect
+    rows = "".join(
+        f'<tr class="{f.effect}"><td><code>{html.escape(f.code)}</code></td>'
+        f"<td>{f.effect}</td><td>{html.escape(f.old_node or '')} → "
+        f"{html.escape(f.new_node or '')}</td><td>{html.escape(f.message)}</td>"
+        f"<td>{html.escape(f.hint)}</td></tr>" for f in report.findings)
+    legend = "".join(f'<span class="chip" style="border-color:{c}">{e}</span>'
+                     for e, c in EFFECT_COLOUR.items() if e != "none")
+    doc: Any = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>theseus plan diff: {html.escape(report.verdict)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #263238; }}
+h1 {{ font-size: 22px; }} .verdict {{ padding: 2px 10px; border-radius: 6px;
+  background: {EFFECT_COLOUR.get(report.verdict, '#388e3c') if report.verdict != 'identical'
+               else '#388e3c'}; color: white; }}
+.panes {{ display: flex; gap: 24px; align-items: flex-start; }}
+.pane {{ border: 1px solid #cfd8dc; border-radius: 8px; padding: 12px; overflow: auto; }}
+.pane h2 {{ font-size: 15px; margin: 0 0 8px; }}
+svg text {{ font-family: system-ui, sans-serif; font-size: 14px; }}
+table {{ border-collapse: collapse; margin-top: 20px; }}
+td, th {{ border-bottom: 1px solid #eceff1; padding: 6px 10px; text-align: left;
+  vertical-align: top; font-size: 13px; }}
+.chip {{ border: 3px solid; border-radius: 6px; padding: 1px 6px; margin-right: 8px; }}
+</style></head><body>
+<h1>theseus plan diff — <span class="verdict">{html.escape(report.verdict)}</span></h1>
+<p>Dark boxes: enforcing steps; light: passive. Numbers pair the matched enforcing steps.
+Borders: {legend}</p>
+<div class="panes">
+<div class="pane"><h2>old: {html.escape(report.old.file)}</h2>
+{_svg(report.old, "old", old_badges, old_marks)}</div>
+<div class="pane"><h2>new: {html.escape(report.new.file)}</h2>
+{_svg(report.new, "new", new_badges, new_marks)}</div>
+</div>
+<table><tr><th>code</th><th>effect</th><th>old → new</th><th>finding</th><th>what to do</th></tr>
+{rows or '<tr><td colspan="5">no findings</td></tr>'}</table>
+</body></html>
+"""
+    return doc

@@ -1,0 +1,303 @@
+"""The gated Kafka sink, used through ``foreachBatch``.
+
+    from gates.sink import make_writer
+    fn = make_writer(bootstrap, "ship_load", ["ship_id"], "ship_load", "exactly_once")
+    df.writeStream.foreachBatch(fn).option("checkpointLocation", ck).start()
+
+Record format:
+
+* key: JSON object of ``key_columns`` in the given order (``{"ship_id":"a"}``), or a null key
+  when ``key_columns`` is empty. Keyed records are partitioned with ``murmur2_random`` (the
+  Java client's partitioner), so Java/Kafka Streams/ksqlDB writers agree on the partition.
+* value: JSON object of all columns in column order (nulls kept as ``null``), produced by
+  Spark's ``to_json`` in the JVM. Timestamps are ISO-8601 in UTC with microseconds and ``Z``
+  (``2024-01-01T00:00:00.000000Z``), ``timestamp_ntz`` the same without ``Z``, dates
+  ``yyyy-MM-dd``. The gated source reads this format back.
+* an optional column ``_theseus_op``: rows where it equals ``'D'`` are written as tombstones
+  (null value, same key); the column itself is never written.
+
+Delivery:
+
+* ``exactly_once``: one Kafka transaction per micro-batch, written from the driver, with
+  ``transactional.id = theseus-<query>``. Inside the same transaction the sink commits the
+  consumer-group offset of group ``theseus-<query>-sink`` on the output topic's partition 0,
+  metadata = the batch id. Before writing a batch the sink reads that metadata and skips the
+  batch if its id is <= the committed one (a batch Spark replays after a crash). ``query``
+  must therefore be unique per running query instance: a shadow query needs its own id.
+* ``at_least_once``: idempotent producer, flushed at the end of every batch.
+
+Start gate: ``start_gate`` is None (open), a callable ``start_gate(batch_id) -> bool`` or an
+object with ``is_open(batch_id) -> bool``. When closed, the batch is written to
+``shadow_topic`` if one is given, else discarded; under ``exactly_once`` the batch id is
+committed either way, so a replay after the gate opens is not written to the output.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+OP_COLUMN = "_theseus_op"
+DELIVERIES = ("exactly_once", "at_least_once")
+JSON_OPTIONS = {
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+    "dateFormat": "yyyy-MM-dd",
+    "timeZone": "UTC",
+    "ignoreNullFields": "false",
+}
+
+
+class SinkError(RuntimeError):
+    """A micro-batch could not be written (delivery failure, fenced producer, timeout)."""
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def encode_batch(df, key_columns: Sequence[str]) -> tuple[list, list]:
+    """Serialize a DataFrame into (keys, values) lists of str/None, computed in the JVM."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in df.columns if c != OP_COLUMN]
+    missing = [k for k in key_columns if k not in cols]
+    if missing:
+        raise SinkError(f"sink key columns {missing} not in the output columns {cols}")
+    value = F.to_json(F.struct(*[F.col(_q(c)) for c in cols]), JSON_OPTIONS)
+    if OP_COLUMN in df.columns:
+        value = F.when(F.col(_q(OP_COLUMN)) == F.lit("D"), F.lit(None).cast("string")) \
+            .otherwise(value)
+    if key_columns:
+        key = F.to_json(F.struct(*[F.col(_q(k)) for k in key_columns]), JSON_OPTIONS)
+    else:
+        key = F.lit(None).cast("string")
+    table = df.select(key.alias("k"), value.alias("v")).toArrow()
+    return table.column("k").to_pylist(), table.column("v").to_pylist()
+
+
+class KafkaSink:
+    """A ``foreachBatch`` function writing micro-batches to a Kafka topic (see module doc)."""
+
+    def __init__(self, bootstrap: str, topic: str, key_columns: Sequence[str], query: str,
+                 delivery: str, start_gate: Any = None, *, shadow_topic: str | None = None,
+                 producer_config: Mapping[str, Any] | None = None,
+                 hooks: Mapping[str, Callable[[int], None]] | None = None,
+                 timeout: float = 120.0):
+        if delivery not in DELIVERIES:
+            raise SinkError(f"sink delivery must be one of {DELIVERIES}, found {delivery!r}")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.key_columns = list(key_columns or [])
+        self.query = query
+        self.delivery = delivery
+        self.start_gate = start_gate
+        self.shadow_topic = shadow_topic
+        self.producer_config = dict(producer_config or {})
+        self.hooks = dict(hooks or {})
+        self.timeout = timeout
+        self.group = f"theseus-{query}-sink"
+        self.transactional_id = f"theseus-{query}"
+        self._producer = None
+        self._consumer = None
+        self._errors: list[str] = []
+        self.last_stats: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ clients
+    def _on_delivery(self, err, msg):  # only called for failures (delivery.report.only.error)
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+    def _producer_conf(self) -> dict:
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1024 * 1024,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1024 * 1024,
+            "partitioner": "murmur2_random",
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+            "message.timeout.ms": int(self.timeout * 1000),
+        }
+        if self.delivery == "exactly_once":
+            conf["transactional.id"] = self.transactional_id
+            conf["transaction.timeout.ms"] = int(max(self.timeout * 1000, 60000))
+        conf.update(self.producer_config)
+        return conf
+
+    def producer(self):
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            p = Producer(self._producer_conf())
+            if self.delivery == "exactly_once":
+                # Fences an older instance and aborts its unfinished transaction.
+                p.init_transactions(self.timeout)
+            self._producer = p
+        return self._producer
+
+    def consumer(self):
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer({
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            })
+        return self._consumer
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.timeout)
+            self._producer = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def committed_batch(self) -> int | None:
+        """The last batch id committed by this sink (group metadata), or None."""
+        from confluent_kafka import TopicPartition
+
+        tp = self.consumer().committed([TopicPartition(self.topic, 0)], timeout=self.timeout)[0]
+        if tp.error is not None:
+            raise SinkError(f"sink {self.query}: cannot read committed batch id: {tp.error}")
+        if tp.offset < 0 or not tp.metadata:
+            return None
+        try:
+            return int(tp.metadata)
+        except ValueError:
+            return None
+
+    # ------------------------------------------------------------------ writing
+    def _gate_open(self, batch_id: int) -> bool:
+        g = self.start_gate
+        if g is None:
+            return True
+        if hasattr(g, "is_open"):
+            return bool(g.is_open(batch_id))
+        return bool(g(batch_id))
+
+    def _produce(self, topic: str, keys: list, values: list) -> None:
+        p = self.producer()
+        produce, poll = p.produce, p.poll
+        for k, v in zip(keys, values):
+            while True:
+                try:
+                    produce(topic, v, k)
+                    break
+                except BufferError:
+                    poll(0.05)
+
+    def _hook(self, name: str, batch_id: int) -> None:
+        fn = self.hooks.get(name)
+        if fn is not None:
+            fn(batch_id)
+
+    def __call__(self, df, batch_id: int) -> None:
+        t0 = time.monotonic()
+        batch_id = int(batch_id)
+        stats = {"batch_id": batch_id, "rows": 0, "skipped": False, "topic": self.topic}
+        if self.delivery == "exactly_once":
+            done = self.committed_batch()
+            if done is not None and batch_id <= done:
+                stats.update(skipped=True, seconds=time.monotonic() - t0)
+                self.last_stats = stats
+                print(f"theseus sink {self.query}: batch {batch_id} already committed "
+                      f"(last {done}), skipped", file=sys.stderr)
+                return
+        target = self.topic
+        if not self._gate_open(batch_id):
+            target = self.shadow_topic
+            stats["gate"] = "closed"
+        keys: list = []
+        values: list = []
+        if target is not None:
+            keys, values = encode_batch(df, self.key_columns)
+        stats["rows"] = len(values)
+        stats["topic"] = target
+        t1 = time.monotonic()
+        if self.delivery == "exactly_once":
+            self._write_transaction(target, keys, values, batch_id)
+        else:
+            self._write_plain(target, keys, values, batch_id)
+        t2 = time.monotonic()
+        stats.update(seconds=t2 - t0, encode_seconds=t1 - t0, produce_seconds=t2 - t1)
+        self.last_stats = stats
+
+    def _write_plain(self, topic, keys, values, batch_id) -> None:
+        if topic is None or not values:
+            return
+        self._errors.clear()
+        p = self.producer()
+        self._produce(topic, keys, values)
+        self._hook("before_commit", batch_id)
+        left = p.flush(self.timeout)
+        if left:
+            raise SinkError(f"sink {self.query}: {left} record(s) of batch {batch_id} "
+                            f"not delivered within {self.timeout}s")
+        if self._errors:
+            raise SinkError(f"sink {self.query}: batch {batch_id} delivery failed: "
+                            + "; ".join(self._errors[:5]))
+        self._hook("after_commit", batch_id)
+
+    def _write_transaction(self, topic, keys, values, batch_id) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        self._errors.clear()
+        p = self.producer()
+        p.begin_transaction()
+        try:
+            if topic is not None and values:
+                self._produce(topic, keys, values)
+            self._hook("before_commit", batch_id)
+            offsets = [TopicPartition(self.topic, 0, batch_id + 1, str(batch_id))]
+            p.send_offsets_to_transaction(offsets, self.consumer().consumer_group_metadata(),
+                                          self.timeout)
+            for attempt in range(3):
+                try:
+                    p.commit_transaction(self.timeout)
+                    break
+                except KafkaException as e:
+                    err = e.args[0]
+                    if err.retriable() and attempt < 2:
+                        continue
+                    raise
+        except BaseException as e:
+            self._abort(e)
+            raise SinkError(f"sink {self.query}: batch {batch_id} not written: {e}") from e
+        if self._errors:  # cannot happen after a successful commit, but never hide it
+            raise SinkError(f"sink {self.query}: batch {batch_id}: " + "; ".join(self._errors[:5]))
+        self._hook("after_commit", batch_id)
+
+    def _abort(self, cause: BaseException) -> None:
+        from confluent_kafka import KafkaException
+
+        p = self._producer
+        if p is None:
+            return
+        fatal = isinstance(cause, KafkaException) and cause.args and cause.args[0].fatal()
+        if not fatal:
+            try:
+                p.abort_transaction(self.timeout)
+                return
+            except KafkaException:
+                pass
+        self._producer = None  # re-created (and re-initialised, fencing) on the next batch
+
+
+def make_writer(bootstrap: str, topic: str, key_columns: Sequence[str], query: str,
+                delivery: str, start_gate: Any = None, **kwargs) -> KafkaSink:
+    """A ``foreachBatch`` function ``fn(df, batch_id)`` (a :class:`KafkaSink` instance).
+
+    Keyword arguments: ``shadow_topic``, ``producer_config`` (librdkafka overrides),
+    ``hooks`` (``{"before_commit"|"after_commit": fn(batch_id)}``, for tests and metrics),
+    ``timeout`` (seconds for every Kafka wait, default 120).
+    """
+    return KafkaSink(bootstrap, topic, key_columns, query, delivery, start_gate, **kwargs)

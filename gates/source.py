@@ -1,0 +1,760 @@
+"""The gated Kafka source: a PySpark Python data source named ``theseus_kafka``.
+
+    from gates.source import register
+    register(spark)
+    df = (spark.readStream.format("theseus_kafka")
+          .option("bootstrap", "127.0.0.1:19092").option("topic", "packages")
+          .option("partitions", 3).option("format", "json")
+          .option("schema", "ship_id STRING, weight DOUBLE, ts TIMESTAMP")
+          .option("store", "/var/theseus").option("query", "ship_load")
+          .load())
+
+Options (names are case-insensitive, values strings):
+
+``bootstrap`` (required), ``topic`` (required), ``partitions`` (expected partition count; the
+    broker's metadata wins, a topic with fewer partitions is an error), ``format`` (``json``
+    default | ``string``), ``schema`` (Spark DDL of the output columns; for ``string`` default
+    ``value STRING``: the value decoded as UTF-8 goes into the first column),
+``maxRecordsPerBatch`` (admission control, default 100000 offsets per micro-batch over all
+    partitions, spread fairly; ``0`` = unlimited), ``store`` + ``query`` (gate state, see
+    :mod:`gates.state`; both optional), ``startingOffsets`` (``earliest`` default | ``latest``),
+``role`` (``stream`` default | ``table``), ``key_columns`` (comma list; required for
+    ``table``), ``readTimeoutSeconds`` (a task fails if it makes no progress for this long,
+    default 120), ``isolationLevel`` (``read_committed`` default | ``read_uncommitted``),
+``kafka.<conf>`` (passed to the librdkafka clients, e.g. ``kafka.security.protocol``).
+
+Offsets are ``{"<topic>": {"<partition>": next offset}}``. Records whose headers carry
+``theseus.control`` are never emitted but count as consumed offsets (as do transaction markers
+and aborted records: admission control counts offsets, not rows). JSON values are parsed by
+field name (exact, case-sensitive, like Spark's JSON reader): a missing field is null, a value
+that does not fit the column's type is null, a value that is not a JSON object gives an
+all-null row; stream-role tombstones (null value) are skipped. Timestamps are read from
+ISO-8601 strings (no offset = UTC) or from epoch milliseconds.
+
+A ``stream`` source is read with ``spark.readStream``; ``spark.read`` of it returns every
+record. A ``table`` source is read with ``spark.read`` and returns the latest value per key
+(``key_columns`` taken from the record key, a JSON object, else from the value; a tombstone
+deletes the key). Each read takes the partitions' ends when the task runs, so a stream-static
+join sees the table as of each micro-batch.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+try:  # PySpark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older pyspark: no admission control
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+from gates.control import CONTROL_HEADER
+from gates.state import GateState, GateStateError, read_gate, write_ack
+
+NAME = "theseus_kafka"
+_CONTROL_KEY = CONTROL_HEADER
+_CHUNK = 16384  # rows per yielded RecordBatch
+
+
+class SourceError(RuntimeError):
+    """Misconfiguration or unrecoverable Kafka condition in the gated source."""
+
+
+# --------------------------------------------------------------------------- options
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: str
+    topic: str
+    partitions: int | None
+    format: str
+    schema: str
+    max_records: int
+    store: str | None
+    query: str | None
+    starting: str
+    role: str
+    key_columns: tuple[str, ...]
+    read_timeout: float
+    isolation: str
+    kafka_conf: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        def get(name, default=None):
+            v = options.get(name)
+            return default if v is None or v == "" else v
+
+        bootstrap = get("bootstrap")
+        topic = get("topic")
+        if not bootstrap or not topic:
+            raise SourceError(f"{NAME}: options 'bootstrap' and 'topic' are required")
+        fmt = get("format", "json").lower()
+        if fmt not in ("json", "string"):
+            raise SourceError(f"{NAME} topic {topic}: format must be json or string, found {fmt!r}")
+        role = get("role", "stream").lower()
+        if role not in ("stream", "table"):
+            raise SourceError(f"{NAME} topic {topic}: role must be stream or table, found {role!r}")
+        starting = get("startingOffsets", "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise SourceError(
+                f"{NAME} topic {topic}: startingOffsets must be earliest or latest, "
+                f"found {starting!r}")
+        schema = get("schema")
+        if schema is None:
+            if fmt == "json":
+                raise SourceError(f"{NAME} topic {topic}: option 'schema' (Spark DDL) is required")
+            schema = "value STRING"
+        keys = tuple(k.strip() for k in (get("key_columns", "") or "").split(",") if k.strip())
+        if role == "table" and not keys:
+            raise SourceError(f"{NAME} topic {topic}: role 'table' needs option 'key_columns'")
+        iso = get("isolationLevel", "read_committed").lower()
+        if iso not in ("read_committed", "read_uncommitted"):
+            raise SourceError(f"{NAME} topic {topic}: isolationLevel must be read_committed "
+                              f"or read_uncommitted, found {iso!r}")
+        try:
+            parts = get("partitions")
+            parts = int(parts) if parts is not None else None
+            max_records = int(get("maxRecordsPerBatch", 100000))
+            read_timeout = float(get("readTimeoutSeconds", 120))
+        except ValueError as e:
+            raise SourceError(f"{NAME} topic {topic}: {e}") from e
+        kafka_conf = tuple(sorted((k[6:], str(v)) for k, v in options.items()
+                                  if k.lower().startswith("kafka.") and v is not None))
+        return cls(bootstrap=bootstrap, topic=topic, partitions=parts, format=fmt, schema=schema,
+                   max_records=max_records, store=get("store"), query=get("query"),
+                   starting=starting, role=role, key_columns=keys, read_timeout=read_timeout,
+                   isolation=iso, kafka_conf=kafka_conf)
+
+    def consumer_conf(self) -> dict:
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"theseus-source-{self.topic}",  # never committed to
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "isolation.level": self.isolation,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 256 * 1024,
+            "fetch.wait.max.ms": 100,
+        }
+        conf.update(dict(self.kafka_conf))
+        return conf
+
+    def admin_conf(self) -> dict:
+        conf = {"bootstrap.servers": self.bootstrap}
+        skip = ("fetch.", "max.partition", "queued.", "group.", "enable.", "auto.", "isolation.")
+        conf.update({k: v for k, v in self.kafka_conf if not k.startswith(skip)})
+        return conf
+
+
+# --------------------------------------------------------------------------- offsets
+
+_ADMINS: dict[tuple, Any] = {}
+
+
+def _admin(opts: SourceOptions):
+    from confluent_kafka.admin import AdminClient
+
+    key = (opts.bootstrap, opts.kafka_conf)
+    a = _ADMINS.get(key)
+    if a is None:
+        a = _ADMINS[key] = AdminClient(opts.admin_conf())
+    return a
+
+
+def _kafka_partitions(opts: SourceOptions, timeout: float = 15.0) -> list[int]:
+    md = _admin(opts).list_topics(opts.topic, timeout=timeout)
+    t = md.topics.get(opts.topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise SourceError(f"{NAME}: topic {opts.topic!r} not readable: "
+                          f"{t.error if t is not None else 'not found'}")
+    parts = sorted(t.partitions)
+    if opts.partitions is not None and len(parts) < opts.partitions:
+        raise SourceError(f"{NAME}: topic {opts.topic!r} has {len(parts)} partitions, "
+                          f"the plan expects {opts.partitions}")
+    return parts
+
+
+def _list_offsets(opts: SourceOptions, parts: list[int], which: str,
+                  timeout: float = 15.0) -> dict[int, int]:
+    """Earliest or latest (last stable, under read_committed) offsets of the partitions."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    iso = (IsolationLevel.READ_COMMITTED if opts.isolation == "read_committed"
+           else IsolationLevel.READ_UNCOMMITTED)
+    req = {TopicPartition(opts.topic, p): spec for p in parts}
+    futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=timeout)
+    out = {}
+    for tp, fut in futs.items():
+        out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
+    return dict(sorted(out.items()))
+
+
+def _to_offset(topic: str, offs: Mapping[int, int]) -> dict:
+    return {topic: {str(p): int(o) for p, o in sorted(offs.items())}}
+
+
+def _from_offset(topic: str, doc: Mapping | None) -> dict[int, int]:
+    if not doc:
+        return {}
+    parts = doc.get(topic)
+    if parts is None:
+        raise SourceError(f"{NAME}: offset {json.dumps(doc)} has no entry for topic {topic!r} "
+                          "(was the checkpoint written for another topic?)")
+    return {int(p): int(o) for p, o in parts.items()}
+
+
+def spread_limit(available: Mapping[int, int], budget: int) -> dict[int, int]:
+    """Split ``budget`` offsets fairly over partitions with ``available`` offsets each."""
+    take = {p: 0 for p in available}
+    left = {p: n for p, n in sorted(available.items()) if n > 0}
+    while budget > 0 and left:
+        share = max(1, budget // len(left))
+        for p in list(left):
+            t = min(share, left[p], budget)
+            take[p] += t
+            budget -= t
+            left[p] -= t
+            if not left[p]:
+                del left[p]
+            if budget == 0:
+                break
+    return take
+
+
+class KafkaRange(InputPartition):
+    """One Kafka partition's offsets [start, end); None = from earliest / to latest at read."""
+
+    def __init__(self, topic: str, partition: int, start: int | None, end: int | None):
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+# --------------------------------------------------------------------------- JSON -> Arrow
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+
+
+def _ts_micros(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return int(v * 1000)  # epoch millis
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            d = _dt.datetime.fromisoformat(s)
+        except ValueError:
+            try:
+                d = _dt.datetime.fromisoformat(s.replace(" ", "T", 1))
+            except ValueError:
+                return None
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=_dt.timezone.utc)
+        delta = d - _EPOCH
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return None
+
+
+def _ts_ntz_micros(v: Any) -> int | None:
+    if isinstance(v, str):
+        try:
+            d = _dt.datetime.fromisoformat(v.strip())
+        except ValueError:
+            return None
+        if d.tzinfo is not None:
+            d = d.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        delta = d - _EPOCH.replace(tzinfo=None)
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return _ts_micros(v)
+
+
+def _converter(dt: DataType):
+    """A function JSON value -> Python value that pyarrow accepts for the column type."""
+    if isinstance(dt, StringType):
+        def conv(v):
+            if v is None or isinstance(v, str):
+                return v
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            if isinstance(v, (int, float)):
+                return json.dumps(v)
+            return json.dumps(v, separators=(",", ":"))
+        return conv
+    if isinstance(dt, (LongType, IntegerType, ShortType, ByteType)):
+        bits = {LongType: 63, IntegerType: 31, ShortType: 15, ByteType: 7}[type(dt)]
+        lo, hi = -(1 << bits), (1 << bits) - 1
+
+        def conv(v):
+            if v is None or isinstance(v, bool):
+                return None
+            if isinstance(v, float):
+                if not v.is_integer():
+                    return None
+                v = int(v)
+            elif isinstance(v, str):
+                try:
+                    v = int(v.strip())
+                except ValueError:
+                    return None
+            elif not isinstance(v, int):
+                return None
+            return v if lo <= v <= hi else None
+        return conv
+    if isinstance(dt, (DoubleType, FloatType)):
+        def conv(v):
+            if v is None or isinstance(v, bool):
+                return None
+            if isinstance(v, (int, float)):
+                return float(v)
+            if isinstance(v, str):
+                try:
+                    return float(v)
+                except ValueError:
+                    return None
+            return None
+        return conv
+    if isinstance(dt, BooleanType):
+        def conv(v):
+            if isinstance(v, bool):
+                return v
+            if isinstance(v, str) and v.lower() in ("true", "false"):
+                return v.lower() == "true"
+            return None
+        return conv
+    if isinstance(dt, TimestampType):
+        return _ts_micros
+    if isinstance(dt, TimestampNTZType):
+        return _ts_ntz_micros
+    if isinstance(dt, DateType):
+        def conv(v):
+            if isinstance(v, str):
+                try:
+                    return _dt.date.fromisoformat(v.strip()[:10])
+                except ValueError:
+                    return None
+            return None
+        return conv
+    if isinstance(dt, DecimalType):
+        q = decimal.Decimal(1).scaleb(-dt.scale)
+        limit = decimal.Decimal(10) ** (dt.precision - dt.scale)
+
+        def conv(v):
+            if v is None or isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                return None
+            try:
+                d = decimal.Decimal(str(v)).quantize(q, rounding=decimal.ROUND_HALF_UP)
+            except (decimal.InvalidOperation, ValueError):
+                return None
+            return d if abs(d) < limit else None
+        return conv
+    if isinstance(dt, BinaryType):
+        def conv(v):
+            if isinstance(v, str):
+                try:
+                    return base64.b64decode(v, validate=True)
+                except ValueError:
+                    return None
+            return None
+        return conv
+    if isinstance(dt, ArrayType):
+        elem = _converter(dt.elementType)
+
+        def conv(v):
+            return [elem(x) for x in v] if isinstance(v, list) else None
+        return conv
+    if isinstance(dt, MapType):
+        kc, vc = _converter(dt.keyType), _converter(dt.valueType)
+
+        def conv(v):
+            if not isinstance(v, dict):
+                return None
+            out = [(kc(k), vc(x)) for k, x in v.items()]
+            return [kv for kv in out if kv[0] is not None]
+        return conv
+    if isinstance(dt, StructType):
+        fields = [(f.name, _converter(f.dataType)) for f in dt.fields]
+
+        def conv(v):
+            if not isinstance(v, dict):
+                return None
+            return {n: c(v.get(n)) for n, c in fields}
+        return conv
+    raise SourceError(f"{NAME}: unsupported column type {dt.simpleString()}")
+
+
+# Types whose raw JSON values pyarrow can take directly (a mismatch raises, then we convert).
+_FAST = (StringType, LongType, IntegerType, DoubleType, BooleanType)
+
+
+class _ArrowBuilder:
+    """Turns record values (bytes) into pyarrow RecordBatches of the source schema."""
+
+    def __init__(self, schema: StructType, fmt: str):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.pa = pa
+        self.schema = schema
+        self.fmt = fmt
+        # Exactly what PySpark's records_to_arrow_batches validates against.
+        self.pa_schema = to_arrow_schema(schema, timezone="UTC")
+        self.names = schema.fieldNames()
+        self.convs = [_converter(f.dataType) for f in schema.fields]
+        self.fast = [isinstance(f.dataType, _FAST) for f in schema.fields]
+
+    def column(self, i: int, raw: list):
+        pa = self.pa
+        typ = self.pa_schema.field(i).type
+        if self.fast[i]:
+            try:
+                return pa.array(raw, type=typ)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+                pass
+        conv = self.convs[i]
+        return pa.array([conv(v) for v in raw], type=typ)
+
+    def from_dicts(self, docs: list) -> Any:
+        cols = [self.column(i, [d.get(n) for d in docs]) for i, n in enumerate(self.names)]
+        return self.pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
+
+    @staticmethod
+    def parse(value: bytes) -> dict:
+        try:
+            d = json.loads(value)
+        except ValueError:
+            return {}
+        return d if type(d) is dict else {}
+
+    def from_values(self, values: list[bytes]):
+        if self.fmt == "string":
+            pa = self.pa
+            text = [v.decode("utf-8", "replace") for v in values]
+            cols = [pa.array(text, type=self.pa_schema.field(0).type)]
+            cols += [pa.nulls(len(values), type=self.pa_schema.field(i).type)
+                     for i in range(1, len(self.names))]
+            return pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
+        parse = self.parse
+        return self.from_dicts([parse(v) for v in values])
+
+
+# --------------------------------------------------------------------------- reading
+
+def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iterator[list]:
+    """Yield lists of confluent-kafka Messages of one partition in [start, end).
+
+    Control records, tombstones excepted here: the caller filters. Stops at ``end`` even when
+    the last offsets are transaction markers or aborted records (partition EOF tells).
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    if start >= end:
+        return
+    c = Consumer(opts.consumer_conf())
+    try:
+        c.assign([TopicPartition(rng.topic, rng.partition, start)])
+        pos = start
+        last_progress = time.monotonic()
+        while pos < end:
+            msgs = c.consume(num_messages=_CHUNK, timeout=1.0)
+            out = []
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() is not None and m.offset() >= 0:
+                            pos = max(pos, m.offset())
+                        continue
+                    if err.retriable():
+                        continue
+                    raise KafkaException(err)
+                off = m.offset()
+                if off >= end:
+                    pos = end
+                    break
+                pos = off + 1
+                out.append(m)
+            if out:
+                yield out
+            if msgs:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > opts.read_timeout:
+                raise SourceError(
+                    f"{NAME}: {rng.topic}[{rng.partition}] made no progress for "
+                    f"{opts.read_timeout:.0f}s at offset {pos} (reading [{start}, {end}))")
+    finally:
+        c.close()
+
+
+def _is_control(m) -> bool:
+    h = m.headers()
+    if not h:
+        return False
+    return any(k == _CONTROL_KEY for k, _ in h)
+
+
+def _read_stream_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange,
+                       start: int, end: int):
+    buf: list[bytes] = []
+    for msgs in _consume(opts, rng, start, end):
+        for m in msgs:
+            if _is_control(m):
+                continue
+            v = m.value()
+            if v is None:
+                continue
+            buf.append(v)
+        if len(buf) >= _CHUNK:
+            yield builder.from_values(buf)
+            buf = []
+    if buf:
+        yield builder.from_values(buf)
+
+
+def _key_of(opts: SourceOptions, m, doc: dict | None) -> tuple | None:
+    """Identity of a record's key for table role: values of key_columns as JSON text."""
+    raw = m.key()
+    kd = None
+    if raw is not None:
+        try:
+            kd = json.loads(raw)
+        except ValueError:
+            kd = None
+        if not isinstance(kd, dict):
+            if len(opts.key_columns) == 1:
+                kd = {opts.key_columns[0]: kd if kd is not None else raw.decode("utf-8", "replace")}
+            else:
+                kd = None
+    if kd is None:
+        kd = doc
+    if kd is None:
+        return None
+    return tuple(json.dumps(kd.get(k), sort_keys=True, separators=(",", ":"))
+                 for k in opts.key_columns), kd
+
+
+def _read_table_partition(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange):
+    parts = [rng.partition]
+    start = _list_offsets(opts, parts, "earliest")[rng.partition]
+    end = _list_offsets(opts, parts, "latest")[rng.partition]
+    latest: dict[tuple, dict] = {}
+    for msgs in _consume(opts, rng, start, end):
+        for m in msgs:
+            if _is_control(m):
+                continue
+            v = m.value()
+            doc = None if v is None else builder.parse(v) if builder.fmt == "json" else \
+                {builder.names[0]: v.decode("utf-8", "replace")}
+            res = _key_of(opts, m, doc)
+            if res is None:
+                continue
+            ident, kd = res
+            if doc is None:
+                latest.pop(ident, None)
+                continue
+            for k in opts.key_columns:
+                if k not in doc and k in kd:
+                    doc[k] = kd[k]
+            latest.pop(ident, None)  # re-insert: output in order of last update
+            latest[ident] = doc
+    docs = list(latest.values())
+    for i in range(0, len(docs), _CHUNK):
+        yield builder.from_dicts(docs[i:i + _CHUNK])
+
+
+# --------------------------------------------------------------------------- readers
+
+class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions, schema: StructType):
+        self.opts = opts
+        self.schema = schema
+        self._target: dict[int, int] | None = None  # availableNow end
+        self._last_ack: tuple | None = None
+
+    # -- driver side
+    def initialOffset(self) -> dict:
+        parts = _kafka_partitions(self.opts)
+        which = "latest" if self.opts.starting == "latest" else "earliest"
+        return _to_offset(self.opts.topic, _list_offsets(self.opts, parts, which))
+
+    def getDefaultReadLimit(self):
+        if self.opts.max_records > 0 and ReadMaxRows is not None:
+            return ReadMaxRows(self.opts.max_records)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        parts = _kafka_partitions(self.opts)
+        self._target = _list_offsets(self.opts, parts, "latest")
+
+    def _gate(self) -> GateState | None:
+        if not (self.opts.store and self.opts.query):
+            return None
+        try:
+            return read_gate(self.opts.store, self.opts.query)
+        except (GateStateError, OSError) as e:
+            print(f"{NAME}: unreadable gate state, treating as paused: {e}", file=sys.stderr)
+            return GateState(mode="paused", epoch=-1)
+
+    def _ack(self, state: GateState | None, start: dict[int, int]) -> None:
+        if state is None:
+            return
+        key = (tuple(sorted(start.items())), state.mode, state.epoch,
+               tuple(sorted(state.cap.get(self.opts.topic, {}).items())))
+        if key == self._last_ack:
+            return
+        write_ack(self.opts.store, self.opts.query, self.opts.topic, start, state)
+        self._last_ack = key
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        topic = self.opts.topic
+        begin = _from_offset(topic, start)
+        state = self._gate()
+        # Spark asks for a new batch only after the previous one is committed (sink included):
+        # everything below `start` is done. Acknowledge it before deciding what to admit.
+        self._ack(state, begin)
+        parts = _kafka_partitions(self.opts)
+        newp = [p for p in parts if p not in begin]
+        if newp:  # partitions added since the checkpoint: from their earliest offset
+            begin.update(_list_offsets(self.opts, newp, "earliest"))
+        if self._target is not None:
+            latest = dict(self._target)
+            for p in parts:
+                latest.setdefault(p, begin[p])
+        else:
+            latest = _list_offsets(self.opts, parts, "latest")
+        end = {}
+        for p in sorted(begin):
+            bound = latest.get(p, begin[p])
+            if state is not None:
+                cap = state.limit(topic, p)
+                if cap is not None:
+                    bound = min(bound, cap)
+            end[p] = max(begin[p], bound)
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            take = spread_limit({p: end[p] - begin[p] for p in end}, int(limit.max_rows))
+            end = {p: begin[p] + take[p] for p in end}
+        if end == begin and not newp:
+            return start  # unchanged: same JSON as Spark's start
+        return _to_offset(topic, end)
+
+    def reportLatestOffset(self):
+        try:
+            parts = _kafka_partitions(self.opts)
+            return _to_offset(self.opts.topic, _list_offsets(self.opts, parts, "latest"))
+        except Exception:  # status reporting only
+            return None
+
+    def partitions(self, start: dict, end: dict):
+        topic = self.opts.topic
+        s, e = _from_offset(topic, start), _from_offset(topic, end)
+        return [KafkaRange(topic, p, s.get(p, 0), e[p]) for p in sorted(e)
+                if e[p] > s.get(p, 0)]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        _ADMINS.clear()
+
+    # -- executor side
+    def read(self, partition: KafkaRange):
+        builder = _ArrowBuilder(self.schema, self.opts.format)
+        yield from _read_stream_range(self.opts, builder, partition,
+                                      partition.start, partition.end)
+
+
+class TheseusKafkaBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions, schema: StructType):
+        self.opts = opts
+        self.schema = schema
+
+    def partitions(self):
+        return [KafkaRange(self.opts.topic, p, None, None) for p in _kafka_partitions(self.opts)]
+
+    def read(self, partition: KafkaRange):
+        builder = _ArrowBuilder(self.schema, self.opts.format)
+        if self.opts.role == "table":
+            yield from _read_table_partition(self.opts, builder, partition)
+            return
+        parts = [partition.partition]
+        start = _list_offsets(self.opts, parts, "earliest")[partition.partition]
+        end = _list_offsets(self.opts, parts, "latest")[partition.partition]
+        yield from _read_stream_range(self.opts, builder, partition, start, end)
+
+
+class TheseusKafkaSource(DataSource):
+    """``spark.readStream.format("theseus_kafka")`` (role stream) /
+    ``spark.read.format("theseus_kafka")`` (role table, or a one-off read of a stream topic)."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.opts = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        return self.opts.schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TheseusKafkaBatchReader(self.opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self.opts.role == "table":
+            raise SourceError(f"{NAME} topic {self.opts.topic}: a 'table' source is read with "
+                              "spark.read (latest value per key), not spark.readStream")
+        return TheseusKafkaStreamReader(self.opts, schema)
+
+
+def register(spark) -> None:
+    """Register the ``theseus_kafka`` data source with a SparkSession (idempotent)."""
+    spark.dataSource.register(TheseusKafkaSource)
