@@ -61,7 +61,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
 def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: str,
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None) -> Any:
-    from migrate.builder import BuildOptions, Builder
+    from migrate.builder import Builder, BuildOptions
 
     name = query_name or plan.query
     spark = spark_session(master, plan.state_partitions or DEFAULT_STATE_PARTITIONS)

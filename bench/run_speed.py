@@ -1,0 +1,208 @@
+"""Benchmark: rows per second of a filter-and-project plan through the gated source and sink,
+against the same query written with Spark's own Kafka connector (spark-sql-kafka-0-10, jars
+from Maven Central), same data, same Spark session, same broker.
+
+Target (issue 3): at least 0.8x Spark's connector.  Results: bench/results/run_speed.json.
+
+Run: ``make bench-run`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+ROWS = int(os.environ.get("BENCH_ROWS", "400000"))
+CONNECTOR_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients",
+                  "commons-pool2")
+
+
+def bootstrap() -> str:
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        return os.environ["KAFKA_BOOTSTRAP"]
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "start"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1].split("=", 1)[1]
+
+
+def connector_jars() -> list[str]:
+    cache = ROOT / ".cache" / "spark-kafka"
+    if not any(cache.glob("spark-sql-kafka-0-10*.jar")):
+        subprocess.run(["mvn", "-q", "-f", str(ROOT / "bench" / "spark-kafka" / "pom.xml"),
+                        "dependency:copy-dependencies", f"-DoutputDirectory={cache}"],
+                       check=True)
+    return sorted(str(j) for j in cache.glob("*.jar")
+                  if any(j.name.startswith(p) for p in CONNECTOR_JARS))
+
+
+def produce(bs: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1_000_000,
+                  "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    regions = ["eu", "us", "apac", "latam", "test"]
+    for i in range(n):
+        v = json.dumps({"order_id": f"o{i}", "amount": (i % 1000) / 3.0, "qty": i % 7,
+                        "region": regions[i % 5], "ts": "2026-01-01T00:00:00Z"})
+        while True:
+            try:
+                p.produce(topic, v.encode(), partition=i % 3)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 50_000 == 0:
+            p.poll(0)
+    p.flush(60)
+
+
+def make_topic(bs: str, name: str, parts: int = 3) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    AdminClient({"bootstrap.servers": bs}).create_topics(
+        [NewTopic(name, parts, 1)])[name].result(30)
+    return name
+
+
+def count(bs: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "group.id": "bench-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed"})
+    total = 0
+    for p in range(3):
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        total += hi - lo
+    c.close()
+    return total
+
+
+def plan_doc(src: str, out: str, delivery: str) -> dict:
+    return {
+        "format": "theseus.plan/1", "query": f"bench_{uuid.uuid4().hex[:6]}",
+        "config": {"state_partitions": 2},
+        "nodes": [
+            {"id": "orders", "step": "source", "version": 1, "topic": src, "partitions": 3,
+             "format": "json", "role": "stream",
+             "schema": [{"name": "order_id", "type": "string"},
+                        {"name": "amount", "type": "double"}, {"name": "qty", "type": "int"},
+                        {"name": "region", "type": "string"},
+                        {"name": "ts", "type": "timestamp"}]},
+            {"id": "f", "step": "filter", "version": 1, "inputs": ["orders"],
+             "predicate": "region <> 'test' AND amount > 10"},
+            {"id": "p", "step": "project", "version": 1, "inputs": ["f"],
+             "columns": [{"name": "order_id", "expr": "order_id"},
+                         {"name": "total", "expr": "amount * qty"},
+                         {"name": "region", "expr": "upper(region)"}]},
+            {"id": "out", "step": "sink", "version": 1, "inputs": ["p"], "topic": out,
+             "format": "json", "key_columns": [], "mode": "append", "delivery": delivery},
+        ]}
+
+
+def run_theseus(spark, bs: str, src: str, delivery: str, tmp: Path) -> tuple[float, int]:
+    from compat.infer import analyze
+    from compat.serde import from_doc
+    from migrate.builder import Builder, BuildOptions
+
+    out = make_topic(bs, f"bench-out-{uuid.uuid4().hex[:8]}")
+    plan = from_doc(plan_doc(src, out, delivery))
+    analyze(plan)
+    opts = BuildOptions(bootstrap=bs, query=plan.query, available_now=True,
+                        checkpoint=str(tmp / plan.query), max_records_per_batch=200_000)
+    t = time.perf_counter()
+    q = Builder(spark, plan, opts).start()
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t
+    assert q.exception() is None, q.exception()
+    return elapsed, count(bs, out)
+
+
+def run_connector(spark, bs: str, src: str, tmp: Path) -> tuple[float, int]:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    out = make_topic(bs, f"bench-out-{uuid.uuid4().hex[:8]}")
+    schema = "order_id STRING, amount DOUBLE, qty INT, region STRING, ts TIMESTAMP"
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", 200_000).load()
+          .select(F.from_json(F.col("value").cast("string"), schema).alias("v")).select("v.*")
+          .where("region <> 'test' AND amount > 10")
+          .selectExpr("order_id", "amount * qty AS total", "upper(region) AS region")
+          .select(F.to_json(F.struct("*")).alias("value")))
+    t = time.perf_counter()
+    q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bs)
+         .option("topic", out).option("checkpointLocation", str(tmp / f"conn-{out}"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t
+    assert q.exception() is None, q.exception()
+    return elapsed, count(bs, out)
+
+
+def main() -> int:
+    from migrate.run import spark_env
+
+    spark_env()
+    bs = bootstrap()
+    jars = connector_jars()
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("theseus-bench")
+             .config("spark.ui.enabled", "false").config("spark.jars", ",".join(jars))
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "3g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    src = f"bench-in-{uuid.uuid4().hex[:8]}"
+    t = time.perf_counter()
+    produce(bs, src, ROWS)
+    print(f"produced {ROWS} rows in {time.perf_counter() - t:.1f}s", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-"))
+    result: dict = {"rows": ROWS, "spark": spark.version, "connector_jars": [Path(j).name
+                                                                            for j in jars]}
+    # warm-up (JIT, Python workers) on both paths, not measured
+    run_theseus(spark, bs, src, "at_least_once", tmp)
+    try:
+        run_connector(spark, bs, src, tmp)
+        connector_ok = True
+    except Exception as e:  # a connector built for another Spark version may not load
+        connector_ok = False
+        result["connector_error"] = str(e).splitlines()[0][:300]
+    runs = {}
+    for name, fn in (("theseus_at_least_once", lambda: run_theseus(spark, bs, src,
+                                                                     "at_least_once", tmp)),
+                     ("theseus_exactly_once", lambda: run_theseus(spark, bs, src,
+                                                                    "exactly_once", tmp)),
+                     ("spark_connector", (lambda: run_connector(spark, bs, src, tmp))
+                      if connector_ok else None)):
+        if fn is None:
+            continue
+        elapsed, written = fn()
+        runs[name] = {"seconds": round(elapsed, 2), "rows_written": written,
+                      "input_rows_per_s": round(ROWS / elapsed)}
+        print(name, runs[name], flush=True)
+    result["runs"] = runs
+    if "spark_connector" in runs:
+        base = runs["spark_connector"]["input_rows_per_s"]
+        for k in ("theseus_at_least_once", "theseus_exactly_once"):
+            result[f"{k}_over_connector"] = round(runs[k]["input_rows_per_s"] / base, 2)
+        result["target_over_connector"] = 0.8
+    out = ROOT / "bench" / "results" / "run_speed.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
