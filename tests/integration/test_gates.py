@@ -122,7 +122,7 @@ def test_source_malformed_and_string_format(spark, kafka, tmp_path):
     kafka.produce(topic, ['{"id": 1, "ship_id": 7, "weight": "2.5", "ts": "bad"}',
                           "not json", None, '[1, 2]', {"id": 2.0, "weight": True}], partition=0)
     col = Collector()
-    run_available_now(_stream(spark, kafka.bootstrap, topic), tmp_path / "ck", col)
+    run_available_now(_stream(spark, kafka.bootstrap, topic, partitions=1), tmp_path / "ck", col)
     assert col.rows == [
         {"id": 1, "ship_id": "7", "weight": 2.5, "ts_us": None},
         {"id": None, "ship_id": None, "weight": None, "ts_us": None},  # not JSON

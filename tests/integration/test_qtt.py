@@ -52,10 +52,11 @@ def run_case(case: Path, kafka, spark, tmp_path) -> tuple[list, dict]:
         recs = inputs[topic]
         keys = [r.get("key") for r in recs]
         parts = [r.get("partition") for r in recs]
+        by_index = (lambda i, parts=parts: parts[i]) \
+            if any(p is not None for p in parts) else None
         kafka.produce(renamed[topic], [r.get("value") for r in recs],
                       keys=keys if any(k is not None for k in keys) else None,
-                      partition=(lambda i: parts[i]) if any(p is not None for p in parts)
-                      else None)
+                      partition=by_index)
     plan = from_doc(doc, str(case / "plan.json"))
     analyze(plan)
     q = start_query(plan, bootstrap=kafka.bootstrap, store=DirectoryStore(tmp_path / "state"),
