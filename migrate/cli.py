@@ -198,14 +198,19 @@ def plan_show(path: str) -> None:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--trigger", "trigger_interval", default="1 second", show_default=True,
               help="Micro-batch interval when running continuously.")
+@click.option("--instance", default=None, hidden=True)
+@click.option("--generation", type=int, default=None, hidden=True)
+@click.option("--gated-start", is_flag=True, hidden=True)
 def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master: str,
-        trigger_interval: str) -> None:
+        trigger_interval: str, instance: str | None, generation: int | None,
+        gated_start: bool) -> None:
     """Build the plan's Spark query and run it (Ctrl-C stops it after the current batch)."""
     from migrate.run import run as run_plan
 
     sys.exit(run_plan(plan_path, bootstrap=bootstrap, state=state, master=master,
                       available_now=available_now, echo=click.echo,
-                      trigger_interval=trigger_interval))
+                      trigger_interval=trigger_interval, instance=instance,
+                      generation=generation, gated_start=gated_start))
 
 
 @main.command()
@@ -216,11 +221,98 @@ def stop(query: str, state: str) -> None:
     from migrate.store import open_store
 
     store = open_store(state)
-    if not store.status(query):
+    instance = store.live_instance(query)
+    if not store.status(instance):
         raise TheseusError(f"no query named '{query}' in the store", file=state,
                            expected="a query started with theseus run", found=repr(query))
-    store.request_stop(query)
-    click.echo(f"theseus: asked '{query}' to stop")
+    store.request_stop(instance)
+    click.echo(f"theseus: asked '{query}' ({instance}) to stop")
+
+
+@main.group()
+def migrate() -> None:
+    """Live migrations of running queries (swap in place at one exact cut)."""
+
+
+@migrate.command("start")
+@click.argument("new_plan", type=click.Path())
+@click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--strategy", type=click.Choice(["auto", "in-place", "shadow"]), default="auto",
+              show_default=True)
+@click.option("--require", "require", default="", metavar="LIST")
+@click.option("--cut", "cut_mode", type=click.Choice(["control-events", "offsets"]),
+              default="control-events", show_default=True)
+@click.option("--compare", is_flag=True, help="Write the shadow's output to <output>.shadow.")
+@click.option("--master", default="local[2]", show_default=True)
+@click.option("--trigger", default="1 second", show_default=True)
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds for the whole migration.")
+def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, require: str,
+                  cut_mode: str, compare: bool, master: str, trigger: str,
+                  timeout: float) -> None:
+    """Migrate the query named by NEW_PLAN's `query` to NEW_PLAN, live."""
+    from compat.check import load_plan, parse_require
+    from migrate import migration
+    from migrate.store import open_store
+
+    plan = load_plan(new_plan)
+    m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
+                        strategy=strategy, cut_mode=cut_mode,
+                        require=parse_require(require), compare=compare, master=master,
+                        trigger=trigger, echo=click.echo, timeout=timeout)
+    click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the new plan "
+               f"({m.kind})")
+
+
+@migrate.command("status")
+@click.argument("query")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def migrate_status(query: str, state: str, fmt: str) -> None:
+    """Show the current migration of QUERY."""
+    import json
+    from dataclasses import asdict
+
+    from migrate import migration
+    from migrate.store import open_store
+
+    m = migration.current(open_store(state), query)
+    if fmt == "json":
+        click.echo(json.dumps(asdict(m), indent=2))
+        return
+    click.echo(f"migration {m.id} of '{m.query}': phase {m.phase} ({m.kind or 'undecided'}, "
+               f"verdict {m.verdict or '-'})")
+    click.echo(f"  old {m.old_instance} -> new {m.new_instance}")
+    if m.cut:
+        click.echo(f"  cut C = {json.dumps(m.cut)}")
+    if m.error:
+        click.echo(f"  error: {m.error}")
+
+
+@migrate.command("resume")
+@click.argument("query")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--timeout", type=float, default=600.0, show_default=True)
+def migrate_resume(query: str, state: str, timeout: float) -> None:
+    """Continue QUERY's migration from its last recorded phase."""
+    from migrate import migration
+    from migrate.store import open_store
+
+    m = migration.resume(open_store(state), query, echo=click.echo, timeout=timeout)
+    click.echo(f"theseus: migration {m.id} {m.phase}")
+
+
+@migrate.command("abort")
+@click.argument("query")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+def migrate_abort(query: str, state: str) -> None:
+    """Roll QUERY's migration back (before its cutover): the old query keeps running."""
+    from migrate import migration
+    from migrate.store import open_store
+
+    m = migration.abort(open_store(state), query, echo=click.echo)
+    click.echo(f"theseus: migration {m.id} {m.phase}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -65,7 +65,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
 
     name = query_name or plan.query
     spark = spark_session(master, plan.state_partitions or DEFAULT_STATE_PARTITIONS)
-    checkpoint = store.checkpoint(name, generation)
+    checkpoint = store.checkpoint(plan.query, generation)
     opts = BuildOptions(bootstrap=bootstrap, store=str(store.root), query=name,
                         available_now=available_now, trigger_interval=trigger_interval,
                         checkpoint=str(checkpoint), start_gate=start_gate)
@@ -74,26 +74,35 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
 
 def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         available_now: bool = False, echo: Callable[[str], None] = print,
-        trigger_interval: str = "1 second") -> int:
+        trigger_interval: str = "1 second", instance: str | None = None,
+        generation: int | None = None, gated_start: bool = False) -> int:
+    """Host one query instance.  ``instance`` names it in the store (default: the plan's
+    query); a migration starts the new plan as instance ``<query>.g<generation>`` with
+    ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
     # Step 1. Validate before anything is deployed.
     plan = load_plan(plan_path)
-    from compat.infer import characteristics  # noqa: F401  (validated above)
-
     store = DirectoryStore(state)
-    name = plan.query
+    name = instance or plan.query
     # Step 2. Record what runs where.
     store.put_plan(name, dumps(plan))
     store.clear_stop(name)
-    generation = int(store.status(name).get("generation", 0))
+    if generation is None:
+        generation = int(store.status(name).get("generation", 0))
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
-                     checkpoint=str(store.checkpoint(name, generation)),
-                     generation=generation)
+                     checkpoint=str(store.checkpoint(plan.query, generation)),
+                     generation=generation, query=plan.query)
+    start_gate = None
+    if gated_start:
+        from gates.startgate import StartGate
+
+        start_gate = StartGate(store.root, name)
     # Step 3. Start Spark and the query.
     query = start_query(plan, bootstrap=bootstrap, store=store, master=master,
                         available_now=available_now, generation=generation,
-                        trigger_interval=trigger_interval)
+                        trigger_interval=trigger_interval, query_name=name,
+                        start_gate=start_gate)
     store.set_status(name, status="running", query_id=str(query.id))
-    echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(name, generation)})")
+    echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.
     stop = {"asked": False}
 

@@ -79,6 +79,22 @@ class DirectoryStore:
     def checkpoint(self, query: str, generation: int = 0) -> Path:
         return self.root / "checkpoints" / query / str(generation)
 
+    # instances: a migration runs the new plan as a new instance of the same query
+    def live_instance(self, query: str) -> str:
+        p = self.query_dir(query) / "live"
+        return p.read_text().strip() if p.exists() else query
+
+    def set_live(self, query: str, instance: str) -> None:
+        atomic_write(self.query_dir(query) / "live", instance)
+
+    def migration_path(self, migration_id: str) -> Path:
+        return self.root / "migrations" / f"{migration_id}.json"
+
+    def log_path(self, instance: str) -> Path:
+        p = self.root / "logs" / f"{instance}.log"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
     def request_stop(self, query: str) -> None:
         atomic_write(self.query_dir(query) / "stop", str(time.time()))
 

@@ -1,0 +1,467 @@
+"""Live migrations: swap a running query for a new plan at one exact cut in its input.
+
+The protocol is DESIGN.md's "Migrating live"; the step numbers below are its numbers.
+Every phase is written to the store *before* it acts, and every phase is idempotent, so a
+migrator killed anywhere resumes (``theseus migrate resume``) or rolls back
+(``theseus migrate abort``) without loss.  All coordination goes through the store: the old
+query may run in another process on another host.
+
+1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
+             same checkpoint (unless ``--strategy shadow``).
+2. Shadow    start the new plan as a new instance (fresh checkpoint, earliest offsets) with
+             its start gate closed: its output is discarded while it backfills.
+3. Pause     when the shadow is close to the head, cap both queries at the high
+             watermarks H and wait until both acknowledge H.
+4. Cut       write one control event into every partition of every source topic; their
+             offsets are the cut C (``--cut offsets``: C = H, nothing is written).  Both
+             gates now admit data up to C.
+5. Align     wait until both queries acknowledge C: everything before C is committed.
+6. Cutover   stop the old query; open the shadow's start gate; lift its cap.
+7. Finish    record the new plan and instance as the query's; the migration is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from compat.check import check_plans, load_plan
+from compat.errors import MigrationError
+from compat.model import Plan, Source
+from gates.startgate import write_start_gate
+from gates.state import GateState, is_acked, read_ack, read_gate, write_gate
+from migrate.store import DirectoryStore, atomic_write
+
+PHASES = ("check", "shadow", "pause", "cut", "align", "cutover", "finish", "done")
+TERMINAL = ("done", "aborted", "refused")
+
+
+@dataclass
+class Migration:
+    id: str
+    query: str
+    new_plan: str  # path of the new plan as recorded in the store
+    old_instance: str
+    new_instance: str = ""
+    generation: int = 0
+    strategy: str = "auto"  # auto | in-place | shadow
+    cut_mode: str = "control-events"  # control-events | offsets
+    require: list[str] = field(default_factory=list)
+    compare: bool = False
+    phase: str = "check"
+    kind: str = ""  # in_place | shadow, decided in step 1
+    verdict: str = ""
+    high: dict[str, dict[str, int]] = field(default_factory=dict)
+    cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    epoch: int = 0
+    history: list[list[Any]] = field(default_factory=list)
+    bootstrap: str = ""
+    master: str = "local[2]"
+    trigger: str = "1 second"
+    error: str | None = None
+
+    def save(self, store: DirectoryStore) -> None:
+        atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
+        atomic_write(store.query_dir(self.query) / "migration", self.id)
+
+    @classmethod
+    def load(cls, store: DirectoryStore, migration_id: str) -> Migration:
+        path = store.migration_path(migration_id)
+        if not path.exists():
+            raise MigrationError(f"no migration '{migration_id}' in the store",
+                                 file=str(store.root))
+        return cls(**json.loads(path.read_text()))
+
+
+def current(store: DirectoryStore, query: str) -> Migration:
+    p = store.query_dir(query) / "migration"
+    if not p.exists():
+        raise MigrationError(f"query '{query}' has no migration", file=str(store.root),
+                             expected="a migration started with theseus migrate start",
+                             found="none")
+    return Migration.load(store, p.read_text().strip())
+
+
+def _offsets_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    return {t: {str(p): int(o) for p, o in ps.items()} for t, ps in offsets.items()}
+
+
+def _offsets(doc: dict[str, dict[str, int]]) -> dict[str, dict[int, int]]:
+    return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc.items()}
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+class Migrator:
+    """Drives one migration through its phases; ``echo`` shows progress."""
+
+    def __init__(self, store: DirectoryStore, m: Migration,
+                 echo: Callable[[str], None] = print, timeout: float = 600.0,
+                 lag_threshold: int = 2000) -> None:
+        self.store = store
+        self.m = m
+        self.echo = echo
+        # One time budget shared by every Kafka/Spark wait of this run.
+        self.deadline = time.monotonic() + timeout
+        self.lag_threshold = lag_threshold
+
+    # -- helpers --------------------------------------------------------------------------
+    def enter(self, phase: str) -> None:
+        """Record a phase before acting on it."""
+        self.m.phase = phase
+        self.m.history.append([phase, round(time.time(), 3)])
+        self.m.save(self.store)
+        self.echo(f"[{self.m.id}] {PHASES.index(phase) + 1 if phase in PHASES else '-'}. "
+                  f"{phase}")
+        fault = os.environ.get("THESEUS_FAULT")  # tests: die right after recording a phase
+        if fault == f"after:{phase}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2) -> None:
+        while not cond():
+            if time.monotonic() > self.deadline:
+                raise MigrationError(f"timed out waiting for {what}",
+                                     file=str(self.store.root),
+                                     hint="theseus migrate resume continues from here; "
+                                          "theseus migrate abort rolls back")
+            time.sleep(interval)
+
+    def plans(self) -> tuple[Plan, Plan]:
+        old = load_plan(str(self.store.plan_path(self.m.old_instance)))
+        new = load_plan(self.m.new_plan)
+        return old, new
+
+    def source_topics(self, plan: Plan) -> list[str]:
+        return sorted({n.topic for n in plan.nodes.values() if isinstance(n, Source)})
+
+    def high_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.m.bootstrap, "group.id": "theseus-migrator",
+                      "enable.auto.commit": False})
+        try:
+            out: dict[str, dict[int, int]] = {}
+            for t in topics:
+                parts = c.list_topics(t, timeout=30).topics[t].partitions
+                out[t] = {}
+                for p in sorted(parts):
+                    lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=30)
+                    out[t][p] = hi
+            return out
+        finally:
+            c.close()
+
+    def low_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.m.bootstrap, "group.id": "theseus-migrator",
+                      "enable.auto.commit": False})
+        try:
+            out: dict[str, dict[int, int]] = {}
+            for t in topics:
+                parts = c.list_topics(t, timeout=30).topics[t].partitions
+                out[t] = {p: c.get_watermark_offsets(TopicPartition(t, p), timeout=30)[0]
+                          for p in sorted(parts)}
+            return out
+        finally:
+            c.close()
+
+    def set_gate(self, instance: str, mode: str, cap: dict[str, dict[int, int]] | None = None
+                 ) -> int:
+        self.m.epoch += 1
+        self.m.save(self.store)
+        write_gate(self.store.root, instance, GateState(mode, cap or {}, self.m.epoch))
+        return self.m.epoch
+
+    def spawn(self, plan_path: str, instance: str, generation: int, gated: bool) -> int:
+        st = self.store.status(instance)
+        if st.get("status") in ("starting", "running") and _pid_alive(st.get("pid")):
+            return int(st["pid"])  # resumed: it is already up
+        log = open(self.store.log_path(instance), "ab")
+        cmd = [sys.executable, "-m", "migrate.cli", "run", plan_path, "--bootstrap",
+               self.m.bootstrap, "--state", str(self.store.root), "--instance", instance,
+               "--generation", str(generation), "--master", self.m.master,
+               "--trigger", self.m.trigger]
+        if gated:
+            cmd.append("--gated-start")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.store.set_status(instance, status="starting", pid=proc.pid)
+        return proc.pid
+
+    def running(self, instance: str) -> bool:
+        st = self.store.status(instance)
+        return st.get("status") == "running" and _pid_alive(st.get("pid"))
+
+    def stopped(self, instance: str) -> bool:
+        st = self.store.status(instance)
+        return st.get("status") in ("stopped", "failed") or not _pid_alive(st.get("pid"))
+
+    def lag(self, instance: str, topics: list[str]) -> dict[str, dict[int, int]]:
+        high = self.high_watermarks(topics)
+        try:
+            ack = read_ack(self.store.root, instance)["topics"]
+        except Exception:
+            ack = {}
+        out: dict[str, dict[int, int]] = {}
+        for t, parts in high.items():
+            done = {int(p): int(o) for p, o in ack.get(t, {}).get("offsets", {}).items()}
+            out[t] = {p: max(0, hi - done.get(p, 0)) for p, hi in parts.items()}
+        return out
+
+    # -- the protocol -------------------------------------------------------------------
+    def run(self) -> Migration:
+        steps = {"check": self.step_check, "shadow": self.step_shadow,
+                 "pause": self.step_pause, "cut": self.step_cut, "align": self.step_align,
+                 "cutover": self.step_cutover, "finish": self.step_finish}
+        while self.m.phase not in TERMINAL:
+            if self.m.kind == "in_place" and self.m.phase != "check":
+                self.step_in_place()
+                continue
+            steps[self.m.phase]()
+        return self.m
+
+    def step_check(self) -> None:
+        """Step 1. Check the upgrade; refuse what cannot be done live."""
+        self.enter("check")
+        old, new = self.plans()
+        report = check_plans(old, new, require=self.m.require)
+        self.m.verdict = report.verdict
+        if report.verdict == "unsupported":
+            self.m.phase = "refused"
+            self.m.error = "; ".join(f"[{f.code}] {f.message}" for f in report.findings
+                                     if f.effect == "unsupported")
+            self.m.save(self.store)
+            raise MigrationError("the checker says this upgrade is unsupported: " +
+                                 self.m.error, file=self.m.new_plan,
+                                 hint="see theseus check for every finding")
+        if self.m.strategy == "in-place" and report.verdict == "migrate":
+            raise MigrationError("--strategy in-place, but the state is incompatible",
+                                 file=self.m.new_plan, expected="in_place or identical",
+                                 found=report.verdict)
+        shadow = self.m.strategy == "shadow" or (self.m.strategy == "auto" and
+                                                  report.verdict == "migrate")
+        self.m.kind = "shadow" if shadow else "in_place"
+        if shadow:
+            self.require_history(new)
+        self.m.phase = "shadow" if shadow else "in_place"
+        self.m.save(self.store)
+
+    def require_history(self, new: Plan) -> None:
+        """A stateful shadow recomputes its state from the earliest offsets: refuse when
+        retention already deleted part of that history."""
+        if not any(i.stateful for i in new.info.values()):
+            return  # a plan without state needs no history
+        low = self.low_watermarks(self.source_topics(new))
+        lost = {t: ps for t, ps in low.items() if any(o > 0 for o in ps.values())}
+        if lost:
+            shown = "; ".join(f"{t}: " + ", ".join(f"partition {p} from offset {o}"
+                                                    for p, o in ps.items())
+                              for t, ps in lost.items())
+            self.m.phase = "refused"
+            self.m.error = f"history deleted by retention (earliest available: {shown})"
+            self.m.save(self.store)
+            raise MigrationError("the new plan is stateful and needs the source history "
+                                 "from offset 0, but retention deleted part of it",
+                                 file=self.m.new_plan, expected="earliest offsets 0",
+                                 found=f"earliest available offsets: {shown}")
+
+    def step_in_place(self) -> None:
+        """Step 1 (in place). Graceful stop, then a restart on the same checkpoint."""
+        self.enter("cutover")
+        old = self.m.old_instance
+        self.store.request_stop(old)
+        self.wait(f"'{old}' to stop", lambda: self.stopped(old))
+        gen = int(self.store.status(old).get("generation", 0))
+        self.store.clear_stop(old)
+        self.spawn(self.m.new_plan, old, gen, gated=False)
+        self.wait(f"'{old}' to restart on the new plan", lambda: self.running(old))
+        self.enter("finish")
+        self.store.put_plan(self.m.query, open(self.m.new_plan).read())
+        self.enter("done")
+
+    def step_shadow(self) -> None:
+        """Step 2. Start the shadow: new instance, fresh checkpoint, start gate closed."""
+        self.enter("shadow")
+        inst = self.m.new_instance
+        write_start_gate(self.store.root, inst, False, self.m.id)
+        if read_gate(self.store.root, inst).mode != "open" and not self.m.cut:
+            write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch))
+        self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
+        self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
+        self.m.phase = "pause"
+        self.m.save(self.store)
+
+    def instance_topics(self) -> dict[str, list[str]]:
+        old, new = self.plans()
+        return {self.m.old_instance: self.source_topics(old),
+                self.m.new_instance: self.source_topics(new)}
+
+    def step_pause(self) -> None:
+        """Step 3. Once the shadow is close to the head, cap both at H and wait for both."""
+        self.enter("pause")
+        per = self.instance_topics()
+        topics = sorted({t for ts in per.values() for t in ts})
+        inst = self.m.new_instance
+
+        def close_to_head() -> bool:
+            lag = self.lag(inst, per[inst])
+            total = sum(sum(ps.values()) for ps in lag.values())
+            self.echo(f"  shadow lag {total}: " + ", ".join(
+                f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()))
+            return total <= self.lag_threshold and self.running(inst)
+
+        self.wait("the shadow to catch up", close_to_head, interval=1.0)
+        high = self.high_watermarks(topics)
+        self.m.high = _offsets_json(high)
+        self.m.save(self.store)
+        first = self.m.epoch + 1
+        for q, ts in per.items():
+            self.set_gate(q, "capped", {t: high[t] for t in ts})
+        for q, ts in per.items():
+            cap = {t: high[t] for t in ts}
+            self.wait(f"'{q}' to reach H", lambda q=q, cap=cap: is_acked(
+                self.store.root, q, cap, first))
+        self.m.phase = "cut"
+        self.m.save(self.store)
+
+    def step_cut(self) -> None:
+        """Step 4. Write the control events; their offsets are the cut C."""
+        self.enter("cut")
+        topics = sorted(_offsets(self.m.high))
+        if self.m.cut_mode == "offsets":
+            cut = _offsets(self.m.high)
+        else:
+            from gates.control import write_control_events
+
+            cut = write_control_events(self.m.bootstrap, topics, self.m.id)
+        self.m.cut = _offsets_json(cut)
+        self.m.save(self.store)
+        self.echo("  cut C = " + json.dumps(self.m.cut))
+        for q, ts in self.instance_topics().items():
+            self.set_gate(q, "capped", {t: cut[t] for t in ts})
+        self.m.phase = "align"
+        self.m.save(self.store)
+
+    def step_align(self) -> None:
+        """Step 5. Both queries finish exactly the input before C."""
+        self.enter("align")
+        full = _offsets(self.m.cut)
+        for q, ts in self.instance_topics().items():
+            cut = {t: full[t] for t in ts}
+            gate = read_gate(self.store.root, q)
+            if gate.mode != "capped" or gate.cap != cut:  # resumed after a crash in step 4
+                self.set_gate(q, "capped", cut)
+            self.wait(f"'{q}' to reach the cut",
+                      lambda q=q, cut=cut: is_acked(self.store.root, q, cut))
+        self.m.phase = "cutover"
+        self.m.save(self.store)
+
+    def step_cutover(self) -> None:
+        """Step 6. Stop the old query; open the shadow's start gate; lift its cap."""
+        self.enter("cutover")
+        old, inst = self.m.old_instance, self.m.new_instance
+        self.store.request_stop(old)
+        self.wait(f"'{old}' to stop", lambda: self.stopped(old))
+        write_start_gate(self.store.root, inst, True, self.m.id)
+        self.set_gate(inst, "open")
+        self.m.phase = "finish"
+        self.m.save(self.store)
+
+    def step_finish(self) -> None:
+        """Step 7. The new plan is the query's plan; its instance is the live one."""
+        self.enter("finish")
+        self.store.set_live(self.m.query, self.m.new_instance)
+        self.store.put_plan(self.m.query, open(self.m.new_plan).read())
+        self.enter("done")
+
+    # -- rollback -----------------------------------------------------------------------
+    def abort(self) -> Migration:
+        if self.m.phase in ("finish", "done"):
+            raise MigrationError(f"migration {self.m.id} is past its cutover; the new plan "
+                                 "is live", file=str(self.store.root),
+                                 hint="migrate again to go back")
+        if self.m.phase in TERMINAL:
+            return self.m
+        if self.m.phase == "cutover" and self.m.kind == "shadow" and \
+                self.stopped(self.m.old_instance):
+            raise MigrationError("the old query is already stopped for the cutover",
+                                 file=str(self.store.root),
+                                 hint="theseus migrate resume finishes the cutover")
+        old, inst = self.m.old_instance, self.m.new_instance
+        write_gate(self.store.root, old, GateState("open", {}, self.m.epoch + 1))
+        if inst and inst != old:
+            self.store.request_stop(inst)
+            write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch + 1))
+        self.m.epoch += 1
+        self.enter("aborted")
+        self.m.phase = "aborted"
+        self.m.save(self.store)
+        return self.m
+
+
+def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
+          strategy: str = "auto", cut_mode: str = "control-events",
+          require: list[str] | None = None, compare: bool = False, master: str = "local[2]",
+          trigger: str = "1 second", echo: Callable[[str], None] = print,
+          timeout: float = 600.0) -> Migration:
+    live = store.live_instance(query)
+    st = store.status(live)
+    if not st:
+        raise MigrationError(f"query '{query}' is not known to the store",
+                             file=str(store.root), expected="a query started with "
+                             "theseus run", found="nothing")
+    try:
+        prev = current(store, query)
+        if prev.phase not in TERMINAL:
+            raise MigrationError(f"migration {prev.id} of '{query}' is still in phase "
+                                 f"{prev.phase}", file=str(store.root),
+                                 hint="theseus migrate resume or abort it first")
+    except MigrationError as e:
+        if "has no migration" not in e.message:
+            raise
+    gen = int(st.get("generation", 0)) + 1
+    mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    recorded = store.root / "migrations" / f"{mid}.plan.json"
+    atomic_write(recorded, open(new_plan_path).read())
+    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=live,
+                  new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
+                  cut_mode=cut_mode, require=list(require or []), compare=compare,
+                  bootstrap=bootstrap, master=master, trigger=trigger)
+    m.save(store)
+    return Migrator(store, m, echo, timeout).run()
+
+
+def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
+           timeout: float = 600.0) -> Migration:
+    m = current(store, query)
+    if m.phase in TERMINAL:
+        echo(f"migration {m.id} is {m.phase}")
+        return m
+    return Migrator(store, m, echo, timeout).run()
+
+
+def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:
+    return Migrator(store, current(store, query), echo).abort()
