@@ -102,6 +102,7 @@ class KafkaSink:
         self._producer = None
         self._consumer = None
         self._errors: list[str] = []
+        self._known: tuple[int | None] | None = None  # last committed batch id, once known
         self.last_stats: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ clients
@@ -161,8 +162,14 @@ class KafkaSink:
             self._consumer.close()
             self._consumer = None
 
-    def committed_batch(self) -> int | None:
-        """The last batch id committed by this sink (group metadata), or None."""
+    def committed_batch(self, *, cached: bool = False) -> int | None:
+        """The last batch id committed by this sink (group metadata), or None.
+
+        With ``cached``, the id this instance committed itself is trusted (its producer
+        fences every other instance, so nobody else can have committed since).
+        """
+        if cached and self._known is not None:
+            return self._known[0]
         from confluent_kafka import TopicPartition
 
         tp = self.consumer().committed([TopicPartition(self.topic, 0)], timeout=self.timeout)[0]
@@ -171,9 +178,11 @@ class KafkaSink:
         if tp.offset < 0 or not tp.metadata:
             return None
         try:
-            return int(tp.metadata)
+            done = int(tp.metadata)
         except ValueError:
-            return None
+            done = None
+        self._known = (done,)
+        return done
 
     # ------------------------------------------------------------------ writing
     def _gate_open(self, batch_id: int) -> bool:
@@ -205,7 +214,11 @@ class KafkaSink:
         batch_id = int(batch_id)
         stats = {"batch_id": batch_id, "rows": 0, "skipped": False, "topic": self.topic}
         if self.delivery == "exactly_once":
-            done = self.committed_batch()
+            # Initialise the transactional producer first: it aborts a transaction left open
+            # by a crashed predecessor, whose pending offset commit would otherwise keep the
+            # read below waiting (read_committed offset fetches wait for stable offsets).
+            self.producer()
+            done = self.committed_batch(cached=True)
             if done is not None and batch_id <= done:
                 stats.update(skipped=True, seconds=time.monotonic() - t0)
                 self.last_stats = stats
@@ -270,8 +283,10 @@ class KafkaSink:
                         continue
                     raise
         except BaseException as e:
+            self._known = None  # re-read from the broker next time
             self._abort(e)
             raise SinkError(f"sink {self.query}: batch {batch_id} not written: {e}") from e
+        self._known = (batch_id,)
         if self._errors:  # cannot happen after a successful commit, but never hide it
             raise SinkError(f"sink {self.query}: batch {batch_id}: " + "; ".join(self._errors[:5]))
         self._hook("after_commit", batch_id)

@@ -94,6 +94,7 @@ from gates.state import GateState, GateStateError, read_gate, write_ack
 NAME = "theseus_kafka"
 _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
+_CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
 
 
 class SourceError(RuntimeError):
@@ -279,7 +280,7 @@ class KafkaRange(InputPartition):
 
 # --------------------------------------------------------------------------- JSON -> Arrow
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 
 
@@ -298,7 +299,7 @@ def _ts_micros(v: Any) -> int | None:
             except ValueError:
                 return None
         if d.tzinfo is None:
-            d = d.replace(tzinfo=_dt.timezone.utc)
+            d = d.replace(tzinfo=_dt.UTC)
         delta = d - _EPOCH
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return None
@@ -311,7 +312,7 @@ def _ts_ntz_micros(v: Any) -> int | None:
         except ValueError:
             return None
         if d.tzinfo is not None:
-            d = d.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+            d = d.astimezone(_dt.UTC).replace(tzinfo=None)
         delta = d - _EPOCH.replace(tzinfo=None)
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return _ts_micros(v)
@@ -433,6 +434,21 @@ def _converter(dt: DataType):
 
 # Types whose raw JSON values pyarrow can take directly (a mismatch raises, then we convert).
 _FAST = (StringType, LongType, IntegerType, DoubleType, BooleanType)
+# Types Arrow's JSON reader parses exactly as the Python path does (or rejects, so the
+# chunk falls back to the Python path). Dates (Arrow wants day numbers), binary (Arrow keeps
+# the base64 text) and maps (unsupported) always take the Python path.
+_ARROW_JSON_OK = (StringType, LongType, IntegerType, ShortType, ByteType, DoubleType, FloatType,
+                  BooleanType, TimestampType, DecimalType)
+
+
+def _arrow_json_ok(dt: DataType) -> bool:
+    if isinstance(dt, _ARROW_JSON_OK):
+        return True
+    if isinstance(dt, ArrayType):
+        return _arrow_json_ok(dt.elementType)
+    if isinstance(dt, StructType):
+        return all(_arrow_json_ok(f.dataType) for f in dt.fields)
+    return False
 
 
 class _ArrowBuilder:
@@ -450,6 +466,8 @@ class _ArrowBuilder:
         self.names = schema.fieldNames()
         self.convs = [_converter(f.dataType) for f in schema.fields]
         self.fast = [isinstance(f.dataType, _FAST) for f in schema.fields]
+        self.arrow_json = fmt == "json" and _arrow_json_ok(schema)
+        self.arrow_json_hits = 0  # chunks parsed by Arrow (for tests and tuning)
 
     def column(self, i: int, raw: list):
         pa = self.pa
@@ -482,8 +500,48 @@ class _ArrowBuilder:
             cols += [pa.nulls(len(values), type=self.pa_schema.field(i).type)
                      for i in range(1, len(self.names))]
             return pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
+        if self.arrow_json:
+            batch = self._arrow_parse(values)
+            if batch is not None:
+                return batch
         parse = self.parse
         return self.from_dicts([parse(v) for v in values])
+
+    def _arrow_parse(self, values: list[bytes]):
+        """Parse a chunk with Arrow's JSON reader (C++, ~10x faster than json.loads).
+
+        Only when every value looks like one JSON object; any parse or type error, or a row
+        count that differs from the number of values, returns None (use the Python path).
+        """
+        if not values or not all(v[:1] == b"{" and v[-1:] == b"}" for v in values):
+            return None
+        import io
+
+        import pyarrow.json as pj
+
+        pa = self.pa
+        data = b"\n".join(values)
+        try:
+            table = pj.read_json(
+                io.BytesIO(data),
+                read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+                parse_options=pj.ParseOptions(explicit_schema=self.pa_schema,
+                                              unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+        if table.num_rows != len(values):
+            return None
+        table = table.combine_chunks()
+        cols = []
+        for i, name in enumerate(self.names):
+            col = table.column(name)
+            arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
+            want = self.pa_schema.field(i).type
+            if arr.type != want:
+                arr = arr.cast(want)
+            cols.append(arr)
+        self.arrow_json_hits += 1
+        return pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
 
 
 # --------------------------------------------------------------------------- reading
@@ -504,7 +562,8 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
         pos = start
         last_progress = time.monotonic()
         while pos < end:
-            msgs = c.consume(num_messages=_CHUNK, timeout=1.0)
+            # Returns as soon as the rest of the range (or a chunk) is in, or an EOF event.
+            msgs = c.consume(num_messages=max(1, min(_CHUNK, end - pos)), timeout=0.5)
             out = []
             for m in msgs:
                 err = m.error()
@@ -544,6 +603,7 @@ def _is_control(m) -> bool:
 def _read_stream_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange,
                        start: int, end: int):
     buf: list[bytes] = []
+    size = 0
     for msgs in _consume(opts, rng, start, end):
         for m in msgs:
             if _is_control(m):
@@ -552,9 +612,11 @@ def _read_stream_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRa
             if v is None:
                 continue
             buf.append(v)
-        if len(buf) >= _CHUNK:
+            size += len(v)
+        if len(buf) >= _CHUNK or size >= _CHUNK_BYTES:
             yield builder.from_values(buf)
             buf = []
+            size = 0
     if buf:
         yield builder.from_values(buf)
 

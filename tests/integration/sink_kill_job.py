@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--hold", choices=["in_txn", "after_commit"])
     ap.add_argument("--hold-from", type=int, default=0)
     ap.add_argument("--signal-dir")
-    ap.add_argument("--max-records", type=int, default=200)
+    ap.add_argument("--max-records", type=int, default=400)
     ap.add_argument("--timeout", type=float, default=300)
     a = ap.parse_args()
 
