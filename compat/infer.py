@@ -317,6 +317,10 @@ def _aggregate(ctx: _Ctx, node: Aggregate, ins: list[NodeInfo], sink_mode: str) 
                           f"'{a.function}'", expected="a Spark aggregate function",
                           found=repr(a.function),
                           hint=f"Did you mean '{close[0]}'?" if close else None)
+        if a.distinct and src.stream:
+            raise ctx.err(node, f"aggregates/{i}/distinct", "Spark does not support distinct "
+                          "aggregations on streams", expected="approx_count_distinct(...) or "
+                          "a deduplicate step before the aggregate", found="distinct: true")
         args = []
         for j, arg in enumerate(a.args):
             if arg.strip() == "*":

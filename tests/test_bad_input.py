@@ -101,3 +101,12 @@ def test_bad_flag_values(write_plan):
     assert result.exit_code == 2 and "unknown requirement 'backfil'" in result.output
     result = CliRunner().invoke(main, ["check", good, good, "--schema-compat", "sideways"])
     assert result.exit_code == 2
+
+
+def test_distinct_aggregate_on_a_stream_is_refused_before_deploy(write_plan):
+    doc = ship_load()
+    doc["nodes"][3]["aggregates"][0]["distinct"] = True
+    r = run_check(write_plan(ship_load(), "good.json"), write_plan(doc, "bad.json"))
+    assert r.exit_code == 2
+    assert "distinct aggregations on streams" in r.output
+    assert "/nodes/3/aggregates/0/distinct" in r.output
