@@ -90,7 +90,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         generation = int(store.status(name).get("generation", 0))
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
                      checkpoint=str(store.checkpoint(plan.query, generation)),
-                     generation=generation, query=plan.query)
+                     generation=generation, plan_query=plan.query)
     start_gate = None
     if gated_start:
         from gates.startgate import StartGate
