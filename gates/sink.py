@@ -172,7 +172,9 @@ class KafkaSink:
             return self._known[0]
         from confluent_kafka import TopicPartition
 
-        tp = self.consumer().committed([TopicPartition(self.topic, 0)], timeout=self.timeout)[0]
+        tp = _retrying(lambda: self.consumer().committed([TopicPartition(self.topic, 0)],
+                                                         timeout=self.timeout)[0],
+                       self.timeout)
         if tp.error is not None:
             raise SinkError(f"sink {self.query}: cannot read committed batch id: {tp.error}")
         if tp.offset < 0 or not tp.metadata:
@@ -271,8 +273,8 @@ class KafkaSink:
                 self._produce(topic, keys, values)
             self._hook("before_commit", batch_id)
             offsets = [TopicPartition(self.topic, 0, batch_id + 1, str(batch_id))]
-            p.send_offsets_to_transaction(offsets, self.consumer().consumer_group_metadata(),
-                                          self.timeout)
+            _retrying(lambda: p.send_offsets_to_transaction(
+                offsets, self.consumer().consumer_group_metadata(), self.timeout), self.timeout)
             for attempt in range(3):
                 try:
                     p.commit_transaction(self.timeout)
@@ -305,6 +307,40 @@ class KafkaSink:
             except KafkaException:
                 pass
         self._producer = None  # re-created (and re-initialised, fencing) on the next batch
+
+
+_TRANSIENT: frozenset | None = None
+
+
+def _transient_codes() -> frozenset:
+    from confluent_kafka import KafkaError
+
+    names = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+             "_TIMED_OUT", "REQUEST_TIMED_OUT", "_TRANSPORT", "NOT_ENOUGH_REPLICAS",
+             "_WAIT_COORD", "CONCURRENT_TRANSACTIONS", "UNSTABLE_OFFSET_COMMIT")
+    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
+
+
+def _retrying(fn: Callable[[], Any], timeout: float) -> Any:
+    """Call ``fn``, retrying retriable Kafka errors (a coordinator that is still loading or
+    has just moved, as on a freshly started broker) with backoff until ``timeout`` passes."""
+    from confluent_kafka import KafkaException
+
+    global _TRANSIENT
+    if _TRANSIENT is None:
+        _TRANSIENT = _transient_codes()
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while True:
+        try:
+            return fn()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or not (err.retriable() or err.code() in _TRANSIENT) \
+                    or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def make_writer(bootstrap: str, topic: str, key_columns: Sequence[str], query: str,

@@ -65,7 +65,11 @@ def kafka_bootstrap() -> str:
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("KAFKA_BOOTSTRAP=")]
     if r.returncode != 0 or not lines:
         pytest.fail(f"scripts/kafka.sh start failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
-    return lines[-1].split("=", 1)[1].strip()
+    bootstrap = lines[-1].split("=", 1)[1].strip()
+    from gates.broker import wait_coordinators
+
+    wait_coordinators(bootstrap)  # a fresh broker answers before its coordinators load
+    return bootstrap
 
 
 @dataclass
