@@ -141,12 +141,27 @@ class Migrator:
 
     def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2) -> None:
         while not cond():
+            self.check_alive()
             if time.monotonic() > self.deadline:
                 raise MigrationError(f"timed out waiting for {what}",
                                      file=str(self.store.root),
                                      hint="theseus migrate resume continues from here; "
                                           "theseus migrate abort rolls back")
             time.sleep(interval)
+
+    def check_alive(self) -> None:
+        """A shadow that failed will never catch up: say so now, with its log."""
+        inst = self.m.new_instance
+        if self.m.kind != "shadow" or not inst or self.m.phase not in (
+                "shadow", "pause", "cut", "align"):
+            return
+        st = self.store.status(inst)
+        if st.get("status") == "failed":
+            log = self.store.log_path(inst)
+            first = (str(st.get("error") or "see its log").splitlines() or [""])[0][:300]
+            raise MigrationError(f"the shadow query '{inst}' failed: {first}", file=str(log),
+                                 hint="fix the cause, then theseus migrate abort (the old "
+                                      "query keeps running) and start again")
 
     def plans(self) -> tuple[Plan, Plan]:
         old = load_plan(str(self.store.plan_path(self.m.old_instance)))

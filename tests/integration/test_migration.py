@@ -186,3 +186,129 @@ def test_migrator_killed_at_every_phase_resumes_exactly(kafka, tmp_path):
     want = oracle(inputs, m.cut[src])
     assert got == want, (f"missing {sum((want - got).values())}, "
                          f"extra {sum((got - want).values())}")
+
+
+def agg_plan(query: str, src: str, out: str, with_count: bool) -> dict:
+    aggs = [{"name": "s", "function": "sum", "args": ["x"]}]
+    if with_count:
+        aggs.append({"name": "c", "function": "count", "args": ["*"]})
+    return {
+        "format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
+        "nodes": [
+            {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
+             "format": "json", "role": "stream",
+             "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]},
+            {"id": "per_key", "step": "aggregate", "version": 1, "inputs": ["events"],
+             "group_by": [{"name": "k", "expr": "k"}], "aggregates": aggs},
+            {"id": "out", "step": "sink", "version": 1, "inputs": ["per_key"], "topic": out,
+             "format": "json", "key_columns": ["k"], "mode": "update",
+             "delivery": "exactly_once"}]}
+
+
+class KeyFeeder(Feeder):
+    def run(self) -> None:
+        while not self.halt.is_set():
+            for _ in range(max(1, self.rate // 10)):
+                k = f"k{self.n % 7}"
+                self.p.produce(self.topic, json.dumps({"k": k, "x": self.n % 5 + 1}),
+                               key=json.dumps({"k": k}))
+                self.n += 1
+            self.p.poll(0)
+            time.sleep(0.1)
+        self.p.flush(30)
+
+
+def test_stateful_migration_recomputes_history_exactly(kafka, tmp_path):
+    from gates.state import is_acked
+    from migrate import migration
+    from migrate.store import DirectoryStore
+
+    src = kafka.topic(prefix="agg-in", partitions=3)
+    out = kafka.topic(prefix="agg-out", partitions=1)
+    state = tmp_path / "state"
+    query = f"a{tmp_path.name[-6:]}".replace("-", "_")
+    old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
+    old_p.write_text(json.dumps(agg_plan(query, src, out, False)))
+    new_p.write_text(json.dumps(agg_plan(query, src, out, True)))
+    feeder = KeyFeeder(kafka.bootstrap, src)
+    feeder.start()
+    old = spawn_run(old_p, kafka.bootstrap, state)
+    store = DirectoryStore(state)
+    wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
+    time.sleep(4)
+    # sum -> sum + count: the state changes, so `auto` chooses a shadow migration
+    r = theseus("migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
+                str(state), "--timeout", "400", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = migration.current(store, query)
+    assert m.kind == "shadow" and m.verdict == "migrate"
+    time.sleep(3)
+    feeder.stop()
+    high = {src: kafka.end_offsets(src)}
+    inst = store.live_instance(query)
+    wait_for(lambda: is_acked(state, inst, high), 180, "new query drains the input")
+    theseus("stop", query, "--state", str(state))
+    wait_for(lambda: store.status(inst).get("status") == "stopped", 120, "new stops")
+    old.wait(60)
+
+    cut = m.cut[src]
+    inputs = input_records(kafka, src)
+    before, after = [], []
+    for rec in inputs:
+        (before if rec.offset < cut[str(rec.partition)] else after).append(rec.json())
+    rows = [rec.json() for rec in sorted(kafka.read_all(out), key=lambda r: r.offset)]
+    kinds = ["new" if "c" in row else "old" for row in rows]
+    # one switch from the old query's rows to the new query's, never back
+    assert kinds == sorted(kinds, key=lambda k: k == "new"), kinds
+    assert "old" in kinds and "new" in kinds
+    # the old query's last row per key is the old plan over the input before the cut
+    old_final: dict = {}
+    for row, kind in zip(rows, kinds):
+        if kind == "old":
+            old_final[row["k"]] = row["s"]
+    want_old: dict = {}
+    for v in before:
+        want_old[v["k"]] = want_old.get(v["k"], 0) + v["x"]
+    assert old_final == want_old
+    # keys touched after the cut end with the new plan applied to ALL input (backfilled)
+    new_final: dict = {}
+    for row, kind in zip(rows, kinds):
+        if kind == "new":
+            new_final[row["k"]] = (row["s"], row["c"])
+    everything: dict = {}
+    for v in before + after:
+        s, c = everything.get(v["k"], (0, 0))
+        everything[v["k"]] = (s + v["x"], c + 1)
+    touched = {v["k"] for v in after}
+    assert touched and set(new_final) == touched
+    assert new_final == {k: everything[k] for k in touched}
+
+
+def test_migration_refuses_a_backfill_that_retention_deleted(kafka, tmp_path):
+    from confluent_kafka import TopicPartition
+
+    from compat.serde import dumps, from_doc
+    from migrate.store import DirectoryStore
+
+    src = kafka.topic(prefix="ret-in", partitions=3)
+    out = kafka.topic(prefix="ret-out", partitions=1)
+    kafka.produce(src, [{"k": f"k{i}", "x": 1} for i in range(30)])
+    futs = kafka.admin.delete_records([TopicPartition(src, 0, 4), TopicPartition(src, 1, 2)])
+    for f in futs.values():
+        f.result(30)
+    state = tmp_path / "state"
+    store = DirectoryStore(state)
+    query = "retained"
+    old_doc = plan(query, src, out, "old", False)
+    store.put_plan(query, dumps(from_doc(old_doc)))
+    store.set_status(query, status="running", pid=os.getpid(), generation=0)
+    new_p = tmp_path / "v2.json"
+    new_p.write_text(json.dumps(agg_plan(query, src, out, True)))
+    r = theseus("migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
+                str(state), "--strategy", "shadow")
+    assert r.returncode == 5, r.stdout + r.stderr
+    msg = r.stderr
+    assert "retention deleted" in msg and "Traceback" not in msg
+    assert "partition 0 from offset 4" in msg and "partition 1 from offset 2" in msg
+    # nothing was started: no shadow instance in the store
+    assert not (state / "queries" / f"{query}.g1").exists()
