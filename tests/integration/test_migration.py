@@ -299,7 +299,7 @@ def test_migration_refuses_a_backfill_that_retention_deleted(kafka, tmp_path):
     state = tmp_path / "state"
     store = DirectoryStore(state)
     query = "retained"
-    old_doc = plan(query, src, out, "old", False)
+    old_doc = agg_plan(query, src, out, False)
     store.put_plan(query, dumps(from_doc(old_doc)))
     store.set_status(query, status="running", pid=os.getpid(), generation=0)
     new_p = tmp_path / "v2.json"
