@@ -45,6 +45,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
 
         _SESSION = (SparkSession.builder.master(master).appName("theseus")
                     .config("spark.ui.enabled", "false")
+                    .config("spark.ui.showConsoleProgress", "false")
                     .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                     .config("spark.sql.session.timeZone", "UTC")
                     .config("spark.driver.memory", "2g")

@@ -67,7 +67,7 @@ def main() -> int:
     print(f"produced {len(SHIPS)} ships and {len(PACKAGES)} packages")
     cmd = [sys.executable, "-m", "migrate.cli", "run", str(plan_path), "--bootstrap", bs,
            "--state", str(work / "state"), "--available-now"]
-    print("$ theseus run " + " ".join(cmd[3:]))
+    print("$ theseus " + " ".join(cmd[3:]))
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     if rc != 0:
         print(f"theseus run failed with exit {rc}")
