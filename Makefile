@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo kafka kafka-stop bench lint clean
+.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate lint clean
 
 $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -30,6 +30,9 @@ kafka-stop:
 
 bench: $(STAMP)
 	$(PY) bench/check_speed.py
+
+bench-run: $(STAMP)
+	$(PY) bench/run_speed.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

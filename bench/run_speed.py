@@ -69,8 +69,8 @@ def produce(bs: str, topic: str, n: int) -> None:
 def make_topic(bs: str, name: str, parts: int = 3) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": bs}).create_topics(
-        [NewTopic(name, parts, 1)])[name].result(30)
+    admin = AdminClient({"bootstrap.servers": bs})  # keep the handle alive until done
+    admin.create_topics([NewTopic(name, parts, 1)])[name].result(30)
     return name
 
 
@@ -160,6 +160,7 @@ def main() -> int:
     spark = (SparkSession.builder.master("local[2]").appName("theseus-bench")
              .config("spark.ui.enabled", "false").config("spark.jars", ",".join(jars))
              .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "3g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     src = f"bench-in-{uuid.uuid4().hex[:8]}"
@@ -167,7 +168,9 @@ def main() -> int:
     produce(bs, src, ROWS)
     print(f"produced {ROWS} rows in {time.perf_counter() - t:.1f}s", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-"))
-    result: dict = {"rows": ROWS, "spark": spark.version, "connector_jars": [Path(j).name
+    result: dict = {"note": "rows_written = offsets in the output topic; exactly-once "
+                            "transactions add one commit marker per partition each",
+                    "rows": ROWS, "spark": spark.version, "connector_jars": [Path(j).name
                                                                             for j in jars]}
     # warm-up (JIT, Python workers) on both paths, not measured
     run_theseus(spark, bs, src, "at_least_once", tmp)
