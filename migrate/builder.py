@@ -52,6 +52,7 @@ class BuildOptions:
     checkpoint: str | None = None
     start_gate: Any = None  # passed to the sink writer (a later issue opens and closes it)
     output_topic: str | None = None  # override (comparison runs write elsewhere)
+    shadow_topic: str | None = None  # where a closed start gate sends output (--compare)
 
 
 def _q(name: str) -> str:
@@ -100,7 +101,8 @@ class Builder:
 
         writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
                              list(sink.key_columns), self.opts.query or self.plan.query,
-                             sink.delivery, start_gate=self.opts.start_gate)
+                             sink.delivery, start_gate=self.opts.start_gate,
+                             shadow_topic=self.opts.shadow_topic)
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
             .outputMode(sink.mode).foreachBatch(writer)
         if self.opts.checkpoint:

@@ -201,16 +201,18 @@ def plan_show(path: str) -> None:
 @click.option("--instance", default=None, hidden=True)
 @click.option("--generation", type=int, default=None, hidden=True)
 @click.option("--gated-start", is_flag=True, hidden=True)
+@click.option("--shadow-topic", default=None, hidden=True)
 def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master: str,
         trigger_interval: str, instance: str | None, generation: int | None,
-        gated_start: bool) -> None:
+        gated_start: bool, shadow_topic: str | None) -> None:
     """Build the plan's Spark query and run it (Ctrl-C stops it after the current batch)."""
     from migrate.run import run as run_plan
 
     sys.exit(run_plan(plan_path, bootstrap=bootstrap, state=state, master=master,
                       available_now=available_now, echo=click.echo,
                       trigger_interval=trigger_interval, instance=instance,
-                      generation=generation, gated_start=gated_start))
+                      generation=generation, gated_start=gated_start,
+                      shadow_topic=shadow_topic))
 
 
 @main.command()

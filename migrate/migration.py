@@ -221,10 +221,30 @@ class Migrator:
                "--trigger", self.m.trigger]
         if gated:
             cmd.append("--gated-start")
+            if self.m.compare:
+                cmd += ["--shadow-topic", self.compare_topic()]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.store.set_status(instance, status="starting", pid=proc.pid)
         return proc.pid
+
+    def compare_topic(self) -> str:
+        """``<output>.shadow``: where the shadow writes until the cutover with --compare."""
+        return f"{self.plans()[1].sink.topic}.shadow"
+
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.m.bootstrap})
+        if topic in admin.list_topics(timeout=30).topics:
+            return
+        fut = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
+        try:
+            fut.result(30)
+        except Exception as e:  # created concurrently (a resumed run) is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
+                                     file=self.m.new_plan) from None
 
     def running(self, instance: str) -> bool:
         st = self.store.status(instance)
@@ -324,6 +344,9 @@ class Migrator:
         write_start_gate(self.store.root, inst, False, self.m.id)
         if read_gate(self.store.root, inst).mode != "open" and not self.m.cut:
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch))
+        if self.m.compare:
+            self.ensure_topic(self.compare_topic(), 1)
+            self.echo(f"  shadow output before the cut goes to {self.compare_topic()}")
         self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
         self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
         self.m.phase = "pause"

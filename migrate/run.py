@@ -61,7 +61,8 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
 
 def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: str,
                 available_now: bool, generation: int = 0, query_name: str | None = None,
-                trigger_interval: str = "1 second", start_gate: Any = None) -> Any:
+                trigger_interval: str = "1 second", start_gate: Any = None,
+                shadow_topic: str | None = None) -> Any:
     from migrate.builder import Builder, BuildOptions
 
     name = query_name or plan.query
@@ -69,14 +70,16 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
     checkpoint = store.checkpoint(plan.query, generation)
     opts = BuildOptions(bootstrap=bootstrap, store=str(store.root), query=name,
                         available_now=available_now, trigger_interval=trigger_interval,
-                        checkpoint=str(checkpoint), start_gate=start_gate)
+                        checkpoint=str(checkpoint), start_gate=start_gate,
+                        shadow_topic=shadow_topic)
     return Builder(spark, plan, opts).start()
 
 
 def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         available_now: bool = False, echo: Callable[[str], None] = print,
         trigger_interval: str = "1 second", instance: str | None = None,
-        generation: int | None = None, gated_start: bool = False) -> int:
+        generation: int | None = None, gated_start: bool = False,
+        shadow_topic: str | None = None) -> int:
     """Host one query instance.  ``instance`` names it in the store (default: the plan's
     query); a migration starts the new plan as instance ``<query>.g<generation>`` with
     ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
@@ -101,7 +104,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     query = start_query(plan, bootstrap=bootstrap, store=store, master=master,
                         available_now=available_now, generation=generation,
                         trigger_interval=trigger_interval, query_name=name,
-                        start_gate=start_gate)
+                        start_gate=start_gate, shadow_topic=shadow_topic)
     store.set_status(name, status="running", query_id=str(query.id))
     echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.

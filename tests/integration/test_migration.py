@@ -105,7 +105,7 @@ def oracle(inputs, cut: dict) -> Counter:
 
 
 def run_migration(kafka, tmp_path, faults: list[str] | None = None,
-                  kill_old_in_align: bool = False):
+                  kill_old_in_align: bool = False, compare: bool = False):
     from gates.state import is_acked
     from migrate.store import DirectoryStore
 
@@ -124,6 +124,8 @@ def run_migration(kafka, tmp_path, faults: list[str] | None = None,
     time.sleep(3)
     args = ["migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
             str(state), "--strategy", "shadow", "--timeout", "400"]
+    if compare:
+        args.append("--compare")
     env = dict(os.environ)
     steps = list(faults or [])
     if steps:
@@ -162,7 +164,7 @@ def run_migration(kafka, tmp_path, faults: list[str] | None = None,
 
 
 def test_stateless_shadow_migration_is_exact(kafka, tmp_path):
-    src, out, m = run_migration(kafka, tmp_path)
+    src, out, m = run_migration(kafka, tmp_path, compare=True)
     inputs = input_records(kafka, src)
     cut = m.cut[src]
     assert len(cut) == 3
@@ -173,6 +175,20 @@ def test_stateless_shadow_migration_is_exact(kafka, tmp_path):
                          f"extra {sum((got - want).values())}")
     assert any(json.loads(k)["tag"] == "old" for k in got)
     assert any(json.loads(k)["tag"] == "new" for k in got)
+    # --compare: before the cut the shadow wrote the new plan over the history to a side
+    # topic, exactly once, and nothing from the cut on
+    side = Counter(json.dumps(r.json(), sort_keys=True)
+                   for r in kafka.read_all(out + ".shadow"))
+    before = Counter({k: n for k, n in oracle([r for r in inputs
+                                               if r.offset < cut[str(r.partition)]],
+                                              {p: 1 << 62 for p in cut}).items()})
+    new_before = Counter()
+    for k, n in before.items():
+        v = json.loads(k)
+        new_before[json.dumps({"id": v["id"], "v": v["v"].upper(), "tag": "new"},
+                              sort_keys=True)] += n
+    assert side == new_before, (f"missing {sum((new_before - side).values())}, "
+                                f"extra {sum((side - new_before).values())}")
 
 
 def test_migrator_killed_at_every_phase_resumes_exactly(kafka, tmp_path):
