@@ -34,6 +34,9 @@ bench: $(STAMP)
 bench-run: $(STAMP)
 	$(PY) bench/run_speed.py
 
+bench-migrate: $(STAMP)
+	$(PY) bench/migrate_speed.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts
 

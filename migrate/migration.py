@@ -169,7 +169,12 @@ class Migrator:
         return old, new
 
     def source_topics(self, plan: Plan) -> list[str]:
-        return sorted({n.topic for n in plan.nodes.values() if isinstance(n, Source)})
+        """The stream sources' topics: the cut, the caps and the acks are about these.
+
+        A ``role: table`` source is read as a snapshot (latest value per key) when its query
+        starts, so it has no position to cap; its topic is left alone."""
+        return sorted({n.topic for n in plan.nodes.values()
+                       if isinstance(n, Source) and n.role != "table"})
 
     def high_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
         from confluent_kafka import Consumer, TopicPartition
@@ -372,6 +377,7 @@ class Migrator:
             return total <= self.lag_threshold and self.running(inst)
 
         self.wait("the shadow to catch up", close_to_head, interval=1.0)
+        self.m.history.append(["caught_up", round(time.time(), 3)])  # ends the backfill
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
         self.m.save(self.store)
@@ -418,13 +424,18 @@ class Migrator:
         self.m.save(self.store)
 
     def step_cutover(self) -> None:
-        """Step 6. Stop the old query; open the shadow's start gate; lift its cap."""
+        """Step 6. Open the shadow's start gate and lift its cap; stop the old query.
+
+        The old query is capped at C and has acknowledged C (step 5): it cannot write
+        anything more, so the shadow takes over at once and the old one stops beside it.
+        This keeps the output stall to the shadow's next trigger (see bench/migrate_speed.py).
+        """
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
-        self.store.request_stop(old)
-        self.wait(f"'{old}' to stop", lambda: self.stopped(old))
         write_start_gate(self.store.root, inst, True, self.m.id)
         self.set_gate(inst, "open")
+        self.store.request_stop(old)
+        self.wait(f"'{old}' to stop", lambda: self.stopped(old))
         self.m.phase = "finish"
         self.m.save(self.store)
 
@@ -443,9 +454,9 @@ class Migrator:
                                  hint="migrate again to go back")
         if self.m.phase in TERMINAL:
             return self.m
-        if self.m.phase == "cutover" and self.m.kind == "shadow" and \
-                self.stopped(self.m.old_instance):
-            raise MigrationError("the old query is already stopped for the cutover",
+        if self.m.phase == "cutover" and self.m.kind == "shadow":
+            raise MigrationError("the cutover has begun: the shadow may already write the "
+                                 "output from the cut on",
                                  file=str(self.store.root),
                                  hint="theseus migrate resume finishes the cutover")
         old, inst = self.m.old_instance, self.m.new_instance

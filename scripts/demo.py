@@ -2,7 +2,7 @@
 
 Part 1 (checker): every upgrade pair under fixtures/upgrades/ goes through
 `theseus check`; the verdicts are printed and compared with each pair's expect.json.
-Part 2 (runtime, when available): see scripts/demo_run.py.
+Part 2: scripts/demo_run.py (run on real Kafka); part 3: scripts/demo_migrate.py (live changes).
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def checker_part() -> int:
 
 def main() -> int:
     rc = checker_part()
-    run_part = ROOT / "scripts" / "demo_run.py"
-    if run_part.exists():
-        rc = subprocess.run([sys.executable, str(run_part)], cwd=ROOT).returncode or rc
+    for part in ("demo_run.py", "demo_migrate.py"):
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / part)], cwd=ROOT)
+        rc = r.returncode or rc
     return rc
 
 

@@ -1,0 +1,187 @@
+"""Benchmark: a live migration of the ship-load query at a steady input rate.
+
+Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
+
+* **stall at cutover** — Kafka timestamps of the output: from the old query's last row to
+  the new query's first row, in trigger intervals (target: at most 2);
+* **shadow backfill rate** — input rows per second the shadow consumes from offset 0 until
+  it is close to the head (JVM start included), against the same plan run alone with
+  ``theseus run --available-now`` over the same history (JVM start included);
+* **gates' overhead** — a filter-and-project plan, same data, with the gates (gate state
+  read and acknowledgements written every trigger, start gate consulted every batch)
+  against the same build with the gates removed; median of alternating runs (target:
+  at most 5%).
+
+The migration's output is also checked by the oracle of scripts/ship_story.py.
+
+Run: ``make bench-migrate`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
+Knobs: BENCH_RATE (input records/s, 200), BENCH_HISTORY (records before v1 starts,
+100000), BENCH_OVERHEAD_ROWS (300000), BENCH_REPEATS (3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+RATE = int(os.environ.get("BENCH_RATE", "200"))
+HISTORY = int(os.environ.get("BENCH_HISTORY", "100000"))
+OVERHEAD_ROWS = int(os.environ.get("BENCH_OVERHEAD_ROWS", "300000"))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+TRIGGER_S = 1.0
+
+
+def migration_part(bs: str, work: Path) -> dict:
+    from scripts.ship_story import THESEUS, Feeder, Story, migration_record
+
+    st = Story(bs, work, rate=RATE, trigger=f"{TRIGGER_S:g} second", history=HISTORY,
+               echo=lambda s: print(s, flush=True))
+    st.create_topics()
+    packages = st.topics["packages"]
+    feeder = Feeder(bs, packages, RATE, start_n=HISTORY)
+    feeder.start()
+    try:
+        st.start_v1()
+        st.wait_running("ship_load")
+        from gates.state import is_acked
+
+        hist = {packages: st.end_offsets(packages)}
+        deadline = time.monotonic() + 600
+        while not is_acked(st.state, "ship_load", hist):  # v1 works through the history
+            if time.monotonic() > deadline:
+                raise SystemExit("v1 did not process the history")
+            time.sleep(1)
+        time.sleep(5)  # steady state
+        r = st.theseus("migrate", "start", str(st.paths["v2"]), "--bootstrap", bs,
+                       "--state", str(st.state), "--timeout", "900", show=False)
+        if r.returncode != 0:
+            raise SystemExit("migration failed:\n" + r.stdout + r.stderr)
+        time.sleep(10)
+    finally:
+        feeder.stop()
+    st.drain_and_stop("ship_load")
+    m = migration_record(st.state, "ship_load")
+    res = st.oracle(m["cut"][packages])
+    marks = dict((k, v) for k, v in m["history"])
+    backfilled = sum(m["high"][packages].values())
+    backfill_s = marks["caught_up"] - marks["shadow"]
+    stall_s = (res["new_first_ms"] - res["old_last_ms"]) / 1000.0
+
+    # the same plan alone over the same history, into a throwaway topic
+    alone = json.loads(st.paths["v2"].read_text())
+    alone["query"] = "ship_load_alone"
+    for n in alone["nodes"]:
+        if n["step"] == "sink":
+            n["topic"] = f"{n['topic']}-alone"
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    t = alone["nodes"][-1]["topic"]
+    admin.create_topics([NewTopic(t, 3, 1)])[t].result(30)
+    alone_path = work / "alone.json"
+    alone_path.write_text(json.dumps(alone))
+    rows_alone = sum(st.end_offsets(packages).values())
+    t0 = time.time()
+    r = subprocess.run(THESEUS + ["run", str(alone_path), "--bootstrap", bs, "--state",
+                                  str(work / "alone-state"), "--available-now"],
+                       cwd=ROOT, capture_output=True, text=True)
+    alone_s = time.time() - t0
+    if r.returncode != 0:
+        raise SystemExit("the plan alone failed:\n" + r.stderr[-2000:])
+    phases = [h for h in m["history"]]
+    return {
+        "input_rate_per_s": RATE, "history_records": HISTORY, "trigger_seconds": TRIGGER_S,
+        "phases": phases,
+        "stall_seconds": round(stall_s, 2),
+        "stall_trigger_intervals": round(stall_s / TRIGGER_S, 2),
+        "stall_target_intervals": 2,
+        "shadow_backfill_rows": backfilled,
+        "shadow_backfill_seconds": round(backfill_s, 2),
+        "shadow_backfill_rows_per_s": round(backfilled / backfill_s),
+        "alone_rows": rows_alone, "alone_seconds": round(alone_s, 2),
+        "alone_rows_per_s": round(rows_alone / alone_s),
+        "backfill_over_alone": round((backfilled / backfill_s) / (rows_alone / alone_s), 2),
+        "oracle": {k: v for k, v in res.items() if k not in ("old_last_ms", "new_first_ms")},
+    }
+
+
+def overhead_part(bs: str) -> dict:
+    from run_speed import count, make_topic, plan_doc, produce
+
+    from compat.infer import analyze
+    from compat.serde import from_doc
+    from gates.startgate import StartGate, write_start_gate
+    from gates.state import GateState, write_gate
+    from migrate.builder import Builder, BuildOptions
+    from migrate.run import spark_session
+
+    spark = spark_session("local[2]", 2)
+    src = f"bench-gates-{uuid.uuid4().hex[:8]}"
+    produce(bs, src, OVERHEAD_ROWS)
+    tmp = Path(tempfile.mkdtemp(prefix="theseus-gates-"))
+
+    def one(gated: bool) -> float:
+        out = make_topic(bs, f"bench-gates-out-{uuid.uuid4().hex[:8]}")
+        plan = from_doc(plan_doc(src, out, "exactly_once"))
+        analyze(plan)
+        store = tmp / "store"
+        kw = {}
+        if gated:
+            write_gate(store, plan.query, GateState("open", {}, 1))
+            write_start_gate(store, plan.query, True, "bench")
+            kw = {"store": str(store), "start_gate": StartGate(store, plan.query)}
+        opts = BuildOptions(bootstrap=bs, query=plan.query, available_now=True,
+                            checkpoint=str(tmp / plan.query), max_records_per_batch=20_000,
+                            **kw)
+        t = time.perf_counter()
+        q = Builder(spark, plan, opts).start()
+        q.awaitTermination()
+        elapsed = time.perf_counter() - t
+        assert q.exception() is None, q.exception()
+        assert count(bs, out) > 0
+        return elapsed
+
+    one(True)  # warm-up
+    one(False)
+    gated, plain = [], []
+    for _ in range(REPEATS):
+        plain.append(one(False))
+        gated.append(one(True))
+    g, p = statistics.median(gated), statistics.median(plain)
+    return {"rows": OVERHEAD_ROWS, "batch_rows": 20_000, "repeats": REPEATS,
+            "gated_seconds": [round(x, 2) for x in gated],
+            "ungated_seconds": [round(x, 2) for x in plain],
+            "gated_rows_per_s": round(OVERHEAD_ROWS / g),
+            "ungated_rows_per_s": round(OVERHEAD_ROWS / p),
+            "overhead_percent": round((g - p) / p * 100, 1), "target_percent": 5}
+
+
+def main() -> int:
+    from migrate.run import spark_env
+    from scripts.ship_story import bootstrap
+
+    spark_env()
+    bs = bootstrap()
+    work = ROOT / ".cache" / "bench" / f"migrate-{time.strftime('%H%M%S')}"
+    result = {"migration": migration_part(bs, work)}
+    print(json.dumps(result["migration"], indent=2), flush=True)
+    result["gates_overhead"] = overhead_part(bs)
+    out = ROOT / "bench" / "results" / "migrate_speed.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["gates_overhead"], indent=2))
+    return 0 if not result["migration"]["oracle"]["problems"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
