@@ -434,10 +434,28 @@ class Migrator:
         old, inst = self.m.old_instance, self.m.new_instance
         write_start_gate(self.store.root, inst, True, self.m.id)
         self.set_gate(inst, "open")
+        # The old query is capped and idle; stopping its JVM now would compete for CPU with
+        # the shadow's first batches. Let the shadow commit a batch past the cut first.
+        cut = _offsets(self.m.cut)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.past(inst, cut):
+            time.sleep(0.2)
         self.store.request_stop(old)
         self.wait(f"'{old}' to stop", lambda: self.stopped(old))
         self.m.phase = "finish"
         self.m.save(self.store)
+
+    def past(self, instance: str, cut: dict[str, dict[int, int]]) -> bool:
+        """True once ``instance`` acknowledged input beyond ``cut`` in some partition."""
+        try:
+            ack = read_ack(self.store.root, instance)["topics"]
+        except Exception:
+            return False
+        for t, parts in cut.items():
+            done = ack.get(t, {}).get("offsets", {})
+            if any(int(done.get(str(p), 0)) > o for p, o in parts.items()):
+                return True
+        return False
 
     def step_finish(self) -> None:
         """Step 7. The new plan is the query's plan; its instance is the live one."""
