@@ -68,9 +68,15 @@ def migration_part(bs: str, work: Path) -> dict:
         if r.returncode != 0:
             raise SystemExit("migration failed:\n" + r.stdout + r.stderr)
         time.sleep(10)
+    except BaseException:
+        st.cleanup()
+        raise
     finally:
         feeder.stop()
-    st.drain_and_stop("ship_load")
+    try:
+        st.drain_and_stop("ship_load")
+    finally:
+        st.cleanup()
     m = migration_record(st.state, "ship_load")
     res = st.oracle(m["cut"][packages])
     marks = dict((k, v) for k, v in m["history"])

@@ -33,17 +33,25 @@ def main() -> int:
         st.theseus("check", v1, v1b, "--format", "text")
         r = st.theseus("migrate", "start", v1b, "--bootstrap", bs, "--state", str(st.state))
         if r.returncode != 0:
+            st.cleanup()
             return r.returncode
         time.sleep(8)
         print("\n-- 2. the aggregate also counts packages: its state is incompatible")
         st.theseus("check", v1b, v2, "--format", "text")
         r = st.theseus("migrate", "start", v2, "--bootstrap", bs, "--state", str(st.state))
         if r.returncode != 0:
+            st.cleanup()
             return r.returncode
         time.sleep(5)
+    except BaseException:
+        st.cleanup()  # never leave a query running behind a failed demo
+        raise
     finally:
         feeder.stop()
-    st.drain_and_stop("ship_load")
+    try:
+        st.drain_and_stop("ship_load")
+    finally:
+        st.cleanup()
     m = migration_record(st.state, "ship_load")
     res = st.oracle(m["cut"][st.topics["packages"]])
     print("\n-- 3. the oracle reads the output topic")

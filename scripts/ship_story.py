@@ -241,6 +241,39 @@ class Story:
             except subprocess.TimeoutExpired:
                 p.kill()
 
+    def cleanup(self, timeout: float = 30) -> None:
+        """Stop every query instance this story started, even after a failure: ask each to
+        stop between batches, then terminate what is still running."""
+        import signal
+
+        from migrate.store import DirectoryStore
+
+        qdir = self.state / "queries"
+        if not qdir.exists():
+            return
+        store = DirectoryStore(self.state)
+        names = [d.name for d in qdir.iterdir() if d.is_dir()]
+        for n in names:
+            store.request_stop(n)
+        deadline = time.monotonic() + timeout
+        for n in names:
+            pid = store.status(n).get("pid")
+            while pid and time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except OSError:
+                    break
+                time.sleep(0.5)
+            else:
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except OSError:
+                        pass
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         from confluent_kafka import Consumer, TopicPartition
 
