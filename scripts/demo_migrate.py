@@ -23,7 +23,7 @@ def main() -> int:
     st.create_topics()
     feeder = Feeder(bs, st.topics["packages"], st.rate)
     feeder.start()
-    print(f"packages arrive at {st.rate}/s for {len(st.topics)} topics under {st.work}")
+    print(f"packages arrive at {st.rate}/s; plans, state and logs under {st.work}")
     try:
         st.start_v1()
         st.wait_running("ship_load")
