@@ -105,7 +105,8 @@ def oracle(inputs, cut: dict) -> Counter:
 
 
 def run_migration(kafka, tmp_path, faults: list[str] | None = None,
-                  kill_old_in_align: bool = False, compare: bool = False):
+                  kill_old_in_align: bool = False, compare: bool = False,
+                  extra: tuple[str, ...] = ()):
     from gates.state import is_acked
     from migrate.store import DirectoryStore
 
@@ -126,6 +127,7 @@ def run_migration(kafka, tmp_path, faults: list[str] | None = None,
             str(state), "--strategy", "shadow", "--timeout", "400"]
     if compare:
         args.append("--compare")
+    args += list(extra)
     env = dict(os.environ)
     steps = list(faults or [])
     if steps:
@@ -189,6 +191,22 @@ def test_stateless_shadow_migration_is_exact(kafka, tmp_path):
                               sort_keys=True)] += n
     assert side == new_before, (f"missing {sum((new_before - side).values())}, "
                                 f"extra {sum((side - new_before).values())}")
+
+
+def test_cut_at_offsets_writes_nothing_to_the_sources(kafka, tmp_path):
+    """--cut offsets: the cut is the high watermarks recorded in the store; the source
+    topics (read by other consumers too) get no control events, and the output is exact."""
+    src, out, m = run_migration(kafka, tmp_path, extra=("--cut", "offsets"))
+    from gates.control import is_control
+
+    raw = kafka.read_all(src)
+    assert not [r for r in raw if is_control(r.headers)]
+    assert m.cut == m.high
+    got = Counter(json.dumps(r.json(), sort_keys=True) for r in kafka.read_all(out))
+    want = oracle(raw, m.cut[src])
+    assert got == want, (f"missing {sum((want - got).values())}, "
+                         f"extra {sum((got - want).values())}")
+    assert {json.loads(k)["tag"] for k in got} == {"old", "new"}
 
 
 def test_migrator_killed_at_every_phase_resumes_exactly(kafka, tmp_path):
