@@ -71,6 +71,7 @@ class Migration:
     def save(self, store: DirectoryStore) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
         atomic_write(store.query_dir(self.query) / "migration", self.id)
+        store.flush()  # recorded where every host reads it, before anyone acts on it
 
     @classmethod
     def load(cls, store: DirectoryStore, migration_id: str) -> Migration:
@@ -213,6 +214,7 @@ class Migrator:
         self.m.epoch += 1
         self.m.save(self.store)
         write_gate(self.store.root, instance, GateState(mode, cap or {}, self.m.epoch))
+        self.store.flush()
         return self.m.epoch
 
     def spawn(self, plan_path: str, instance: str, generation: int, gated: bool) -> int:
@@ -221,7 +223,7 @@ class Migrator:
             return int(st["pid"])  # resumed: it is already up
         log = open(self.store.log_path(instance), "ab")
         cmd = [sys.executable, "-m", "migrate.cli", "run", plan_path, "--bootstrap",
-               self.m.bootstrap, "--state", str(self.store.root), "--instance", instance,
+               self.m.bootstrap, "--state", self.store.spec, "--instance", instance,
                "--generation", str(generation), "--master", self.m.master,
                "--trigger", self.m.trigger]
         if gated:
@@ -433,6 +435,7 @@ class Migrator:
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
         write_start_gate(self.store.root, inst, True, self.m.id)
+        self.store.flush()
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
         # the shadow's first batches. Let the shadow commit a batch past the cut first.

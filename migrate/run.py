@@ -21,7 +21,7 @@ from compat.check import load_plan
 from compat.errors import RuntimeFailure
 from compat.model import Plan
 from compat.serde import dumps
-from migrate.store import DirectoryStore
+from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
 
@@ -85,7 +85,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
     # Step 1. Validate before anything is deployed.
     plan = load_plan(plan_path)
-    store = DirectoryStore(state)
+    store = open_store(state)
     name = instance or plan.query
     # Step 2. Record what runs where.
     store.put_plan(name, dumps(plan))

@@ -43,6 +43,7 @@ def atomic_write(path: Path, text: str) -> None:
 class DirectoryStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
+        self.spec = str(self.root)  # what a child process gets as --state
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -51,6 +52,9 @@ class DirectoryStore:
 
     def __str__(self) -> str:
         return str(self.root)
+
+    def flush(self) -> None:
+        """Make every write so far durable where other hosts read it (files: already)."""
 
     # queries --------------------------------------------------------------------------
     def query_dir(self, query: str) -> Path:
@@ -107,8 +111,40 @@ class DirectoryStore:
             p.unlink()
 
 
+class KafkaStore(DirectoryStore):
+    """The same store on a compacted Kafka topic, through a local mirror directory (see
+    :mod:`migrate.kafkastore`); ``spec`` is ``kafka://HOST:PORT/TOPIC``."""
+
+    def __init__(self, spec: str) -> None:
+        import atexit
+
+        from migrate.kafkastore import KafkaMirror, local_dir
+
+        super().__init__(local_dir(spec))
+        self.spec = spec
+        self.mirror = KafkaMirror(spec, self.root)
+        atexit.register(self._final_flush)
+
+    def flush(self) -> None:
+        self.mirror.flush()
+
+    def _final_flush(self) -> None:
+        try:
+            self.mirror.flush(10)
+        except Exception:
+            pass
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+_OPEN: dict[str, DirectoryStore] = {}
+
+
 def open_store(spec: str) -> DirectoryStore:
+    """A directory path, or ``kafka://HOST:PORT/TOPIC`` (one store object per process)."""
     if spec.startswith("kafka://"):
-        raise RuntimeFailure("the Kafka-topic store is not available yet; use a directory",
-                             expected="a directory path", found=spec)
+        if spec not in _OPEN:
+            _OPEN[spec] = KafkaStore(spec)
+        return _OPEN[spec]
     return DirectoryStore(spec)
