@@ -89,7 +89,7 @@ except ImportError:  # pragma: no cover - older pyspark: no admission control
         pass
 
 from gates.control import CONTROL_HEADER
-from gates.state import GateState, GateStateError, read_gate, write_ack
+from gates.state import OPEN, GateState, GateStateError, is_acked, read_gate, write_ack
 
 NAME = "theseus_kafka"
 _CONTROL_KEY = CONTROL_HEADER
@@ -715,6 +715,22 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         write_ack(self.opts.store, self.opts.query, self.opts.topic, start, state)
         self._last_ack = key
 
+    def _pass_cut(self, state: GateState, begin: dict[int, int]) -> GateState:
+        """Under a cap with ``follow``: open once everything before the cap is done here and
+        in the followed (old) query; otherwise the cap holds."""
+        topic = self.opts.topic
+        if any(begin.get(p, 0) < o for p, o in state.cap.get(topic, {}).items()):
+            return state
+        others = {t: c for t, c in state.cap.items() if t != topic}
+        if others and not is_acked(self.opts.store, self.opts.query, others):
+            return state
+        if not is_acked(self.opts.store, state.follow, state.cap):
+            return state
+        again = self._gate()  # an abort re-pauses this gate before it reads the old's ack
+        if again is None or again.epoch != state.epoch or again.follow != state.follow:
+            return state
+        return OPEN
+
     def latestOffset(self, start: dict, limit) -> dict:
         topic = self.opts.topic
         begin = _from_offset(topic, start)
@@ -722,6 +738,8 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         # Spark asks for a new batch only after the previous one is committed (sink included):
         # everything below `start` is done. Acknowledge it before deciding what to admit.
         self._ack(state, begin)
+        if state is not None and state.mode == "capped" and state.follow:
+            state = self._pass_cut(state, begin)
         parts = _kafka_partitions(self.opts)
         newp = [p for p in parts if p not in begin]
         if newp:  # partitions added since the checkpoint: from their earliest offset

@@ -71,6 +71,10 @@ class GateState:
     mode: str = "open"
     cap: Offsets = field(default_factory=dict)
     epoch: int = 0
+    # capped, then open once this source is at the cap, every other topic of the cap is
+    # acknowledged at the cap, and the ``follow`` query (the old one) acknowledged the whole
+    # cap: a shadow passes the cut by itself, right after the old query finished before it
+    follow: str | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -89,7 +93,10 @@ class GateState:
         return self.cap.get(topic, {}).get(int(partition), -1)
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "cap": offsets_to_json(self.cap), "epoch": self.epoch}
+        doc = {"mode": self.mode, "cap": offsets_to_json(self.cap), "epoch": self.epoch}
+        if self.follow:
+            doc["follow"] = self.follow
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping, where: str = "gate") -> GateState:
@@ -99,8 +106,10 @@ class GateState:
             epoch = int(doc.get("epoch", 0))
         except (TypeError, ValueError) as e:
             raise GateStateError(f"{where}/epoch: expected an integer") from e
+        follow = doc.get("follow")
         return cls(mode=str(doc.get("mode", "open")),
-                   cap=_norm_offsets(doc.get("cap"), f"{where}/cap"), epoch=epoch)
+                   cap=_norm_offsets(doc.get("cap"), f"{where}/cap"), epoch=epoch,
+                   follow=str(follow) if follow else None)
 
 
 OPEN = GateState()

@@ -14,10 +14,18 @@ query may run in another process on another host.
              watermarks H and wait until both acknowledge H.
 4. Cut       write one control event into every partition of every source topic; their
              offsets are the cut C (``--cut offsets``: C = H, nothing is written).  Both
-             gates now admit data up to C.
+             gates now admit data up to C; the shadow's cap *follows* the old query and
+             its start gate opens *from C*: the moment the old query acknowledges C (all
+             its output before C committed) and the shadow stands at C, the shadow's
+             source passes C and its sink writes the batches that start at C or later —
+             without waiting for this process (the output stall is the shadow's next
+             trigger and one batch).
 5. Align     wait until both queries acknowledge C: everything before C is committed.
-6. Cutover   stop the old query; open the shadow's start gate; lift its cap.
+6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
 7. Finish    record the new plan and instance as the query's; the migration is done.
+
+``abort`` before the cutover pauses the shadow first and refuses when the old query has
+already acknowledged C (the shadow may have taken over): ``resume`` then finishes.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from compat.check import check_plans, load_plan
 from compat.errors import MigrationError
 from compat.model import Plan, Source
 from gates.startgate import write_start_gate
-from gates.state import GateState, is_acked, read_ack, read_gate, write_gate
+from gates.state import GateState, ack_path, is_acked, read_ack, read_gate, write_gate
 from migrate.store import DirectoryStore, atomic_write
 
 PHASES = ("check", "shadow", "pause", "cut", "align", "cutover", "finish", "done")
@@ -209,11 +217,11 @@ class Migrator:
         finally:
             c.close()
 
-    def set_gate(self, instance: str, mode: str, cap: dict[str, dict[int, int]] | None = None
-                 ) -> int:
+    def set_gate(self, instance: str, mode: str, cap: dict[str, dict[int, int]] | None = None,
+                 follow: str | None = None) -> int:
         self.m.epoch += 1
         self.m.save(self.store)
-        write_gate(self.store.root, instance, GateState(mode, cap or {}, self.m.epoch))
+        write_gate(self.store.root, instance, GateState(mode, cap or {}, self.m.epoch, follow))
         self.store.flush()
         return self.m.epoch
 
@@ -406,20 +414,37 @@ class Migrator:
         self.m.cut = _offsets_json(cut)
         self.m.save(self.store)
         self.echo("  cut C = " + json.dumps(self.m.cut))
-        for q, ts in self.instance_topics().items():
-            self.set_gate(q, "capped", {t: cut[t] for t in ts})
+        self.arm(cut)
         self.m.phase = "align"
         self.m.save(self.store)
+
+    def arm(self, cut: dict[str, dict[int, int]]) -> None:
+        """Cap both queries at C. The shadow's cap follows the old query: its source passes C
+        by itself once the old query acknowledged C, and its start gate opens for the batches
+        that start at C or later, so the switch does not wait for this process."""
+        per = self.instance_topics()
+        old, inst = self.m.old_instance, self.m.new_instance
+        mine = {t: cut[t] for t in per[inst]}
+        theirs = {t: cut[t] for t in per[old]}
+        write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
+                         follow=old, follow_offsets=theirs)
+        self.store.flush()
+        self.set_gate(old, "capped", theirs)
+        self.set_gate(inst, "capped", mine, follow=old)
 
     def step_align(self) -> None:
         """Step 5. Both queries finish exactly the input before C."""
         self.enter("align")
         full = _offsets(self.m.cut)
-        for q, ts in self.instance_topics().items():
+        per = self.instance_topics()
+        old, inst = self.m.old_instance, self.m.new_instance
+        g_old, g_new = read_gate(self.store.root, old), read_gate(self.store.root, inst)
+        if (g_old.mode, g_old.cap) != ("capped", {t: full[t] for t in per[old]}) or \
+                (g_new.mode, g_new.cap, g_new.follow) != (
+                    "capped", {t: full[t] for t in per[inst]}, old):
+            self.arm(full)  # resumed after a crash in step 4 (or a refused abort)
+        for q, ts in per.items():
             cut = {t: full[t] for t in ts}
-            gate = read_gate(self.store.root, q)
-            if gate.mode != "capped" or gate.cap != cut:  # resumed after a crash in step 4
-                self.set_gate(q, "capped", cut)
             self.wait(f"'{q}' to reach the cut",
                       lambda q=q, cut=cut: is_acked(self.store.root, q, cut))
         self.m.phase = "cutover"
@@ -434,6 +459,7 @@ class Migrator:
         """
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
+        self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
         write_start_gate(self.store.root, inst, True, self.m.id)
         self.store.flush()
         self.set_gate(inst, "open")
@@ -447,6 +473,12 @@ class Migrator:
         self.wait(f"'{old}' to stop", lambda: self.stopped(old))
         self.m.phase = "finish"
         self.m.save(self.store)
+
+    def switched(self, instance: str) -> bool:
+        """The shadow's start gate is open (it writes the output from the cut on)."""
+        from gates.startgate import StartGate
+
+        return StartGate(self.store.root, instance).is_open(-1)
 
     def past(self, instance: str, cut: dict[str, dict[int, int]]) -> bool:
         """True once ``instance`` acknowledged input beyond ``cut`` in some partition."""
@@ -481,6 +513,25 @@ class Migrator:
                                  file=str(self.store.root),
                                  hint="theseus migrate resume finishes the cutover")
         old, inst = self.m.old_instance, self.m.new_instance
+        if self.m.kind == "shadow" and self.m.cut and inst:
+            # Once the old query finished the input before C, the shadow may take over by
+            # itself (its source passes C): that is the point of no return. Check it, hold
+            # the shadow, check again: a shadow that passed C saw the old query's
+            # acknowledgement before the hold, so the second check sees it too.
+            full = _offsets(self.m.cut)
+            theirs = {t: full[t] for t in self.source_topics(self.plans()[0])}
+            refused = MigrationError("the old query finished the input before the cut: the "
+                                     "shadow takes over from there", file=str(self.store.root),
+                                     hint="theseus migrate resume finishes the migration")
+            if is_acked(self.store.root, old, theirs):
+                raise refused
+            self.set_gate(inst, "paused")
+            if is_acked(self.store.root, old, theirs):
+                self.arm(full)  # let the shadow go on: it may already write the output
+                raise refused
+            # the shadow holds before C: closing its start gate cannot drop output
+            write_start_gate(self.store.root, inst, False, self.m.id)
+            self.store.flush()
         write_gate(self.store.root, old, GateState("open", {}, self.m.epoch + 1))
         if inst and inst != old:
             self.store.request_stop(inst)
@@ -513,6 +564,9 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
         if "has no migration" not in e.message:
             raise
     gen = int(st.get("generation", 0)) + 1
+    while store.query_dir(f"{query}.g{gen}").exists() or \
+            ack_path(store.root, f"{query}.g{gen}").exists():
+        gen += 1  # an aborted migration's shadow: its checkpoint and acks are not ours
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     atomic_write(recorded, open(new_plan_path).read())
