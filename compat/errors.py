@@ -74,6 +74,38 @@ class ExpressionError(PlanError):
         super().__init__(message, **kw)  # type: ignore[arg-type]
 
 
+class SqlError(TheseusError):
+    """A SQL script cannot be compiled into a plan.
+
+    Points at ``file:line:col`` and, when the offending line is known, repeats it with the
+    offending text underlined (``^^^``), the way compilers do.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 col: int | None = None, source_line: str | None = None, length: int = 1,
+                 **kw: object) -> None:
+        self.line = line
+        self.col = col
+        self.source_line = source_line
+        self.length = max(1, length)
+        super().__init__(message, file=file, **kw)  # type: ignore[arg-type]
+
+    def where(self) -> str:
+        if self.line is None:
+            return super().where()
+        return f"{self.file or '<sql>'}:{self.line}:{self.col or 1}"
+
+    def render(self) -> str:
+        text = super().render()
+        if self.source_line is not None and self.col is not None:
+            line = self.source_line.rstrip("\n")
+            # Keep tabs in the indent so the carets line up under the text they mark.
+            indent = "".join(ch if ch == "\t" else " " for ch in line[:self.col - 1])
+            width = min(self.length, max(1, len(line) - self.col + 1))
+            text += f"\n    {line}\n    {indent}{'^' * width}"
+        return text
+
+
 class CheckError(TheseusError):
     """The checker was called wrongly (bad flag values, git ref not found...)."""
 
