@@ -1,0 +1,237 @@
+"""Spark SQL in, a validated ``theseus.plan/1`` document out.
+
+Steps, in this fixed order:
+1. parse the script with sqlglot (Spark dialect) and read its statements;
+2. translate the query into the intermediate graph, resolving every column;
+3. add the sink, with its defaults (key: the GROUP BY columns; mode: decided in step 6);
+4. optimize: the rules of ``compat.sql.optimizer.RULES``, in order, minus excluded ones;
+5. write the plan document (stable ids, inputs first, SQL text and compiler in metadata);
+6. validate it as a hand-written plan is validated (schema, graph, semantics, changelog
+   modes).  Without a ``mode`` option the sink appends when the plan is valid in append mode
+   (insert-only output) and writes updates otherwise.  A plan the checker refuses is reported
+   at the SQL that produced the offending step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from compat import serde
+from compat import types as T
+from compat.errors import PlanError, SqlError
+from compat.infer import analyze
+from compat.model import Plan
+from compat.sql import ir
+from compat.sql.emit import plan_document
+from compat.sql.optimizer import RULES, optimize
+from compat.sql.parse import parse_script
+from compat.sql.script import Script, SinkOptions, read_script, sink_options
+from compat.sql.text import SqlText, did_you_mean
+from compat.sql.translate import Output, translate
+
+COMPILER_VERSION = "theseus-sql/1"
+
+
+@dataclass
+class Compiled:
+    """A compiled script: the plan document, the validated plan and the final graph."""
+
+    document: dict[str, Any]
+    plan: Plan
+    graph: ir.Graph
+
+
+def compile_sql(text: str, file: str = "<sql>") -> dict[str, Any]:
+    """Compile a Spark SQL script into a validated plan document."""
+    return compile_script(text, file).document
+
+
+def compile_script(text: str, file: str = "<sql>", *,
+                   rules: tuple[str, ...] | None = None) -> Compiled:
+    """Compile, keeping the intermediate results; ``rules`` overrides the optimizer's."""
+    src = SqlText(text, file)
+    # Step 1.
+    script = read_script(src, parse_script(src))
+    # Steps 2 and 3.
+    graph, out, opts = build_graph(src, script)
+    # Step 4.
+    names = rules if rules is not None else _rules(src, script)
+    graph = optimize(graph, names)
+    # Steps 5 and 6.
+    plan, graph = _validated(src, script, graph, out, opts)
+    return Compiled(serde.to_doc(plan), plan, graph)
+
+
+def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOptions]:
+    """The unoptimized graph of a script, sink included."""
+    graph, out = translate(src, script)
+    target = script.target
+    assert target is not None
+    opts = sink_options(src, target)
+    top = out.rel.id
+    if target.columns is not None:
+        top = _rename_to_table(src, script, graph, top)
+    keys = opts.key_columns if opts.key_columns is not None else \
+        tuple(out.group_keys or ())
+    sink = ir.Sink(target.name, (top,), topic=opts.topic, format=opts.format,
+                   key_columns=keys, mode=opts.mode, delivery=opts.delivery)
+    graph.add(sink, target.span)
+    graph.sink = sink.id
+    if opts.key_columns is not None:
+        outputs = graph.columns(top)
+        low = {c.lower() for c in outputs}
+        for k in opts.key_columns:
+            if k.lower() not in low:
+                raise src.error(f"key column '{k}' is not an output column of the query" +
+                                did_you_mean(k, outputs), target.options["key"].span)
+    return graph, out, opts
+
+
+def _rename_to_table(src: SqlText, script: Script, graph: ir.Graph, top: str) -> str:
+    """INSERT INTO a declared table: columns go by position (as in Spark), renamed."""
+    target = script.target
+    assert target is not None and target.columns is not None
+    names = graph.columns(top)
+    if len(names) != len(target.columns):
+        raise src.error(f"the query gives {len(names)} columns but table '{target.name}' has "
+                        f"{len(target.columns)} (INSERT INTO matches columns by position)",
+                        script.query_span)
+    if names == [c.name for c in target.columns]:
+        return top
+    pid = _fresh(graph, script, "select")
+    graph.add(ir.Project(pid, (top,), columns=tuple(
+        (c.name, ir.col(n)) for c, n in zip(target.columns, names))), script.query_span)
+    return pid
+
+
+def _fresh(graph: ir.Graph, script: Script, prefix: str) -> str:
+    n = 1
+    while f"{prefix}_{n}" in graph.steps or f"{prefix}_{n}" in script.tables:
+        n += 1
+    return f"{prefix}_{n}"
+
+
+def _rules(src: SqlText, script: Script) -> tuple[str, ...]:
+    names = tuple(name for name, _fn in RULES)
+    setting = script.setting("theseus.optimizer.excluded_rules")
+    if setting is None:
+        return names
+    excluded = [x.strip() for x in str(setting.value).split(",") if x.strip()]
+    for x in excluded:
+        if x not in names:
+            raise src.error(f"unknown optimizer rule '{x}'" + did_you_mean(x, names) +
+                            "; rules: " + ", ".join(names), setting.span)
+    return tuple(n for n in names if n not in excluded)
+
+
+# -- writing and validating -------------------------------------------------------------------
+
+
+def _document(script: Script, graph: ir.Graph) -> dict[str, Any]:
+    settings = script.settings
+    target = script.target
+    assert target is not None
+    query = settings["theseus.query"].value if "theseus.query" in settings else target.name
+    config: dict[str, Any] = {}
+    if "spark.sql.shuffle.partitions" in settings:
+        config["state_partitions"] = settings["spark.sql.shuffle.partitions"].value
+    for k, v in settings.items():
+        if k.startswith("theseus.config."):
+            config[k[len("theseus.config."):]] = v.value
+    metadata: dict[str, Any] = {"compiler": COMPILER_VERSION, "sql": script.src.text}
+    for k, v in settings.items():
+        if k.startswith("theseus.metadata."):
+            metadata[k[len("theseus.metadata."):]] = v.value
+    return plan_document(graph, query=str(query), config=config, metadata=metadata)
+
+
+def _check(src: SqlText, script: Script, graph: ir.Graph) -> Plan:
+    """Validate the written plan exactly as ``compat.check.load_plan`` validates a file."""
+    plan = serde.from_doc(_document(script, graph), src.file)
+    analyze(plan)
+    return plan
+
+
+def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
+               opts: SinkOptions) -> tuple[Plan, ir.Graph]:
+    """The validated plan and its final graph (sink mode decided, output types cast)."""
+    sink = graph[graph.sink]
+    assert isinstance(sink, ir.Sink)
+    modes = [opts.mode] if opts.mode else ["append", "update"]
+    failure: PlanError | None = None
+    for mode in modes:
+        g = graph.copy()
+        g.put(sink.replace(mode=mode))
+        try:
+            plan = _check(src, script, g)
+        except PlanError as e:
+            failure = e
+            continue
+        if mode != "append" and opts.key_columns is None and out.missing_keys:
+            raise src.error(
+                f"the output is a table of updates keyed by its GROUP BY columns, but "
+                f"{', '.join(repr(k) for k in out.missing_keys)} is not in the SELECT list: "
+                f"select it, or set OPTIONS (key '...') on table '{sink.id}'",
+                script.query_span)
+        cast = _casts(script, g, plan)
+        if cast is not None:
+            g = cast
+            try:
+                plan = _check(src, script, g)
+            except PlanError as e:
+                raise _plan_error(src, script, g, e) from None
+        return plan, g
+    assert failure is not None
+    raise _plan_error(src, script, graph, failure)
+
+
+def _casts(script: Script, g: ir.Graph, plan: Plan) -> ir.Graph | None:
+    """A declared output table's types: cast what the query computes differently."""
+    target = script.target
+    assert target is not None
+    if target.columns is None:
+        return None
+    top = g[g.sink].inputs[0]
+    inferred = plan.info[top].columns
+    changes = []
+    for (_name, have), decl in zip(inferred, target.columns):
+        if have not in (decl.type, T.UNKNOWN, "void") and not T.same_layout(have, decl.type):
+            changes.append(decl.name)
+    if not changes:
+        return None
+    out = g.copy()
+    step = out[top]
+    if not isinstance(step, ir.Project) or top in script.tables:
+        pid = _fresh(out, script, "select")
+        names = out.columns(top)
+        out.add(ir.Project(pid, (top,), columns=tuple((n, ir.col(n)) for n in names)),
+                script.query_span)
+        out.rewire(out.sink, top, pid)
+        step = out[pid]
+    assert isinstance(step, ir.Project)
+    decl_types = {c.name: c.type for c in target.columns}
+    cols = tuple((n, exp.Cast(this=ir.paren(e), to=exp.DataType.build(decl_types[n],
+                                                                       dialect="spark")))
+                 if n in changes else (n, e) for n, e in step.columns)
+    out.put(step.replace(columns=cols))
+    return out
+
+
+def _plan_error(src: SqlText, script: Script, graph: ir.Graph, e: PlanError) -> SqlError:
+    step = graph.steps.get(e.node or "")
+    what = f"{step.kind} '{step.id}'" if step else "the plan"
+    text = e.message
+    if e.expected is not None or e.found is not None:
+        text += f" (expected {e.expected}, found {e.found})"
+    if e.hint:
+        text += f". {e.hint}"
+    if step is not None and isinstance(step, ir.Sink) and "key_columns" in (e.pointer or ""):
+        text += f"; set OPTIONS (key '<column>[,<column>...]') on table '{step.id}'"
+    where = graph.origins.get(e.node or "") or script.query_span
+    return src.error(f"the compiled plan is invalid at {what}: {text}", where)
+
+
+__all__ = ["COMPILER_VERSION", "Compiled", "build_graph", "compile_script", "compile_sql"]

@@ -1,0 +1,1047 @@
+"""SELECT statements to the intermediate graph, one clause at a time.
+
+A SELECT is read in Spark's logical order: FROM (tables, subqueries, joins, LATERAL VIEW),
+WHERE, GROUP BY with its aggregates, HAVING, the SELECT list, DISTINCT.  Every column
+reference is resolved here, against the columns in scope, so that a misspelt name is reported
+where it was written; the graph holds only resolved expressions.
+
+Two query shapes are rewritten as in Flink SQL: ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY
+x) AS rn`` in a subquery filtered by ``rn <= N`` becomes a ``top_n`` step, and becomes a
+``deduplicate`` step when N is 1 and the order is the event-time column ascending.  The row
+number itself is not an output column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from compat import expr as E
+from compat.infer import duration_seconds
+from compat.sql import ir
+from compat.sql.script import Script, Table, source_step
+from compat.sql.text import Span, SqlText, did_you_mean, span_of
+
+#: the one optimizer hint: how long a deduplication remembers a key
+HINTS = ("DEDUP_WITHIN",)
+
+
+@dataclass(frozen=True)
+class ScopeCol:
+    """A column visible to expressions: how SQL names it and what the step outputs."""
+
+    qualifier: str | None  # lower-case table name or alias
+    name: str  # as declared / aliased
+    physical: str  # the name in the step's output
+    side: str | None = None  # ir.LEFT / ir.RIGHT while resolving a join's ON
+
+
+@dataclass
+class Rel:
+    """A relation under construction: the step producing it and its columns in scope."""
+
+    id: str
+    cols: list[ScopeCol]
+
+    def requalify(self, qualifier: str | None) -> Rel:
+        q = qualifier.lower() if qualifier else None
+        return Rel(self.id, [ScopeCol(q, c.name, c.physical) for c in self.cols])
+
+
+@dataclass
+class Output:
+    """What the top-level query produced, for the sink's defaults."""
+
+    rel: Rel
+    #: output names of the GROUP BY columns (without the window), when the query aggregates
+    group_keys: list[str] | None = None
+    #: GROUP BY columns missing from the output (so there is no default key)
+    missing_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Hints:
+    dedup_within: str | None = None
+    span: Span | None = None
+
+
+_AGG_OUT = "theseus_agg_out"  # meta flag: a column of the aggregate's output
+
+
+class Translator:
+    def __init__(self, src: SqlText, script: Script) -> None:
+        self.src = src
+        self.script = script
+        self.graph = ir.Graph()
+        self.counters: dict[str, int] = {}
+        self.sources: dict[str, ir.Source] = {}
+        # Table and view names, and the sink's, can never be generated ids.
+        self.reserved = {t.name.lower() for t in script.tables.values()}
+        self.group_keys: list[str] | None = None
+        self.missing_keys: list[str] = []
+
+    # -- entry ----------------------------------------------------------------------------
+
+    def translate(self, query: exp.Expression) -> Output:
+        rel = self.query(query, {})
+        return Output(rel, self.group_keys, self.missing_keys)
+
+    def new_id(self, prefix: str) -> str:
+        n = self.counters.get(prefix, 0)
+        while True:
+            n += 1
+            sid = f"{prefix}_{n}"
+            if sid not in self.graph.steps and sid.lower() not in self.reserved:
+                self.counters[prefix] = n
+                return sid
+
+    def err(self, message: str, where: exp.Expression | Span | None):  # -> SqlError
+        return self.src.error(message, where)
+
+    # -- queries --------------------------------------------------------------------------
+
+    def query(self, q: exp.Expression, ctes: dict[str, tuple[exp.Expression, dict]]) -> Rel:
+        ctes = self._with(q, ctes)
+        if isinstance(q, exp.Subquery):
+            return self.query(q.this, ctes)
+        if isinstance(q, exp.Union):
+            return self.union(q, ctes)
+        if isinstance(q, (exp.Intersect, exp.Except)):
+            raise self.err(f"{q.key.upper()} is not supported on streams (UNION ALL is)", q)
+        if isinstance(q, exp.Select):
+            return self.select(q, ctes)
+        raise self.err(f"expected a SELECT, found {q.key.upper()}", q)
+
+    def _with(self, q: exp.Expression, ctes: dict) -> dict:
+        w = q.args.get("with_") or q.args.get("with")
+        if not w:
+            return ctes
+        if w.args.get("recursive"):
+            raise self.err("WITH RECURSIVE is not supported (a recursive step is written in "
+                           "the plan)", w)
+        out = dict(ctes)
+        for cte in w.expressions:
+            out[cte.alias_or_name.lower()] = (cte.this, dict(out))
+        return out
+
+    def union(self, q: exp.Union, ctes: dict) -> Rel:
+        for k in ("order", "limit", "offset"):
+            if q.args.get(k):
+                raise self.err(f"{k.upper()} on a UNION is not supported on a stream", q.args[k])
+        distinct = bool(q.args.get("distinct"))
+        branches: list[exp.Expression] = []
+
+        def collect(node: exp.Expression) -> None:
+            if isinstance(node, exp.Union) and bool(node.args.get("distinct")) == distinct \
+                    and not node.args.get("with_") and not any(
+                        node.args.get(k) for k in ("order", "limit")):
+                collect(node.this)
+                collect(node.expression)
+            else:
+                branches.append(node)
+
+        collect(q.this)
+        collect(q.expression)
+        rels = [self.query(b, ctes) for b in branches]
+        names = [c for c in _names(rels[0])]
+        inputs = [rels[0].id]
+        for b, r in zip(branches[1:], rels[1:]):
+            other = _names(r)
+            if len(other) != len(names):
+                raise self.err(f"UNION branches have {len(names)} and {len(other)} columns",
+                               b)
+            if [n.lower() for n in other] != [n.lower() for n in names]:
+                # Spark's UNION matches columns by position; a plan's union by name.
+                pid = self.new_id("select")
+                self.graph.add(ir.Project(pid, (r.id,), columns=tuple(
+                    (n, ir.col(p)) for n, p in zip(names, _physical(r)))), span_of(b))
+                r = Rel(pid, [])
+            inputs.append(r.id)
+        uid = self.new_id("union")
+        self.graph.add(ir.Union(uid, tuple(inputs)), span_of(q))
+        rel = Rel(uid, [ScopeCol(None, n, n) for n in names])
+        self.group_keys, self.missing_keys = None, []
+        if distinct:
+            rel = self.distinct(rel, q, _Hints())
+        return rel
+
+    # -- SELECT ---------------------------------------------------------------------------
+
+    def select(self, s: exp.Select, ctes: dict) -> Rel:
+        self._refuse_clauses(s)
+        hints = self._hints(s)
+        if not s.args.get("from_"):
+            raise self.err("a SELECT without FROM has no input stream", s)
+        pattern = self._rank_pattern(s)
+        if pattern is not None:
+            return self._select_ranked(s, pattern, ctes, hints)
+        self._refuse_windows(s)
+        rel = self.from_(s, ctes)
+        self.group_keys, self.missing_keys = None, []
+        if s.args.get("where"):
+            rel = self.filter(rel, s.args["where"].this, "WHERE", "where")
+        items = list(s.expressions)
+        group = s.args.get("group")
+        having = s.args.get("having")
+        aggregating = bool(group) or bool(having) or any(_has_agg(i) for i in items)
+        if aggregating:
+            if any(_generator(i) is not None for i in items):
+                raise self.err("explode() in the SELECT list of an aggregating query is not "
+                               "supported (use LATERAL VIEW explode(...) in FROM)", s)
+            rel = self.aggregate(s, rel, items, group, having)
+        else:
+            rel, items = self._select_generator(rel, items)
+            rel = self.project(rel, items, s)
+        if s.args.get("distinct"):
+            rel = self.distinct(rel, s.args["distinct"], hints)
+        elif hints.dedup_within:
+            raise self.err("DEDUP_WITHIN applies to SELECT DISTINCT or to the deduplication "
+                           "pattern (ROW_NUMBER() ... ORDER BY <event time> ... WHERE rn = 1)",
+                           hints.span)
+        return rel
+
+    def _refuse_clauses(self, s: exp.Select) -> None:
+        words = {"order": "ORDER BY", "limit": "LIMIT", "offset": "OFFSET",
+                 "qualify": "QUALIFY", "sort": "SORT BY", "cluster": "CLUSTER BY",
+                 "distribute": "DISTRIBUTE BY", "windows": "WINDOW", "into": "INTO",
+                 "pivots": "PIVOT", "settings": "SETTINGS", "connect": "CONNECT BY"}
+        for k, word in words.items():
+            v = s.args.get(k)
+            if v:
+                extra = " (for the first N rows per key, use the Top-N pattern: ROW_NUMBER() " \
+                    "OVER (PARTITION BY ... ORDER BY ...) AS rn ... WHERE rn <= N)" \
+                    if k in ("order", "limit", "sort") else ""
+                node = v[0] if isinstance(v, list) else v
+                raise self.err(f"{word} is not supported in a streaming query{extra}", node)
+        d = s.args.get("distinct")
+        if d is not None and d.args.get("on"):
+            raise self.err("DISTINCT ON is not supported (use the deduplication pattern "
+                           "with ROW_NUMBER())", d)
+
+    def _refuse_windows(self, s: exp.Select) -> None:
+        for w in s.find_all(exp.Window):
+            if _enclosing_select(w) is s:
+                raise self.err("window functions are supported only in the Top-N pattern: "
+                               "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY ... "
+                               "ORDER BY ...) AS rn FROM t) WHERE rn <= N", w)
+
+    def _hints(self, s: exp.Select) -> _Hints:
+        out = _Hints()
+        hint = s.args.get("hint")
+        if not hint:
+            return out
+        for h in hint.expressions:
+            name = (h.name if isinstance(h, (exp.Anonymous, exp.Var, exp.Column)) else
+                    h.sql_name() if isinstance(h, exp.Func) else h.sql()).upper()
+            if name != "DEDUP_WITHIN":
+                raise self.err(f"hint {name} is not supported (supported: " +
+                               ", ".join(HINTS) + ")", h)
+            args = h.expressions if isinstance(h, exp.Anonymous) else []
+            value = _duration_text(args[0]) if len(args) == 1 else None
+            if value is None or duration_seconds(value) is None:
+                raise self.err("DEDUP_WITHIN takes one duration, e.g. "
+                               "/*+ DEDUP_WITHIN('1 hour') */", h)
+            out.dedup_within, out.span = value, span_of(h)
+        return out
+
+    # -- FROM -----------------------------------------------------------------------------
+
+    def from_(self, s: exp.Select, ctes: dict) -> Rel:
+        rel = self.relation(s.args["from_"].this, ctes)
+        for j in s.args.get("joins") or []:
+            rel = self.join(rel, j, ctes)
+        for lat in s.args.get("laterals") or []:
+            rel = self.lateral(rel, lat)
+        return rel
+
+    def relation(self, t: exp.Expression, ctes: dict) -> Rel:
+        if isinstance(t, exp.Table):
+            return self.table(t, ctes)
+        if isinstance(t, exp.Subquery):
+            alias = t.args.get("alias")
+            if alias is not None and alias.args.get("columns"):
+                raise self.err("column aliases on a subquery are not supported (alias the "
+                               "columns in its SELECT list)", alias)
+            return self.query(t.this, ctes).requalify(t.alias or None)
+        raise self.err(f"{t.key.upper()} in FROM is not supported (FROM takes tables, views "
+                       "and subqueries)", t)
+
+    def table(self, t: exp.Table, ctes: dict) -> Rel:
+        if t.args.get("db") or t.args.get("catalog"):
+            raise self.err("qualified table names are not supported: declare the topic with "
+                           "CREATE TABLE <name> ... USING kafka", t)
+        alias = t.args.get("alias")
+        if alias is not None and alias.args.get("columns"):
+            raise self.err("column aliases on a table are not supported", alias)
+        name = t.name
+        qualifier = t.alias or name
+        low = name.lower()
+        if low in ctes:
+            q, defined = ctes[low]
+            return self.query(q, defined).requalify(qualifier)
+        if low in self.script.views:
+            return self.query(self.script.views[low], {}).requalify(qualifier)
+        table = self.script.tables.get(low)
+        if table is None:
+            known = [x.name for x in self.script.tables.values()] + list(ctes) + \
+                list(self.script.views)
+            raise self.err(f"unknown table '{name}'" + did_you_mean(name, known) +
+                           " (declare it with CREATE TABLE ... USING kafka)", t)
+        if table is self.script.target:
+            raise self.err(f"the query reads its own output table '{name}'", t)
+        if table.columns is None:
+            raise self.err(f"table '{name}' has no column list, so it cannot be read", t)
+        return self._source(table, t, qualifier)
+
+    def _source(self, table: Table, ref: exp.Table, qualifier: str) -> Rel:
+        # Each reference reads the topic once: a second reference is a second source step.
+        sid = table.name
+        n = 1
+        while sid in self.graph.steps:
+            n += 1
+            sid = f"{table.name}_{n}"
+        step = source_step(self.src, table, sid)
+        self.graph.add(step, table.span)
+        q = qualifier.lower()
+        return Rel(sid, [ScopeCol(q, c.name, c.name) for c in step.schema])
+
+    # -- joins ----------------------------------------------------------------------------
+
+    def join(self, left: Rel, j: exp.Join, ctes: dict) -> Rel:
+        right = self.relation(j.this, ctes)
+        side = (j.side or "").upper()
+        kind = (j.kind or "").upper()
+        if j.args.get("method"):
+            raise self.err(f"{j.args['method']} joins are not supported (write ON ...)", j)
+        if kind == "CROSS" or (j.args.get("on") is None and not j.args.get("using")):
+            raise self.err("a join needs ON or USING with equality keys (a cross join of "
+                           "streams never ends)", j)
+        jtype = {("", ""): "inner", ("", "INNER"): "inner", ("LEFT", ""): "left",
+                 ("LEFT", "OUTER"): "left", ("RIGHT", ""): "right", ("RIGHT", "OUTER"): "right",
+                 ("FULL", ""): "full", ("FULL", "OUTER"): "full", ("LEFT", "SEMI"): "left_semi",
+                 ("", "SEMI"): "left_semi", ("LEFT", "ANTI"): "left_anti",
+                 ("", "ANTI"): "left_anti"}.get((side, kind))
+        if jtype is None:
+            raise self.err(f"{side} {kind} JOIN is not supported".strip(), j)
+        lcols = [ScopeCol(c.qualifier, c.name, c.physical, ir.LEFT) for c in left.cols]
+        rcols = [ScopeCol(c.qualifier, c.name, c.physical, ir.RIGHT) for c in right.cols]
+        both = lcols + rcols
+        lkeys: list[exp.Expression] = []
+        rkeys: list[exp.Expression] = []
+        cond: list[exp.Expression] = []
+        bound: list[exp.Expression] = []
+        streams = self.graph.is_stream(left.id) and self.graph.is_stream(right.id)
+        for u in j.args.get("using") or []:
+            name = u.name
+            lk = self.resolve(exp.column(name), lcols, "USING", span=span_of(u))
+            rk = self.resolve(exp.column(name), rcols, "USING", span=span_of(u))
+            lkeys.append(_unqualify(lk))
+            rkeys.append(_unqualify(rk))
+        for c in ir.conjuncts(j.args.get("on")):
+            r = self.resolve(c, both, "ON")
+            sides = _sides(r)
+            if isinstance(r, exp.EQ):
+                a, b = _sides(r.this), _sides(r.expression)
+                if a == {ir.LEFT} and b == {ir.RIGHT}:
+                    lkeys.append(_unqualify(r.this))
+                    rkeys.append(_unqualify(r.expression))
+                    continue
+                if a == {ir.RIGHT} and b == {ir.LEFT}:
+                    lkeys.append(_unqualify(r.expression))
+                    rkeys.append(_unqualify(r.this))
+                    continue
+            if streams and sides == {ir.LEFT, ir.RIGHT} and \
+                    isinstance(r, (exp.Between, exp.LT, exp.LTE, exp.GT, exp.GTE)):
+                bound.append(r)
+            else:
+                cond.append(r)
+        if not lkeys and not cond:
+            raise self.err("a join needs equality keys between the two sides "
+                           "(ON a.k = b.k)", j.args.get("on") or j)
+        jid = self.new_id("join")
+        step = ir.Join(jid, (left.id, right.id), type=jtype, left_keys=tuple(lkeys),
+                       right_keys=tuple(rkeys), condition=ir.and_all(cond),
+                       time_bound=ir.and_all(bound))
+        self.graph.add(step, span_of(j))
+        # The join's output names (infer's rules): map every right column to its new name.
+        out = ir.join_output(step, self.graph.columns(left.id), self.graph.columns(right.id))
+        renamed = {src[1].lower(): name for name, src in out if src[0] == "right"}
+        paired = ir.paired_keys(step)
+        cols = list(left.cols)
+        if jtype not in ("left_semi", "left_anti"):
+            lphys = {c.lower(): c for c in self.graph.columns(left.id)}
+            for c in right.cols:
+                low = c.physical.lower()
+                if low in renamed:
+                    cols.append(ScopeCol(c.qualifier, c.name, renamed[low]))
+                elif low in paired:
+                    cols.append(ScopeCol(c.qualifier, c.name, lphys[low]))
+        return Rel(jid, cols)
+
+    def lateral(self, rel: Rel, lat: exp.Lateral) -> Rel:
+        gen = lat.this
+        if not lat.args.get("view") or not isinstance(gen, (exp.Explode, exp.ExplodeOuter)) \
+                or isinstance(gen, exp.Posexplode):
+            raise self.err("only LATERAL VIEW [OUTER] explode(...) is supported", lat)
+        alias = lat.args.get("alias")
+        names = [c.name for c in (alias.args.get("columns") or [])] if alias else []
+        if len(names) > 1:
+            raise self.err("explode() gives one column here (the elements of an array, or "
+                           "struct<key,value> entries of a map): name one column", alias)
+        outer = bool(lat.args.get("outer")) or isinstance(gen, exp.ExplodeOuter)
+        return self._explode(rel, gen, names[0] if names else "col", outer,
+                             alias.name if alias is not None else None, span_of(lat))
+
+    def _explode(self, rel: Rel, gen: exp.Expression, alias: str, outer: bool,
+                 qualifier: str | None, origin: Span | None) -> Rel:
+        e = self.resolve(gen.this, rel.cols, "explode()")
+        if any(c.physical.lower() == alias.lower() for c in rel.cols):
+            raise self.err(f"column '{alias}' already exists: name the exploded column "
+                           "differently", gen)
+        sid = self.new_id("explode")
+        self.graph.add(ir.Explode(sid, (rel.id,), expr=e, alias=alias, outer=outer), origin)
+        q = qualifier.lower() if qualifier else None
+        return Rel(sid, rel.cols + [ScopeCol(q, alias, alias)])
+
+    def _select_generator(self, rel: Rel,
+                          items: list[exp.Expression]) -> tuple[Rel, list[exp.Expression]]:
+        gens = [(i, g) for i, g in ((i, _generator(item)) for i, item in enumerate(items))
+                if g is not None]
+        if not gens:
+            return rel, items
+        if len(gens) > 1:
+            raise self.err("only one explode() per SELECT list", items[gens[1][0]])
+        i, gen = gens[0]
+        if isinstance(gen, exp.Posexplode) or \
+                not isinstance(gen, (exp.Explode, exp.ExplodeOuter)):
+            raise self.err("only explode() and explode_outer() are supported", gen)
+        item = items[i]
+        alias = item.alias if isinstance(item, exp.Alias) else "col"
+        rel = self._explode(rel, gen, alias, isinstance(gen, exp.ExplodeOuter), None,
+                            span_of(item))
+        items = list(items)
+        items[i] = exp.column(alias)
+        return rel, items
+
+    # -- WHERE, projections, DISTINCT --------------------------------------------------------
+
+    def filter(self, rel: Rel, cond: exp.Expression, clause: str, prefix: str) -> Rel:
+        pred = self.resolve(cond, rel.cols, clause)
+        sid = self.new_id(prefix)
+        self.graph.add(ir.Filter(sid, (rel.id,), predicate=pred), span_of(cond))
+        return Rel(sid, rel.cols)
+
+    def project(self, rel: Rel, items: list[exp.Expression], where: exp.Expression) -> Rel:
+        out: list[tuple[str, exp.Expression, exp.Expression]] = []
+        for item in items:
+            if isinstance(item, exp.Star) or \
+                    (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+                q = item.table.lower() if isinstance(item, exp.Column) and item.table else None
+                cols = [c for c in rel.cols if q is None or c.qualifier == q]
+                if q is not None and not cols:
+                    raise self.err(f"unknown table '{item.table}' in SELECT" +
+                                   did_you_mean(item.table, {c.qualifier or "" for c in
+                                                             rel.cols}), item)
+                seen: set[str] = set()
+                for c in cols:
+                    if c.physical.lower() not in seen:
+                        seen.add(c.physical.lower())
+                        out.append((c.physical, ir.col(c.physical), item))
+                continue
+            alias = item.alias if isinstance(item, exp.Alias) else None
+            raw = item.this if isinstance(item, exp.Alias) else item
+            e = self.resolve(raw, rel.cols, "SELECT")
+            out.append((alias or self._auto_name(raw, e, rel), e, item))
+        return self._project(rel, out, where)
+
+    def _project(self, rel: Rel, out: list[tuple[str, exp.Expression, exp.Expression]],
+                 where: exp.Expression) -> Rel:
+        seen: dict[str, str] = {}
+        for name, _e, item in out:
+            if name.lower() in seen:
+                raise self.err(f"duplicate output column '{name}' (Spark column names are "
+                               "case-insensitive): alias one of them", item)
+            seen[name.lower()] = name
+        current = self.graph.columns(rel.id)
+        identity = [n for n, _e, _i in out] == current and all(
+            ir.bare_column(e) == n for n, e, _i in out)
+        if identity:
+            return Rel(rel.id, [ScopeCol(None, n, n) for n in current])
+        sid = self.new_id("select")
+        self.graph.add(ir.Project(sid, (rel.id,), columns=tuple((n, e) for n, e, _i in out)),
+                       span_of(where) if not isinstance(where, exp.Select) else
+                       _select_list_span(where))
+        return Rel(sid, [ScopeCol(None, n, n) for n, _e, _i in out])
+
+    def distinct(self, rel: Rel, where: exp.Expression, hints: _Hints) -> Rel:
+        sid = self.new_id("distinct")
+        keys = tuple(self.graph.columns(rel.id))
+        self.graph.add(ir.Deduplicate(sid, (rel.id,), keys=keys, within=hints.dedup_within),
+                       span_of(where) or hints.span)
+        return Rel(sid, rel.cols)
+
+    # -- GROUP BY -------------------------------------------------------------------------
+
+    def aggregate(self, s: exp.Select, rel: Rel, items: list[exp.Expression],
+                  group: exp.Group | None, having: exp.Having | None) -> Rel:
+        for k in ("rollup", "cube", "grouping_sets", "totals"):
+            if group is not None and group.args.get(k):
+                raise self.err(f"GROUP BY {k.upper().replace('_', ' ')} is not supported",
+                               group)
+        gexprs = list(group.expressions) if group is not None else []
+        # 1. The window, if any: window(ts, size[, slide]) or session_window(ts, gap).
+        window: ir.Window | None = None
+        window_key: str | None = None
+        rest = []
+        for g in gexprs:
+            if _window_call(g):
+                if window is not None:
+                    raise self.err("only one window per GROUP BY", g)
+                window, resolved = self._window(g, rel)
+                window_key = ir.key(resolved)
+            else:
+                rest.append(g)
+        # 2. The SELECT list, resolved against the input (aggregates stay in place for now).
+        resolved_items: list[tuple[exp.Expression, str | None, exp.Expression]] = []
+        for item in items:
+            if isinstance(item, exp.Star) or \
+                    (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+                raise self.err("SELECT * cannot be used with GROUP BY or aggregates: list "
+                               "the grouping columns and aggregates", item)
+            alias = item.alias if isinstance(item, exp.Alias) else None
+            raw = item.this if isinstance(item, exp.Alias) else item
+            e = self.resolve(raw, rel.cols, "SELECT", aggregates=True,
+                             window=window is not None)
+            resolved_items.append((item, alias, e))
+        # 3. The grouping keys, named after the SELECT item that shows them.
+        groups: list[tuple[str, exp.Expression]] = []
+        gmap: dict[str, str] = {}
+        for g in rest:
+            e = self._group_expr(g, rel, resolved_items)
+            k = ir.key(e)
+            if k in gmap:
+                continue
+            name = next((alias for _i, alias, ie in resolved_items
+                         if alias and ir.key(ie) == k), None) or self._auto_name(g, e, rel)
+            gmap[k] = name
+            groups.append((name, e))
+        if window_key is not None:
+            gmap[window_key] = "window"
+        # 4. Aggregate calls, named after their alias when a SELECT item is just the call.
+        aggs: dict[str, ir.AggCall] = {}
+        preferred: dict[str, str] = {}
+        for _item, alias, e in resolved_items:
+            if _is_agg(e) and alias and ir.key(e) not in preferred:
+                preferred[ir.key(e)] = alias
+        taken = {n.lower() for n, _e in groups} | ({"window"} if window else set())
+
+        def extract(e: exp.Expression) -> exp.Expression:
+            return self._extract_aggs(e, aggs, preferred, taken, rel)
+
+        outputs: list[tuple[str, exp.Expression, exp.Expression]] = []
+        for item, alias, e in resolved_items:
+            name = alias or self._auto_name(item, e, rel)
+            rewritten = _regroup(extract(e), gmap)
+            self._check_grouped(rewritten, "SELECT")
+            outputs.append((name, rewritten, item))
+        hpred = None
+        if having is not None:
+            by_name = {n.lower(): e for n, e, _i in outputs}
+            hres = self.resolve(having.this, rel.cols, "HAVING", aggregates=True,
+                                window=window is not None, prefer=by_name)
+            hpred = _regroup(extract(hres), gmap)
+            self._check_grouped(hpred, "HAVING")
+        if not aggs:
+            raise self.err("a GROUP BY needs at least one aggregate function in SELECT or "
+                           "HAVING (for distinct rows use SELECT DISTINCT)", group or s)
+        aid = self.new_id("aggregate")
+        self.graph.add(ir.Aggregate(aid, (rel.id,), group_by=tuple(groups),
+                                    aggregates=tuple(aggs.values()), window=window),
+                       span_of(group) or _select_list_span(s))
+        arel = Rel(aid, [ScopeCol(None, n, n) for n in self.graph.columns(aid)])
+        if hpred is not None:
+            hid = self.new_id("having")
+            self.graph.add(ir.Filter(hid, (aid,), predicate=hpred), span_of(having.this))
+            arel = Rel(hid, arel.cols)
+        result = self._project(arel, outputs, s)
+        # The sink's default key: the GROUP BY columns, as the output names them.
+        keys, missing = [], []
+        for name, _e in groups:
+            shown = next((n for n, e, _i in outputs if ir.bare_column(e) == name), None)
+            if shown is None:
+                missing.append(name)
+            else:
+                keys.append(shown)
+        self.group_keys, self.missing_keys = keys, missing
+        return result
+
+    def _window(self, g: exp.Expression, rel: Rel) -> tuple[ir.Window, exp.Expression]:
+        fn = g.name.lower()
+        args = g.expressions
+        resolved = self.resolve(g, rel.cols, "GROUP BY")
+        col = ir.bare_column(resolved.expressions[0]) if resolved.expressions else None
+        if col is None:
+            raise self.err(f"{fn}() takes a timestamp column first", g)
+        texts = [_duration_text(a) for a in args[1:]]
+        for a, t in zip(args[1:], texts):
+            if t is None or duration_seconds(t) is None:
+                raise self.err(f"{fn}() takes durations such as '10 minutes'", a)
+        if fn == "session_window":
+            if len(texts) != 1:
+                raise self.err("session_window(ts, gap) takes a column and a gap", g)
+            return ir.Window("session", col, texts[0], gap=texts[0]), resolved
+        if len(texts) == 1:
+            return ir.Window("tumbling", col, texts[0]), resolved
+        if len(texts) == 2:
+            return ir.Window("hopping", col, texts[0], slide=texts[1]), resolved
+        raise self.err("window(ts, size[, slide]) is supported; a start time is not", g)
+
+    def _group_expr(self, g: exp.Expression, rel: Rel,
+                    items: list[tuple[exp.Expression, str | None, exp.Expression]]
+                    ) -> exp.Expression:
+        if isinstance(g, exp.Literal) and not g.is_string:
+            try:
+                i = int(g.this)
+            except ValueError:
+                i = 0
+            if not 1 <= i <= len(items):
+                raise self.err(f"GROUP BY position {g.this} is not in the SELECT list "
+                               f"(1 to {len(items)})", g)
+            e = items[i - 1][2]
+            if _has_agg(e):
+                raise self.err("GROUP BY position refers to an aggregate", g)
+            return e
+        if isinstance(g, exp.Column) and not g.table:
+            # Spark groups by a SELECT alias when no input column has that name.
+            if not any(c.name.lower() == g.name.lower() for c in rel.cols):
+                for _item, alias, e in items:
+                    if alias and alias.lower() == g.name.lower():
+                        if _has_agg(e):
+                            raise self.err(f"cannot GROUP BY '{alias}': it is an aggregate",
+                                           g)
+                        return e
+        e = self.resolve(g, rel.cols, "GROUP BY")
+        return e
+
+    def _extract_aggs(self, e: exp.Expression, aggs: dict[str, ir.AggCall],
+                      preferred: dict[str, str], taken: set[str], rel: Rel) -> exp.Expression:
+        def swap(node: exp.Expression) -> exp.Expression:
+            if not _is_agg(node):
+                return node
+            for inner in node.walk():
+                if inner is not node and _is_agg(inner):
+                    raise self.err("aggregate functions cannot be nested", inner)
+            k = ir.key(node)
+            call = aggs.get(k)
+            if call is None:
+                call = self._agg_call(node, k, preferred, taken, rel)
+                aggs[k] = call
+            out = ir.col(call.name)
+            out.meta[_AGG_OUT] = True
+            return out
+
+        return e.copy().transform(swap, copy=False)
+
+    def _agg_call(self, node: exp.Expression, k: str, preferred: dict[str, str],
+                  taken: set[str], rel: Rel) -> ir.AggCall:
+        text = node.sql(dialect=ir.DIALECT)
+        fname = (node.name if isinstance(node, exp.Anonymous) else text.split("(")[0]).lower()
+        fname = {"mean": "avg", "std": "stddev"}.get(fname, fname)
+        if fname not in E.AGGREGATE_FUNCTIONS:
+            raise self.err(f"aggregate function {fname}() is not supported" +
+                           did_you_mean(fname, E.AGGREGATE_FUNCTIONS), node)
+        if isinstance(node, exp.Anonymous):
+            values = list(node.expressions)
+        else:
+            values = []
+            for arg in node.arg_types:
+                v = node.args.get(arg)
+                if isinstance(v, exp.Expression):
+                    values.append(v)
+                elif isinstance(v, list):
+                    values.extend(x for x in v if isinstance(x, exp.Expression))
+        distinct = False
+        if values and isinstance(values[0], exp.Distinct):
+            distinct = True
+            values = list(values[0].expressions) + values[1:]
+        name = preferred.get(k)
+        if name is None or name.lower() in taken:
+            base = self._auto_name(node, node, rel)
+            name, n = base, 1
+            while name.lower() in taken:
+                n += 1
+                name = f"{base}_{n}"
+        taken.add(name.lower())
+        return ir.AggCall(name, fname, tuple(v.copy() for v in values), distinct)
+
+    def _check_grouped(self, e: exp.Expression, clause: str) -> None:
+        for c in e.find_all(exp.Column):
+            if not c.meta.get(_AGG_OUT):
+                raise self.err(f"column '{c.name}' in {clause} is neither in GROUP BY nor "
+                               "inside an aggregate function", c.meta.get("span") or c)
+
+    # -- ROW_NUMBER(): Top-N and deduplication ------------------------------------------------
+
+    def _rank_pattern(self, s: exp.Select) -> _RankPattern | None:
+        frm = s.args["from_"].this
+        if s.args.get("joins") or s.args.get("laterals") or not isinstance(frm, exp.Subquery):
+            return None
+        inner = frm.this
+        while isinstance(inner, exp.Subquery):
+            inner = inner.this
+        if not isinstance(inner, exp.Select):
+            return None
+        ranked = [i for i in inner.expressions
+                  if isinstance(i, exp.Alias) and isinstance(i.this, exp.Window)]
+        if not ranked:
+            return None
+        if len(ranked) > 1:
+            raise self.err("only one ROW_NUMBER() per query", ranked[1])
+        item = ranked[0]
+        w = item.this
+        if not isinstance(w.this, exp.RowNumber):
+            raise self.err(f"{w.this.sql(dialect=ir.DIALECT)} OVER (...) is not supported: "
+                           "the Top-N pattern uses ROW_NUMBER()", w.this)
+        rn = item.alias
+        bound, rest = None, []
+        for c in ir.conjuncts(s.args["where"].this if s.args.get("where") else None):
+            n = _rank_bound(c, rn)
+            if n is None:
+                rest.append(c)
+            elif bound is not None:
+                raise self.err(f"'{rn}' is bounded twice", c)
+            else:
+                if n < 1:
+                    raise self.err(f"the bound on '{rn}' keeps no rows", c)
+                bound = n
+        if bound is None:
+            raise self.err(f"ROW_NUMBER() needs a bound in the outer WHERE: {rn} <= N "
+                           f"(or {rn} = 1)", s.args.get("where") or s)
+        return _RankPattern(inner, item, rn, bound, rest, frm.alias or None)
+
+    def _select_ranked(self, s: exp.Select, p: _RankPattern, ctes: dict,
+                       hints: _Hints) -> Rel:
+        inner = p.inner
+        self._refuse_clauses(inner)
+        for k in ("group", "having"):
+            if inner.args.get(k):
+                raise self.err("ROW_NUMBER() over a GROUP BY is not supported (top_n needs "
+                               "an insert-only input)", inner.args[k])
+        if inner.args.get("distinct"):
+            raise self.err("SELECT DISTINCT with ROW_NUMBER() is not supported",
+                           inner.args["distinct"])
+        rel = self.from_(inner, ctes)
+        if inner.args.get("where"):
+            rel = self.filter(rel, inner.args["where"].this, "WHERE", "where")
+        w = p.item.this
+        if w.args.get("spec"):
+            raise self.err("a window frame is not supported with ROW_NUMBER()", w.args["spec"])
+        order = w.args.get("order")
+        if order is None or not order.expressions:
+            raise self.err("ROW_NUMBER() needs ORDER BY in its OVER (...)", w)
+        parts = [self.resolve(x, rel.cols, "PARTITION BY")
+                 for x in w.args.get("partition_by") or []]
+        orders = [(self.resolve(o.this, rel.cols, "ORDER BY"), bool(o.args.get("desc")))
+                  for o in order.expressions]
+        marks = self.graph.watermarks(rel.id)
+        first = ir.bare_column(orders[0][0]) if len(orders) == 1 else None
+        dedup = p.n == 1 and first is not None and not orders[0][1] and \
+            first.lower() in marks and parts and all(ir.bare_column(x) for x in parts)
+        if dedup:
+            sid = self.new_id("dedup")
+            keys = tuple(ir.bare_column(x) or "" for x in parts)
+            self.graph.add(ir.Deduplicate(sid, (rel.id,), keys=keys,
+                                          within=hints.dedup_within), span_of(p.item))
+        else:
+            if hints.dedup_within:
+                raise self.err("DEDUP_WITHIN applies to deduplication: ROW_NUMBER() OVER "
+                               "(PARTITION BY <keys> ORDER BY <event-time column>) with "
+                               f"{p.rn} = 1", hints.span)
+            sid = self.new_id("top_n")
+            self.graph.add(ir.TopN(sid, (rel.id,), partition_by=tuple(parts),
+                                   order_by=tuple(orders), n=p.n), span_of(p.item))
+        rel = Rel(sid, rel.cols)
+        inner_items = [i for i in inner.expressions if i is not p.item]
+        self._refuse_rank_refs(inner_items, p.rn, inner)
+        rel = self.project(rel, inner_items, inner).requalify(p.alias)
+        self.group_keys, self.missing_keys = None, []
+        self._refuse_rank_refs(list(s.expressions) + p.rest, p.rn, s)
+        if p.rest:
+            rel = self.filter(rel, ir.and_all(p.rest), "WHERE", "where")
+        rel = self.project(rel, list(s.expressions), s)
+        if s.args.get("distinct"):
+            raise self.err("SELECT DISTINCT over ROW_NUMBER() is not supported",
+                           s.args["distinct"])
+        return rel
+
+    def _refuse_rank_refs(self, items: list[exp.Expression], rn: str,
+                          where: exp.Expression) -> None:
+        for item in items:
+            for c in item.find_all(exp.Column):
+                if not c.table and c.name.lower() == rn.lower():
+                    raise self.err(f"the row number '{rn}' is not an output column: the "
+                                   "top_n and deduplicate steps keep rows, not their rank "
+                                   f"(use '{rn}' only in the outer WHERE bound)", c)
+
+    # -- column resolution ------------------------------------------------------------------
+
+    def resolve(self, e: exp.Expression, cols: list[ScopeCol], clause: str, *,
+                aggregates: bool = False, window: bool = False,
+                prefer: dict[str, exp.Expression] | None = None,
+                span: Span | None = None) -> exp.Expression:
+        """A copy of ``e`` with every column replaced by its step output name.
+
+        In a join's ON clause columns carry ``ir.LEFT``/``ir.RIGHT`` as their table.
+        ``prefer`` maps names (HAVING: the SELECT list's output names) that win over input
+        columns; ``window`` makes ``window`` name the aggregate's window column.
+        """
+        def fix(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, (exp.Column, exp.Dot)):
+                parts = _parts(node)
+                if parts is not None:
+                    return self._column(parts, node, cols, clause, window, prefer, span)
+            if isinstance(node, (exp.Subquery, exp.Exists)) or \
+                    (isinstance(node, exp.Select) and node is not e):
+                raise self.err(f"subqueries in {clause} are not supported", node)
+            if isinstance(node, exp.Window):
+                raise self.err(f"window functions are not supported in {clause}", node)
+            if not aggregates and _is_agg(node):
+                raise self.err(f"aggregate function {_fname(node)}() is not allowed in "
+                               f"{clause}", node)
+            if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+                raise self.err(f"* is not allowed in {clause}", node)
+            return node
+
+        return e.copy().transform(fix, copy=False)
+
+    def _column(self, parts: list[exp.Identifier], node: exp.Expression,
+                cols: list[ScopeCol], clause: str, window: bool,
+                prefer: dict[str, exp.Expression] | None, span: Span | None
+                ) -> exp.Expression:
+        names = [p.name for p in parts]
+        where = span or span_of(node)
+        if prefer and len(names) == 1 and names[0].lower() in prefer:
+            return prefer[names[0].lower()].copy()
+        base: ScopeCol | None = None
+        fields: list[str] = []
+        if len(names) >= 2:
+            q = names[0].lower()
+            qualified = [c for c in cols if c.qualifier == q]
+            if qualified:
+                match = [c for c in qualified if c.name.lower() == names[1].lower()]
+                if not match:
+                    raise self.err(f"unknown column '{names[1]}' in table '{names[0]}' in "
+                                   f"{clause}" + did_you_mean(names[1],
+                                                               [c.name for c in qualified]),
+                                   span_of(parts[1]) or where)
+                base, fields = match[0], names[2:]
+        if base is None:
+            match = [c for c in cols if c.name.lower() == names[0].lower()]
+            distinct = {(c.side, c.physical.lower()) for c in match}
+            if len(distinct) > 1:
+                quals = sorted({f"{c.qualifier}.{c.name}" for c in match if c.qualifier})
+                raise self.err(f"column '{names[0]}' in {clause} is ambiguous" +
+                               (f": write {' or '.join(quals)}" if quals else ""), where)
+            if match:
+                base, fields = match[0], names[1:]
+        if base is None:
+            if window and names[0].lower() == "window":
+                out: exp.Expression = ir.col("window")
+                out.meta[_AGG_OUT] = True
+                for f in names[1:]:
+                    out = exp.Dot(this=out, expression=ir.ident(f))
+                out.meta["span"] = where
+                return out
+            candidates = [c.name for c in cols] + \
+                [f"{c.qualifier}.{c.name}" for c in cols if c.qualifier]
+            shown = ".".join(names)
+            raise self.err(f"unknown column '{shown}' in {clause}" +
+                           did_you_mean(shown, candidates), where)
+        out = ir.col(base.physical, base.side)
+        out.meta["span"] = where
+        for f in fields:
+            out = exp.Dot(this=out, expression=ir.ident(f))
+        return out
+
+    def _auto_name(self, raw: exp.Expression, e: exp.Expression, rel: Rel) -> str:
+        """The name Spark gives an unaliased expression (near enough: alias to choose)."""
+        if isinstance(e, exp.Column) and not e.table:
+            # the name as declared, whatever case the query wrote it in
+            return next((c.name for c in rel.cols if c.physical == e.name), e.name)
+        if isinstance(e, exp.Dot):
+            return e.expression.name
+        if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+            return "count(1)"
+        text = e.sql(dialect=ir.DIALECT, normalize_functions="lower")
+        if isinstance(e, (exp.Binary, exp.Unary, exp.Predicate)) and \
+                not isinstance(e, exp.Func):
+            text = f"({text})"
+        return text
+
+
+@dataclass
+class _RankPattern:
+    inner: exp.Select
+    item: exp.Alias
+    rn: str
+    n: int
+    rest: list[exp.Expression]
+    alias: str | None
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _names(rel: Rel) -> list[str]:
+    seen: list[str] = []
+    for c in rel.cols:
+        if c.physical not in seen:
+            seen.append(c.physical)
+    return seen
+
+
+def _physical(rel: Rel) -> list[str]:
+    return _names(rel)
+
+
+def _parts(node: exp.Expression) -> list[exp.Identifier] | None:
+    """Identifiers of a column reference ``a.b.c`` (None when it is not one)."""
+    if isinstance(node, exp.Column):
+        if isinstance(node.this, exp.Star):
+            return None
+        if node.table in (ir.LEFT, ir.RIGHT):
+            return None  # already resolved
+        return [p for p in node.parts if isinstance(p, exp.Identifier)]
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
+        inner = _parts(node.this) if isinstance(node.this, (exp.Column, exp.Dot)) else None
+        return inner + [node.expression] if inner else None
+    return None
+
+
+def _unqualify(e: exp.Expression) -> exp.Expression:
+    e = e.copy()
+    for c in e.find_all(exp.Column):
+        c.set("table", None)
+    return e
+
+
+def _sides(e: exp.Expression) -> set[str]:
+    return {c.table for c in e.find_all(exp.Column) if c.table in (ir.LEFT, ir.RIGHT)}
+
+
+def _is_agg(node: exp.Expression) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in E.AGGREGATE_FUNCTIONS
+
+
+def _fname(node: exp.Expression) -> str:
+    return (node.name if isinstance(node, exp.Anonymous) else
+            node.sql(dialect=ir.DIALECT).split("(")[0]).lower()
+
+
+def _has_agg(e: exp.Expression) -> bool:
+    return any(_is_agg(n) for n in e.walk() if not isinstance(n, exp.Window)) and \
+        not isinstance(e, exp.Window)
+
+
+def _generator(item: exp.Expression) -> exp.Expression | None:
+    e = item.this if isinstance(item, exp.Alias) else item
+    if isinstance(e, (exp.Explode, exp.ExplodeOuter, exp.Posexplode, exp.Inline)):
+        return e
+    return None
+
+
+def _window_call(g: exp.Expression) -> bool:
+    return isinstance(g, exp.Anonymous) and g.name.lower() in ("window", "session_window")
+
+
+def _duration_text(e: exp.Expression) -> str | None:
+    if isinstance(e, exp.Literal) and e.is_string:
+        return e.this.strip()
+    if isinstance(e, exp.Interval):
+        value = e.this.this if isinstance(e.this, exp.Literal) else None
+        unit = e.args.get("unit")
+        if value is not None and unit is not None:
+            return f"{value} {unit.name.lower()}"
+        if value is not None:
+            return str(value).strip()
+    return None
+
+
+def _regroup(e: exp.Expression, gmap: dict[str, str]) -> exp.Expression:
+    """Replace grouping expressions (largest first) by the aggregate's output columns."""
+    if e.meta.get(_AGG_OUT):
+        return e
+    if not isinstance(e, (exp.Identifier, exp.Literal)):
+        name = gmap.get(ir.key(e))
+        if name is not None:
+            out = ir.col(name)
+            out.meta[_AGG_OUT] = True
+            return out
+    for k, v in list(e.args.items()):
+        if isinstance(v, exp.Expression):
+            e.set(k, _regroup(v, gmap))
+        elif isinstance(v, list):
+            e.set(k, [_regroup(x, gmap) if isinstance(x, exp.Expression) else x for x in v])
+    return e
+
+
+def _rank_bound(c: exp.Expression, rn: str) -> int | None:
+    def is_rn(x: exp.Expression) -> bool:
+        return isinstance(x, exp.Column) and not x.table and x.name.lower() == rn.lower()
+
+    def num(x: exp.Expression) -> int | None:
+        if isinstance(x, exp.Literal) and not x.is_string:
+            try:
+                return int(x.this)
+            except ValueError:
+                return None
+        return None
+
+    if isinstance(c, exp.Between) and is_rn(c.this) and num(c.args["low"]) == 1:
+        return num(c.args["high"])
+    if not isinstance(c, (exp.LT, exp.LTE, exp.EQ, exp.GT, exp.GTE)):
+        return None
+    a, b = c.this, c.expression
+    if is_rn(b) and not is_rn(a):
+        a, b = b, a
+        c = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE,
+             exp.EQ: exp.EQ}[type(c)](this=a, expression=b)
+    if not is_rn(a) or num(b) is None:
+        return None
+    n = num(b)
+    assert n is not None
+    if isinstance(c, exp.LTE):
+        return n
+    if isinstance(c, exp.LT):
+        return n - 1
+    if isinstance(c, exp.EQ) and n == 1:
+        return 1
+    return None
+
+
+def _enclosing_select(node: exp.Expression) -> exp.Expression | None:
+    p = node.parent
+    while p is not None and not isinstance(p, exp.Select):
+        p = p.parent
+    return p
+
+
+def _select_list_span(s: exp.Select) -> Span | None:
+    spans = [sp for sp in (span_of(i) for i in s.expressions) if sp]
+    if not spans:
+        return span_of(s)
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def translate(src: SqlText, script: Script) -> tuple[ir.Graph, Output]:
+    """The graph of the script's query, without its sink (the caller adds it)."""
+    t = Translator(src, script)
+    assert script.query is not None
+    out = t.translate(script.query)
+    return t.graph, out
+
+
+__all__ = ["HINTS", "Output", "Rel", "ScopeCol", "Translator", "translate"]
