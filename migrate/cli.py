@@ -131,6 +131,18 @@ def plan_validate(paths: tuple[str, ...]) -> None:
                    f"output [{pl.info[pl.sink_id].mode}])")
 
 
+@plan.command("compile")
+@click.argument("path", type=click.Path(allow_dash=True))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the plan to a file instead of stdout.")
+def plan_compile(path: str, output: str | None) -> None:
+    """Compile a Spark SQL script (CREATE TABLE ... USING kafka, one INSERT INTO or
+    CREATE TABLE ... AS SELECT) into a validated theseus.plan/1 plan."""
+    from compat.sql import compile_file, dumps
+
+    _emit(dumps(compile_file(path)), output)
+
+
 @plan.command("diff")
 @click.argument("old", type=click.Path())
 @click.argument("new", type=click.Path())
