@@ -454,7 +454,7 @@ def _explain_step(s: Step) -> str:
         if v in (None, (), "") or (f.name, v) in _DEFAULTS:
             continue
         parts.append(f"{f.name}={_show(v)}")
-    return f"{s.id} = {s.kind}({', '.join(s.inputs)}) " + " ".join(parts)
+    return f"{s.id} = {s.kind}({', '.join(s.inputs)}) {' '.join(parts)}".rstrip()
 
 
 _DEFAULTS = {("partitions", 1), ("format", "json"), ("role", "stream"),

@@ -32,11 +32,26 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
     for tok in tokens:
         if tok.token_type == TokenType.WINDOW:
             tok.token_type = TokenType.VAR
+    hints = [t for t in tokens if t.token_type == TokenType.HINT]
     try:
         statements = dialect.parser().parse(tokens, src.text)
     except ParseError as e:
         raise _parse_error(src, e) from None
-    return [s for s in statements if s is not None]
+    out = [s for s in statements if s is not None]
+    _place_hints(out, hints)
+    return out
+
+
+def _place_hints(statements: list[exp.Expression], hints: list) -> None:
+    """sqlglot parses a hint's text on its own, so positions inside it are offsets into the
+    hint: drop them, and give each hint the position of its ``/*+ ... */`` token."""
+    found = [h for s in statements for h in s.find_all(exp.Hint)]
+    for node, tok in zip(found, hints):
+        for n in node.walk():
+            if n._meta:  # noqa: SLF001
+                n._meta.pop("start", None)  # noqa: SLF001
+                n._meta.pop("end", None)  # noqa: SLF001
+        node.meta["span"] = (tok.start, tok.end + 1)
 
 
 def _parse_error(src: SqlText, e: ParseError) -> SqlError:

@@ -73,6 +73,8 @@ def read_script(src: SqlText, statements: list[exp.Expression]) -> Script:
     script = Script(src)
     inserts: list[tuple[exp.Expression, Table, exp.Expression]] = []
     for stmt in statements:
+        if isinstance(stmt, exp.Semicolon):
+            continue  # sqlglot's holder for a comment after a semicolon
         if isinstance(stmt, exp.Set):
             _set(script, stmt)
         elif isinstance(stmt, exp.Create):
@@ -202,8 +204,10 @@ def _create(script: Script, stmt: exp.Create,
         if isinstance(prop, exp.FileFormatProperty):
             using = prop.name or _dotted(prop.this) or ""
             if using.lower() != "kafka":
+                after = span_of(table_node)
                 raise src.error(f"tables are Kafka topics: USING {using} is not supported "
-                                "(write USING kafka)", prop)
+                                "(write USING kafka)",
+                                src.find_after(using, after[1] if after else None))
         elif isinstance(prop, exp.OptionsProperty):
             for opt in prop.expressions:
                 _option(src, opt, options)

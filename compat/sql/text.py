@@ -62,6 +62,32 @@ class SqlText:
         start = self.text.rfind("\n", 0, offset) + 1
         return line, offset - start + 1
 
+    def _close_parens(self, span: Span, call: bool) -> Span:
+        """Extend a span to its closing parentheses: sqlglot records where a function's
+        name is, not where its call ends (``sum(amount)`` would be marked ``sum(amount``)."""
+        start, end = span
+        text = self.text
+        depth = 0
+        for ch in text[start:end]:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+        if call and depth == 0:
+            i = end
+            while i < len(text) and text[i] in " \t":
+                i += 1
+            if i < len(text) and text[i] == "(":
+                end, depth = i + 1, 1
+        while depth > 0 and end < len(text) and text[end] != "\n":
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        return start, end
+
+    def find_after(self, word: str, offset: int | None) -> Span | None:
+        """The first occurrence of ``word`` from ``offset`` on."""
+        if offset is None:
+            return None
+        i = self.text.lower().find(word.lower(), offset)
+        return (i, i + len(word)) if i >= 0 else None
+
     def find_before(self, word: str, offset: int | None) -> Span | None:
         """The last occurrence of ``word`` before ``offset`` (for nodes sqlglot left without
         a position, such as the unquoted keys of OPTIONS)."""
@@ -80,7 +106,7 @@ class SqlText:
         span = where if isinstance(where, tuple) else span_of(where)
         if span is None:
             return SqlError(message, file=self.file, **kw)  # type: ignore[arg-type]
-        start, end = span
+        start, end = self._close_parens(span, isinstance(where, exp.Func))
         line, col = self.position(start)
         source = self.line_text(line)
         # An underline stops at the end of its line; a span over several lines marks the rest

@@ -232,17 +232,16 @@ class Translator:
         if not hint:
             return out
         for h in hint.expressions:
-            name = (h.name if isinstance(h, (exp.Anonymous, exp.Var, exp.Column)) else
-                    h.sql_name() if isinstance(h, exp.Func) else h.sql()).upper()
+            name = (h.name or h.sql(dialect=ir.DIALECT)).split("(")[0].strip().upper()
             if name != "DEDUP_WITHIN":
                 raise self.err(f"hint {name} is not supported (supported: " +
-                               ", ".join(HINTS) + ")", h)
+                               ", ".join(HINTS) + ")", span_of(hint))
             args = h.expressions if isinstance(h, exp.Anonymous) else []
             value = _duration_text(args[0]) if len(args) == 1 else None
             if value is None or duration_seconds(value) is None:
                 raise self.err("DEDUP_WITHIN takes one duration, e.g. "
-                               "/*+ DEDUP_WITHIN('1 hour') */", h)
-            out.dedup_within, out.span = value, span_of(h)
+                               "/*+ DEDUP_WITHIN('1 hour') */", span_of(hint))
+            out.dedup_within, out.span = value, span_of(hint)
         return out
 
     # -- FROM -----------------------------------------------------------------------------
@@ -450,7 +449,7 @@ class Translator:
                         out.append((c.physical, ir.col(c.physical), item))
                 continue
             alias = item.alias if isinstance(item, exp.Alias) else None
-            raw = item.this if isinstance(item, exp.Alias) else item
+            raw = _unparen(item.this if isinstance(item, exp.Alias) else item)
             e = self.resolve(raw, rel.cols, "SELECT")
             out.append((alias or self._auto_name(raw, e, rel), e, item))
         return self._project(rel, out, where)
@@ -510,7 +509,7 @@ class Translator:
                 raise self.err("SELECT * cannot be used with GROUP BY or aggregates: list "
                                "the grouping columns and aggregates", item)
             alias = item.alias if isinstance(item, exp.Alias) else None
-            raw = item.this if isinstance(item, exp.Alias) else item
+            raw = _unparen(item.this if isinstance(item, exp.Alias) else item)
             e = self.resolve(raw, rel.cols, "SELECT", aggregates=True,
                              window=window is not None)
             resolved_items.append((item, alias, e))
@@ -917,6 +916,13 @@ def _parts(node: exp.Expression) -> list[exp.Identifier] | None:
         inner = _parts(node.this) if isinstance(node.this, (exp.Column, exp.Dot)) else None
         return inner + [node.expression] if inner else None
     return None
+
+
+def _unparen(e: exp.Expression) -> exp.Expression:
+    """Parentheses around a whole SELECT item mean nothing (Spark drops them)."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
 
 
 def _unqualify(e: exp.Expression) -> exp.Expression:
