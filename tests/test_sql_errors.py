@@ -166,6 +166,24 @@ CASES = {
                           "ON orders.quantity = t.a;",
                           "table 't' has role 'table' (latest value per key), so it needs "
                           "OPTIONS (key", "t"),
+    "rollup": ("CREATE TABLE out USING kafka AS SELECT region, count(*) AS n FROM orders "
+               "GROUP BY ROLLUP(region);", "GROUP BY ROLLUP is not supported", None),
+    "table_function": ("CREATE TABLE out USING kafka AS SELECT * FROM range(10);",
+                       "table functions are not supported in FROM", "range(10)"),
+    "tablesample": ("CREATE TABLE out USING kafka AS SELECT * FROM orders TABLESAMPLE "
+                    "(10 PERCENT);", "TABLESAMPLE on a table is not supported", None),
+    "alias_twice": ("CREATE TABLE out USING kafka AS SELECT * FROM orders o JOIN payments o "
+                    "ON o.order_id = o.order_id;",
+                    "table name or alias 'o' is used twice in FROM", None),
+    "unreadable_statement": ("CREATE TABLE out-put USING kafka AS SELECT * FROM orders;",
+                             "cannot read this CREATE statement: unsupported syntax",
+                             "CREATE TABLE out-put USING kafka AS SELECT * FROM orders"),
+    "set_without_value": ("SET spark.sql.shuffle.partitions;\n"
+                          "CREATE TABLE out USING kafka AS SELECT * FROM orders;",
+                          "SET needs a key and a value", "SET spark.sql.shuffle.partitions"),
+    "named_window": ("CREATE TABLE out USING kafka AS SELECT max(amount) OVER w AS m "
+                     "FROM orders WINDOW w AS (PARTITION BY region);",
+                     "WINDOW is not supported in a streaming query", None),
     "event_time_not_timestamp": ("CREATE TABLE t (a INT) USING kafka OPTIONS "
                                  "(event_time 'a', watermark '1 minute');\n"
                                  "CREATE TABLE out USING kafka AS SELECT * FROM t;",

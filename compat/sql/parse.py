@@ -1,19 +1,24 @@
 """Parsing a Spark SQL script with sqlglot, with sqlglot's errors turned into SqlErrors.
 
+The script is tokenized once and parsed one statement at a time, so that every statement
+(even one sqlglot can only keep as an opaque command) is known by its position.
+
 sqlglot reads ``window`` as the keyword of a ``WINDOW w AS (...)`` clause, so Spark's
-``GROUP BY window(ts, '1 hour')`` and ``SELECT window.start`` do not parse.  Named window
-clauses are not supported here, so every ``window`` token is read as an ordinary name before
-the tokens reach the parser.
+``GROUP BY window(ts, '1 hour')`` and ``SELECT window.start`` do not parse: a ``window``
+token that does not start such a clause is read as an ordinary name.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from compat.errors import SqlError
 from compat.sql.text import SqlText
@@ -29,29 +34,78 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
         tokens = dialect.tokenize(src.text)
     except TokenError as e:
         raise _token_error(src, e) from None
-    for tok in tokens:
-        if tok.token_type == TokenType.WINDOW:
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.WINDOW and not _window_clause(tokens, i):
             tok.token_type = TokenType.VAR
-    hints = [t for t in tokens if t.token_type == TokenType.HINT]
-    try:
-        statements = dialect.parser().parse(tokens, src.text)
-    except ParseError as e:
-        raise _parse_error(src, e) from None
-    out = [s for s in statements if s is not None]
-    _place_hints(out, hints)
+    out: list[exp.Expression] = []
+    for chunk in _statements(tokens):
+        hints = [t for t in chunk if t.token_type == TokenType.HINT]
+        try:
+            with _quiet():
+                parsed = dialect.parser().parse(chunk, src.text)
+        except ParseError as e:
+            raise _parse_error(src, e) from None
+        for stmt in parsed:
+            if stmt is None or isinstance(stmt, exp.Semicolon):
+                continue
+            if isinstance(stmt, exp.Command):
+                raise _command_error(src, stmt, chunk)
+            _place_hints(stmt, hints)
+            out.append(stmt)
     return out
 
 
-def _place_hints(statements: list[exp.Expression], hints: list) -> None:
+def _window_clause(tokens: list[Token], i: int) -> bool:
+    """``WINDOW w AS (...)``: a name and AS follow."""
+    return i + 2 < len(tokens) and tokens[i + 1].token_type in (TokenType.VAR,
+                                                                  TokenType.IDENTIFIER) \
+        and tokens[i + 2].token_type == TokenType.ALIAS
+
+
+def _statements(tokens: list[Token]) -> Iterator[list[Token]]:
+    chunk: list[Token] = []
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            if chunk:
+                yield chunk
+            chunk = []
+        else:
+            chunk.append(tok)
+    if chunk:
+        yield chunk
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """sqlglot logs a warning when it keeps a statement as a command; the error is ours."""
+    log = logging.getLogger("sqlglot")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _place_hints(stmt: exp.Expression, hints: list[Token]) -> None:
     """sqlglot parses a hint's text on its own, so positions inside it are offsets into the
     hint: drop them, and give each hint the position of its ``/*+ ... */`` token."""
-    found = [h for s in statements for h in s.find_all(exp.Hint)]
-    for node, tok in zip(found, hints):
+    for node, tok in zip(stmt.find_all(exp.Hint), hints):
         for n in node.walk():
             if n._meta:  # noqa: SLF001
                 n._meta.pop("start", None)  # noqa: SLF001
                 n._meta.pop("end", None)  # noqa: SLF001
         node.meta["span"] = (tok.start, tok.end + 1)
+
+
+def _command_error(src: SqlText, stmt: exp.Command, chunk: list[Token]) -> SqlError:
+    word = str(stmt.this).upper()
+    span = (chunk[0].start, chunk[-1].end + 1)
+    if word == "SET":
+        return src.error("SET needs a key and a value: SET key = value", span)
+    return src.error(f"cannot read this {word} statement: unsupported syntax (a script holds "
+                     "SET, CREATE TABLE ... USING kafka, CREATE VIEW and one INSERT INTO or "
+                     "CREATE TABLE ... AS SELECT)", span)
 
 
 def _parse_error(src: SqlText, e: ParseError) -> SqlError:

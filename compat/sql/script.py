@@ -73,8 +73,6 @@ def read_script(src: SqlText, statements: list[exp.Expression]) -> Script:
     script = Script(src)
     inserts: list[tuple[exp.Expression, Table, exp.Expression]] = []
     for stmt in statements:
-        if isinstance(stmt, exp.Semicolon):
-            continue  # sqlglot's holder for a comment after a semicolon
         if isinstance(stmt, exp.Set):
             _set(script, stmt)
         elif isinstance(stmt, exp.Create):
@@ -234,7 +232,8 @@ def _create(script: Script, stmt: exp.Create,
                 elif isinstance(c.args.get("kind"), exp.CommentColumnConstraint):
                     continue
                 else:
-                    raise src.error("only NOT NULL and COMMENT are supported on a column", c)
+                    raise src.error("only NOT NULL and COMMENT are supported on a column",
+                                    span_of(c) or span_of(cdef))
             columns.append(ir.Column(cname, ctype, nullable))
             spans[cname.lower()] = span_of(cdef.this)
     table = Table(name, columns, options, span_of(table_node), spans)
@@ -334,6 +333,8 @@ def _key_list(src: SqlText, table: Table, names: list[str] | None) -> tuple[str,
     if not isinstance(v.value, str) or not v.value.strip():
         raise src.error("option 'key' is a comma-separated list of columns", v.span)
     keys = tuple(k.strip() for k in v.value.split(","))
+    if not all(keys):
+        raise src.error("option 'key' is a comma-separated list of columns", v.span)
     if names is not None:
         lowered = {n.lower(): n for n in names}
         out = []

@@ -67,6 +67,8 @@ class _Hints:
 
 
 _AGG_OUT = "theseus_agg_out"  # meta flag: a column of the aggregate's output
+_CLAUSES = {"sample": "TABLESAMPLE", "pivots": "PIVOT", "laterals": "LATERAL",
+            "joins": "JOIN", "hints": "a hint"}
 
 
 class Translator:
@@ -126,9 +128,9 @@ class Translator:
         return out
 
     def union(self, q: exp.Union, ctes: dict) -> Rel:
-        for k in ("order", "limit", "offset"):
+        for k, word in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
             if q.args.get(k):
-                raise self.err(f"{k.upper()} on a UNION is not supported on a stream", q.args[k])
+                raise self.err(f"{word} on a UNION is not supported on a stream", q.args[k])
         distinct = bool(q.args.get("distinct"))
         branches: list[exp.Expression] = []
 
@@ -258,6 +260,10 @@ class Translator:
         if isinstance(t, exp.Table):
             return self.table(t, ctes)
         if isinstance(t, exp.Subquery):
+            extra = sorted(k for k, v in t.args.items() if v and k not in ("this", "alias"))
+            if extra:
+                raise self.err(f"{_CLAUSES.get(extra[0], extra[0].upper())} on a subquery is "
+                               "not supported", t)
             alias = t.args.get("alias")
             if alias is not None and alias.args.get("columns"):
                 raise self.err("column aliases on a subquery are not supported (alias the "
@@ -267,6 +273,14 @@ class Translator:
                        "and subqueries)", t)
 
     def table(self, t: exp.Table, ctes: dict) -> Rel:
+        if not isinstance(t.this, exp.Identifier):
+            raise self.err("table functions are not supported in FROM (FROM takes tables, "
+                           "views and subqueries)", t)
+        extra = sorted(k for k, v in t.args.items()
+                       if v and k not in ("this", "alias", "db", "catalog"))
+        if extra:
+            raise self.err(f"{_CLAUSES.get(extra[0], extra[0].upper())} on a table is not "
+                           "supported", t)
         if t.args.get("db") or t.args.get("catalog"):
             raise self.err("qualified table names are not supported: declare the topic with "
                            "CREATE TABLE <name> ... USING kafka", t)
@@ -309,6 +323,10 @@ class Translator:
 
     def join(self, left: Rel, j: exp.Join, ctes: dict) -> Rel:
         right = self.relation(j.this, ctes)
+        clash = {c.qualifier for c in left.cols} & {c.qualifier for c in right.cols} - {None}
+        if clash:
+            raise self.err(f"table name or alias '{sorted(clash)[0]}' is used twice in FROM: "
+                           "give each an alias", j.this)
         side = (j.side or "").upper()
         kind = (j.kind or "").upper()
         if j.args.get("method"):
@@ -489,6 +507,10 @@ class Translator:
                 raise self.err(f"GROUP BY {k.upper().replace('_', ' ')} is not supported",
                                group)
         gexprs = list(group.expressions) if group is not None else []
+        for g in gexprs:
+            if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                what = {"groupingsets": "GROUPING SETS"}.get(g.key, g.key.upper())
+                raise self.err(f"GROUP BY {what} is not supported", g)
         # 1. The window, if any: window(ts, size[, slide]) or session_window(ts, gap).
         window: ir.Window | None = None
         window_key: str | None = None
