@@ -90,6 +90,11 @@ CASES = {
         "(SELECT *, ROW_NUMBER() OVER (PARTITION BY region ORDER BY amount) AS rn "
         "FROM orders) WHERE rn <= 3;",
         "the row number 'rn' is not an output column", "rn"),
+    "group_by_over_top_n": (
+        "CREATE TABLE out USING kafka AS SELECT region FROM (SELECT *, ROW_NUMBER() OVER "
+        "(PARTITION BY region ORDER BY amount) AS rn FROM orders) WHERE rn <= 3 "
+        "GROUP BY region;", "GROUP BY or HAVING over the Top-N pattern is not supported",
+        "region"),
     "top_n_needs_a_key": (
         "CREATE TABLE out USING kafka AS SELECT * FROM (SELECT *, ROW_NUMBER() OVER "
         "(PARTITION BY region ORDER BY amount) AS rn FROM orders) WHERE rn <= 3;",

@@ -12,6 +12,7 @@ Errors are ``compat.errors.SqlError`` (exit code 2), pointing at the SQL line an
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from compat.errors import SqlError
@@ -25,8 +26,6 @@ def dumps(doc: dict[str, Any]) -> str:
 
 def compile_file(path: str) -> dict[str, Any]:
     """Read and compile a SQL file (``-`` reads standard input)."""
-    import sys
-
     try:
         if path == "-":
             text = sys.stdin.read()

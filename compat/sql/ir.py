@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from sqlglot import exp
@@ -47,8 +47,7 @@ class Step:
     stateful: ClassVar[bool] = False
 
     def replace(self, **changes: object) -> Step:
-        from dataclasses import replace
-
+        """A copy with some fields changed (steps are frozen)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from compat import expr as E
+from compat.errors import SqlError
 from compat.infer import duration_seconds
 from compat.sql import ir
 from compat.sql.script import Script, Table, source_step
@@ -98,7 +99,7 @@ class Translator:
                 self.counters[prefix] = n
                 return sid
 
-    def err(self, message: str, where: exp.Expression | Span | None):  # -> SqlError
+    def err(self, message: str, where: exp.Expression | Span | None) -> SqlError:
         return self.src.error(message, where)
 
     # -- queries --------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class Translator:
                 # Spark's UNION matches columns by position; a plan's union by name.
                 pid = self.new_id("select")
                 self.graph.add(ir.Project(pid, (r.id,), columns=tuple(
-                    (n, ir.col(p)) for n, p in zip(names, _physical(r)))), span_of(b))
+                    (n, ir.col(p)) for n, p in zip(names, _names(r)))), span_of(b))
                 r = Rel(pid, [])
             inputs.append(r.id)
         uid = self.new_id("union")
@@ -469,7 +470,7 @@ class Translator:
             alias = item.alias if isinstance(item, exp.Alias) else None
             raw = _unparen(item.this if isinstance(item, exp.Alias) else item)
             e = self.resolve(raw, rel.cols, "SELECT")
-            out.append((alias or self._auto_name(raw, e, rel), e, item))
+            out.append((alias or self._auto_name(e, rel), e, item))
         return self._project(rel, out, where)
 
     def _project(self, rel: Rel, out: list[tuple[str, exp.Expression, exp.Expression]],
@@ -544,7 +545,7 @@ class Translator:
             if k in gmap:
                 continue
             name = next((alias for _i, alias, ie in resolved_items
-                         if alias and ir.key(ie) == k), None) or self._auto_name(g, e, rel)
+                         if alias and ir.key(ie) == k), None) or self._auto_name(e, rel)
             gmap[k] = name
             groups.append((name, e))
         if window_key is not None:
@@ -562,7 +563,7 @@ class Translator:
 
         outputs: list[tuple[str, exp.Expression, exp.Expression]] = []
         for item, alias, e in resolved_items:
-            name = alias or self._auto_name(item, e, rel)
+            name = alias or self._auto_name(e, rel)
             rewritten = _regroup(extract(e), gmap)
             self._check_grouped(rewritten, "SELECT")
             outputs.append((name, rewritten, item))
@@ -688,7 +689,7 @@ class Translator:
             values = list(values[0].expressions) + values[1:]
         name = preferred.get(k)
         if name is None or name.lower() in taken:
-            base = self._auto_name(node, node, rel)
+            base = self._auto_name(node, rel)
             name, n = base, 1
             while name.lower() in taken:
                 n += 1
@@ -743,6 +744,10 @@ class Translator:
 
     def _select_ranked(self, s: exp.Select, p: _RankPattern, ctes: dict,
                        hints: _Hints) -> Rel:
+        for k in ("group", "having"):
+            if s.args.get(k):
+                raise self.err("GROUP BY or HAVING over the Top-N pattern is not supported "
+                               "(top_n retracts rows, which Spark cannot aggregate)", s.args[k])
         inner = p.inner
         self._refuse_clauses(inner)
         for k in ("group", "having"):
@@ -885,7 +890,7 @@ class Translator:
             out = exp.Dot(this=out, expression=ir.ident(f))
         return out
 
-    def _auto_name(self, raw: exp.Expression, e: exp.Expression, rel: Rel) -> str:
+    def _auto_name(self, e: exp.Expression, rel: Rel) -> str:
         """The name Spark gives an unaliased expression (near enough: alias to choose)."""
         if isinstance(e, exp.Column) and not e.table:
             # the name as declared, whatever case the query wrote it in
@@ -920,10 +925,6 @@ def _names(rel: Rel) -> list[str]:
         if c.physical not in seen:
             seen.append(c.physical)
     return seen
-
-
-def _physical(rel: Rel) -> list[str]:
-    return _names(rel)
 
 
 def _parts(node: exp.Expression) -> list[exp.Identifier] | None:
@@ -970,8 +971,7 @@ def _fname(node: exp.Expression) -> str:
 
 
 def _has_agg(e: exp.Expression) -> bool:
-    return any(_is_agg(n) for n in e.walk() if not isinstance(n, exp.Window)) and \
-        not isinstance(e, exp.Window)
+    return any(_is_agg(n) for n in e.walk())
 
 
 def _generator(item: exp.Expression) -> exp.Expression | None:

@@ -18,7 +18,13 @@ rename the join's output (``<right id>_<name>`` only exists while the names clas
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
+from sqlglot import exp
+
 from compat.sql import ir
+
+Need = Callable[[str, Iterable[str]], None]
 
 
 def prune_columns(graph: ir.Graph) -> ir.Graph:
@@ -36,8 +42,8 @@ def _prune(graph: ir.Graph, frozen: set[str]) -> ir.Graph:
     g = graph.copy()
     need: dict[str, set[str]] = {}
 
-    def add(sid: str, names: object) -> None:
-        need.setdefault(sid, set()).update(n.lower() for n in names)  # type: ignore[attr-defined]
+    def add(sid: str, names: Iterable[str]) -> None:
+        need.setdefault(sid, set()).update(n.lower() for n in names)
 
     for sid in reversed(g.order()):  # consumers before their inputs
         s = g[sid]
@@ -90,12 +96,12 @@ def _prune(graph: ir.Graph, frozen: set[str]) -> ir.Graph:
     return g
 
 
-def _kept_columns(s: ir.Project, req: set[str]) -> list[tuple[str, object]]:
+def _kept_columns(s: ir.Project, req: set[str]) -> list[tuple[str, exp.Expression]]:
     kept = [(n, e) for n, e in s.columns if n.lower() in req]
     return kept or list(s.columns[:1])  # a projection keeps at least one column
 
 
-def _join_needs(g: ir.Graph, j: ir.Join, req: set[str], add) -> None:  # noqa: ANN001
+def _join_needs(g: ir.Graph, j: ir.Join, req: set[str], add: Need) -> None:
     left, right = j.inputs
     lcols, rcols = g.columns(left), g.columns(right)
     out = ir.join_output(j, lcols, rcols)
