@@ -98,7 +98,7 @@ class SqlError(TheseusError):
     def render(self) -> str:
         text = super().render()
         if self.source_line is not None and self.col is not None:
-            line = self.source_line.rstrip("\n")
+            line = self.source_line.rstrip("\r\n")
             # Keep tabs in the indent so the carets line up under the text they mark.
             indent = "".join(ch if ch == "\t" else " " for ch in line[:self.col - 1])
             width = min(self.length, max(1, len(line) - self.col + 1))

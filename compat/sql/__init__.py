@@ -30,7 +30,7 @@ def compile_file(path: str) -> dict[str, Any]:
         if path == "-":
             text = sys.stdin.read()
         else:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 text = f.read()
     except FileNotFoundError:
         raise SqlError("file not found", file=path) from None
