@@ -315,6 +315,11 @@ def test_lateral_view_and_select_list_explode():
         "select_1 = project(explode_1) columns=[click_id:click_id, tag:tag]",
         "out = sink(select_1) topic=out mode=append",
     ]
+    assert steps("CREATE TABLE out USING kafka AS SELECT *, explode_outer(tags) AS tag "
+                 "FROM clicks;") == [
+        "explode_1 = explode(clicks) expr=tags alias=tag outer=True",
+        "out = sink(explode_1) topic=out mode=append",
+    ]
     assert steps("CREATE TABLE out USING kafka AS SELECT t.tag, count(*) AS n FROM clicks "
                  "LATERAL VIEW explode(tags) t AS tag GROUP BY t.tag;")[1] == \
         "aggregate_1 = aggregate(explode_1) group_by=[tag:tag] aggregates=[n:count(*)]"

@@ -36,6 +36,7 @@ class ScopeCol:
     name: str  # as declared / aliased
     physical: str  # the name in the step's output
     side: str | None = None  # ir.LEFT / ir.RIGHT while resolving a join's ON
+    hidden: bool = False  # made by explode() in the SELECT list: not part of ``*``
 
 
 @dataclass
@@ -412,7 +413,7 @@ class Translator:
                              alias.name if alias is not None else None, span_of(lat))
 
     def _explode(self, rel: Rel, gen: exp.Expression, alias: str, outer: bool,
-                 qualifier: str | None, origin: Span | None) -> Rel:
+                 qualifier: str | None, origin: Span | None, hidden: bool = False) -> Rel:
         e = self.resolve(gen.this, rel.cols, "explode()")
         if any(c.physical.lower() == alias.lower() for c in rel.cols):
             raise self.err(f"column '{alias}' already exists: name the exploded column "
@@ -420,7 +421,7 @@ class Translator:
         sid = self.new_id("explode")
         self.graph.add(ir.Explode(sid, (rel.id,), expr=e, alias=alias, outer=outer), origin)
         q = qualifier.lower() if qualifier else None
-        return Rel(sid, rel.cols + [ScopeCol(q, alias, alias)])
+        return Rel(sid, rel.cols + [ScopeCol(q, alias, alias, hidden=hidden)])
 
     def _select_generator(self, rel: Rel,
                           items: list[exp.Expression]) -> tuple[Rel, list[exp.Expression]]:
@@ -437,7 +438,7 @@ class Translator:
         item = items[i]
         alias = item.alias if isinstance(item, exp.Alias) else "col"
         rel = self._explode(rel, gen, alias, isinstance(gen, exp.ExplodeOuter), None,
-                            span_of(item))
+                            span_of(item), hidden=True)
         items = list(items)
         items[i] = exp.column(alias)
         return rel, items
@@ -456,7 +457,8 @@ class Translator:
             if isinstance(item, exp.Star) or \
                     (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
                 q = item.table.lower() if isinstance(item, exp.Column) and item.table else None
-                cols = [c for c in rel.cols if q is None or c.qualifier == q]
+                cols = [c for c in rel.cols
+                        if (q is None or c.qualifier == q) and not c.hidden]
                 if q is not None and not cols:
                     raise self.err(f"unknown table '{item.table}' in SELECT" +
                                    did_you_mean(item.table, {c.qualifier or "" for c in
