@@ -84,6 +84,7 @@ class KafkaSink:
                  delivery: str, start_gate: Any = None, *, shadow_topic: str | None = None,
                  producer_config: Mapping[str, Any] | None = None,
                  hooks: Mapping[str, Callable[[int], None]] | None = None,
+                 on_done: Callable[[int], None] | None = None,
                  timeout: float = 120.0):
         if delivery not in DELIVERIES:
             raise SinkError(f"sink delivery must be one of {DELIVERIES}, found {delivery!r}")
@@ -96,6 +97,7 @@ class KafkaSink:
         self.shadow_topic = shadow_topic
         self.producer_config = dict(producer_config or {})
         self.hooks = dict(hooks or {})
+        self.on_done = on_done  # after a batch is committed (or found already committed)
         self.timeout = timeout
         self.group = f"theseus-{query}-sink"
         self.transactional_id = f"theseus-{query}"
@@ -226,6 +228,8 @@ class KafkaSink:
                 self.last_stats = stats
                 print(f"theseus sink {self.query}: batch {batch_id} already committed "
                       f"(last {done}), skipped", file=sys.stderr)
+                if self.on_done is not None:
+                    self.on_done(batch_id)
                 return
         target = self.topic
         if not self._gate_open(batch_id):
@@ -249,6 +253,8 @@ class KafkaSink:
         t2 = time.monotonic()
         stats.update(seconds=t2 - t0, encode_seconds=t1 - t0, produce_seconds=t2 - t1)
         self.last_stats = stats
+        if self.on_done is not None:
+            self.on_done(batch_id)
 
     def _write_plain(self, topic, keys, values, batch_id) -> None:
         if topic is None or not values:

@@ -89,9 +89,18 @@ except ImportError:  # pragma: no cover - older pyspark: no admission control
         pass
 
 from gates.control import CONTROL_HEADER
-from gates.state import OPEN, GateState, GateStateError, is_acked, read_gate, write_ack
+from gates.state import (
+    OPEN,
+    GateState,
+    GateStateError,
+    is_acked,
+    read_gate,
+    write_ack,
+    write_pending,
+)
 
 NAME = "theseus_kafka"
+_FOLLOW_WAIT_S = 1.0  # how long a shadow standing at the cut watches the old query per call
 _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
 _CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
@@ -724,8 +733,14 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         others = {t: c for t, c in state.cap.items() if t != topic}
         if others and not is_acked(self.opts.store, self.opts.query, others):
             return state
-        if not is_acked(self.opts.store, state.follow, state.cap):
-            return state
+        # Standing at the cut with nothing else to do: watch the followed query for up to
+        # one trigger interval instead of leaving it to the next trigger, so the switch
+        # costs the old query's acknowledgement and one batch, not a trigger more.
+        deadline = time.monotonic() + _FOLLOW_WAIT_S
+        while not is_acked(self.opts.store, state.follow, state.cap):
+            if time.monotonic() >= deadline:
+                return state
+            time.sleep(0.05)
         again = self._gate()  # an abort re-pauses this gate before it reads the old's ack
         if again is None or again.epoch != state.epoch or again.follow != state.follow:
             return state
@@ -763,6 +778,9 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             end = {p: begin[p] + take[p] for p in end}
         if end == begin and not newp:
             return start  # unchanged: same JSON as Spark's start
+        if state is not None and state.mode == "capped" and topic in state.cap and \
+                all(end.get(p, 0) >= c for p, c in state.cap[topic].items()):
+            write_pending(self.opts.store, self.opts.query, topic, end, state)
         return _to_offset(topic, end)
 
     def reportLatestOffset(self):

@@ -223,6 +223,56 @@ def write_ack(
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
+def pending_path(store: str | os.PathLike, query: str) -> Path:
+    # a dot file: local to the host running the query, never synced to a shared store
+    return gates_dir(store) / f".{query}.pending.json"
+
+
+def write_pending(store: str | os.PathLike, query: str, topic: str,
+                  offsets: Mapping[int, int], state: GateState) -> None:
+    """The batch Spark is about to run takes ``topic`` up to its cap (``offsets``): the sink
+    acknowledges it as soon as that batch commits (:func:`promote_pending`), instead of the
+    source at the next trigger."""
+    d = gates_dir(store)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f".{query}.ack.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            p = pending_path(store, query)
+            try:
+                doc = json.loads(p.read_text())
+            except (FileNotFoundError, ValueError):
+                doc = {}
+            doc[topic] = {"offsets": {str(k): int(v) for k, v in offsets.items()},
+                          "state": state.to_dict()}
+            _atomic_write_json(p, doc)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def promote_pending(store: str | os.PathLike, query: str) -> None:
+    """Called by the sink after a batch committed: acknowledge what :func:`write_pending`
+    recorded for it. Spark plans a batch only after the previous one committed, so the
+    pending offsets are those of the batch that just committed. Never moves an ack back."""
+    p = pending_path(store, query)
+    try:
+        doc = json.loads(p.read_text())
+    except (FileNotFoundError, ValueError):
+        return
+    done = acked_offsets(store, query)
+    for topic, e in doc.items():
+        offs = {int(k): int(v) for k, v in e.get("offsets", {}).items()}
+        have = done.get(topic, {})
+        if all(have.get(k, -1) >= v for k, v in offs.items()):
+            continue
+        write_ack(store, query, topic, {k: max(v, have.get(k, v)) for k, v in offs.items()},
+                  GateState.from_dict(e.get("state", {}), f"{p}/{topic}/state"))
+    try:
+        p.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def is_acked(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
              epoch: int | None = None) -> bool:
     """True when every partition of ``cap`` is acknowledged at (or beyond) its cap offset.

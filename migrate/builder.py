@@ -92,6 +92,15 @@ class Builder:
                 break
         return self.frames[target]
 
+    def _on_done(self) -> Any:
+        """After each committed batch: acknowledge a cap the batch reached (gates.state)."""
+        store, query = self.opts.store, self.opts.query
+        if not (store and query):
+            return None
+        from gates.state import promote_pending
+
+        return lambda batch_id: promote_pending(store, query)
+
     def start(self) -> Any:
         """Start the streaming query writing to the sink; returns the StreamingQuery."""
         sink = self.plan.sink
@@ -102,7 +111,7 @@ class Builder:
         writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
                              list(sink.key_columns), self.opts.query or self.plan.query,
                              sink.delivery, start_gate=self.opts.start_gate,
-                             shadow_topic=self.opts.shadow_topic)
+                             shadow_topic=self.opts.shadow_topic, on_done=self._on_done())
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
             .outputMode(sink.mode).foreachBatch(writer)
         if self.opts.checkpoint:
