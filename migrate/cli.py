@@ -143,6 +143,29 @@ def plan_compile(path: str, output: str | None) -> None:
     _emit(dumps(compile_file(path)), output)
 
 
+@plan.command("freeze")
+@click.argument("cases", nargs=-1, type=click.Path(file_okay=False))
+@click.option("--history", default="fixtures/history", show_default=True,
+              type=click.Path(file_okay=False), help="Directory of history cases.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if some case needs a new version.")
+def plan_freeze(cases: tuple[str, ...], history: str, check: bool) -> None:
+    """Record a new version of each history case whose SQL compiles differently today (or
+    has a draft query.sql/input.json/expected.json in its directory).  Versions live in
+    HISTORY/<case>/v<N>/ and are never edited; make test builds and runs every one."""
+    from pathlib import Path
+
+    from compat.sql.history import cases as all_cases
+    from compat.sql.history import freeze
+
+    outcomes = [freeze(Path(c), check=check) for c in (cases or all_cases(Path(history)))]
+    for o in outcomes:
+        click.echo(o.line())
+    if check and any(o.status != "unchanged" for o in outcomes):
+        click.echo("theseus: run `theseus plan freeze` to record the new versions", err=True)
+        sys.exit(1)
+
+
 @plan.command("diff")
 @click.argument("old", type=click.Path())
 @click.argument("new", type=click.Path())

@@ -75,6 +75,10 @@ def run_case(case: Path, kafka, spark, tmp_path) -> tuple[list, dict]:
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
 def test_query_translation(case, kafka, spark, tmp_path):
     records, expected = run_case(case, kafka, spark, tmp_path)
+    assert_output(records, expected)
+
+
+def assert_output(records: list, expected: dict) -> None:
     want = [(r["key"], r["value"]) for r in expected["records"]]
     if expected["compare"] == "multiset":
         got = Counter((_canon(r.key_json()), _canon(r.json())) for r in records)
