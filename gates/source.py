@@ -100,7 +100,6 @@ from gates.state import (
 )
 
 NAME = "theseus_kafka"
-_FOLLOW_WAIT_S = 1.0  # how long a shadow standing at the cut watches the old query per call
 _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
 _CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
@@ -725,24 +724,15 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._last_ack = key
 
     def _pass_cut(self, state: GateState, begin: dict[int, int]) -> GateState:
-        """Under a cap with ``follow``: open once everything before the cap is done here and
-        in the followed (old) query; otherwise the cap holds."""
+        """Under a cap with ``follow`` (a shadow at the cut): once every topic of this query
+        stands at the cap, read on past it. The start gate holds the output of the batch
+        that starts at the cut until the followed (old) query has finished the input before
+        it; computing that batch meanwhile is what makes the switch quick."""
         topic = self.opts.topic
         if any(begin.get(p, 0) < o for p, o in state.cap.get(topic, {}).items()):
             return state
         others = {t: c for t, c in state.cap.items() if t != topic}
         if others and not is_acked(self.opts.store, self.opts.query, others):
-            return state
-        # Standing at the cut with nothing else to do: watch the followed query for up to
-        # one trigger interval instead of leaving it to the next trigger, so the switch
-        # costs the old query's acknowledgement and one batch, not a trigger more.
-        deadline = time.monotonic() + _FOLLOW_WAIT_S
-        while not is_acked(self.opts.store, state.follow, state.cap):
-            if time.monotonic() >= deadline:
-                return state
-            time.sleep(0.05)
-        again = self._gate()  # an abort re-pauses this gate before it reads the old's ack
-        if again is None or again.epoch != state.epoch or again.follow != state.follow:
             return state
         return OPEN
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +61,36 @@ class StartGate:
         self.store = str(store)
         self.instance = instance
 
-    def is_open(self, batch_id: int) -> bool:
-        doc = read_start_gate(self.store, self.instance)
-        if doc.get("open", True):
-            return True
-        frm = doc.get("from")
-        if not frm:
-            return False
-        from gates.state import is_acked
+    def is_open(self, batch_id: int, wait: bool = True) -> bool:
+        """Whether the batch about to be written goes to the output. Under a gate that opens
+        *from* the cut, a batch that starts at the cut waits here (``wait``) until the
+        followed (old) query hands over: its last batch before the cut is committed. The
+        shadow computes that batch while the old query finishes, so the output switches as
+        soon as the old query's last output is committed."""
+        from gates.state import handed_over, is_acked, vetoed
 
-        # the batch about to be written starts where this instance's sources acknowledged
-        if not is_acked(self.store, self.instance, frm):
-            return False
-        follow = doc.get("follow")
-        return not follow or is_acked(self.store, follow, doc.get("follow_from") or {})
+        said = time.monotonic()
+        while True:
+            doc = read_start_gate(self.store, self.instance)
+            if doc.get("open", True):
+                return True
+            frm = doc.get("from")
+            if not frm:
+                return False
+            # the batch starts where this instance's sources acknowledged (before it ran)
+            if not is_acked(self.store, self.instance, frm):
+                return False
+            follow, mig = doc.get("follow"), doc.get("migration") or ""
+            if not follow or handed_over(self.store, follow, doc.get("follow_from") or {},
+                                         mig):
+                return True
+            if not wait or vetoed(self.store, follow, mig):
+                return False
+            if time.monotonic() - said > 30:
+                said = time.monotonic()
+                print(f"theseus start gate {self.instance}: batch {batch_id} waits for "
+                      f"'{follow}' to finish the input before the cut", file=sys.stderr)
+            time.sleep(0.05)
 
     def __call__(self, batch_id: int) -> bool:
         return self.is_open(batch_id)

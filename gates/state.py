@@ -283,6 +283,11 @@ def is_acked(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int
         doc = read_ack(store, query)
     except GateStateError:
         return False
+    return _acked_in(doc, cap, epoch)
+
+
+def _acked_in(doc: Mapping, cap: Mapping[str, Mapping[int, int]],
+              epoch: int | None = None) -> bool:
     for topic, parts in cap.items():
         e = doc["topics"].get(topic)
         if e is None or (epoch is not None and int(e.get("epoch", -1)) < epoch):
@@ -291,6 +296,49 @@ def is_acked(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int
         if any(offs.get(int(p), -1) < int(c) for p, c in parts.items()):
             return False
     return True
+
+
+def handed_over(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
+                migration: str) -> bool:
+    """True once ``query`` (the old one) acknowledged ``cap`` (the cut) and ``migration``
+    was not vetoed before: from then on the shadow writes the output from the cut on."""
+    try:
+        doc = read_ack(store, query)
+    except GateStateError:
+        return False
+    return doc.get("veto") != migration and _acked_in(doc, cap)
+
+
+def vetoed(store: str | os.PathLike, query: str, migration: str) -> bool:
+    try:
+        return read_ack(store, query).get("veto") == migration
+    except GateStateError:
+        return False
+
+
+def veto(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
+         migration: str) -> bool:
+    """Abort's side of the hand-over, atomic with ``query``'s acknowledgements (same lock,
+    same file): veto ``migration`` unless ``query`` already acknowledged ``cap``. Returns
+    False when it is too late (the shadow may be writing the output already)."""
+    d = gates_dir(store)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f".{query}.ack.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            try:
+                doc = read_ack(store, query)
+            except GateStateError:
+                doc = {"query": query, "topics": {}}
+            if doc.get("veto") == migration:
+                return True
+            if _acked_in(doc, cap):
+                return False
+            doc["veto"] = migration
+            _atomic_write_json(ack_path(store, query), doc)
+            return True
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def wait_for_ack(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],

@@ -14,18 +14,19 @@ query may run in another process on another host.
              watermarks H and wait until both acknowledge H.
 4. Cut       write one control event into every partition of every source topic; their
              offsets are the cut C (``--cut offsets``: C = H, nothing is written).  Both
-             gates now admit data up to C; the shadow's cap *follows* the old query and
-             its start gate opens *from C*: the moment the old query acknowledges C (all
-             its output before C committed) and the shadow stands at C, the shadow's
-             source passes C and its sink writes the batches that start at C or later —
-             without waiting for this process (the output stall is the shadow's next
-             trigger and one batch).
+             gates now admit data up to C; the shadow's cap *follows* the old query: it
+             reads on past C by itself, and its start gate opens *from C*, holding the
+             first batch from C until the old query acknowledged C (all its output
+             before C committed) — without waiting for this process, so the shadow
+             computes that batch while the old query finishes and the output stall is
+             about one batch.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
 7. Finish    record the new plan and instance as the query's; the migration is done.
 
-``abort`` before the cutover pauses the shadow first and refuses when the old query has
-already acknowledged C (the shadow may have taken over): ``resume`` then finishes.
+``abort`` before the cutover vetoes the hand-over atomically with the old query's
+acknowledgements (one lock, one file) and refuses when the old query already acknowledged
+C (the shadow may be writing): ``resume`` then finishes.
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ from compat.check import check_plans, load_plan
 from compat.errors import MigrationError
 from compat.model import Plan, Source
 from gates.startgate import write_start_gate
-from gates.state import GateState, ack_path, is_acked, read_ack, read_gate, write_gate
+from gates.state import (
+    GateState,
+    ack_path,
+    is_acked,
+    read_ack,
+    read_gate,
+    veto,
+    write_gate,
+)
 from migrate.store import DirectoryStore, atomic_write
 
 PHASES = ("check", "shadow", "pause", "cut", "align", "cutover", "finish", "done")
@@ -478,7 +487,7 @@ class Migrator:
         """The shadow's start gate is open (it writes the output from the cut on)."""
         from gates.startgate import StartGate
 
-        return StartGate(self.store.root, instance).is_open(-1)
+        return StartGate(self.store.root, instance).is_open(-1, wait=False)
 
     def past(self, instance: str, cut: dict[str, dict[int, int]]) -> bool:
         """True once ``instance`` acknowledged input beyond ``cut`` in some partition."""
@@ -514,22 +523,18 @@ class Migrator:
                                  hint="theseus migrate resume finishes the cutover")
         old, inst = self.m.old_instance, self.m.new_instance
         if self.m.kind == "shadow" and self.m.cut and inst:
-            # Once the old query finished the input before C, the shadow may take over by
-            # itself (its source passes C): that is the point of no return. Check it, hold
-            # the shadow, check again: a shadow that passed C saw the old query's
-            # acknowledgement before the hold, so the second check sees it too.
+            # Once the old query finished the input before C, the shadow's start gate
+            # hands the output over: that is the point of no return. The veto is atomic
+            # with the old query's acknowledgements (one lock, one file): either it comes
+            # first and the shadow never writes, or abort refuses.
             full = _offsets(self.m.cut)
             theirs = {t: full[t] for t in self.source_topics(self.plans()[0])}
-            refused = MigrationError("the old query finished the input before the cut: the "
+            if not veto(self.store.root, old, theirs, self.m.id):
+                raise MigrationError("the old query finished the input before the cut: the "
                                      "shadow takes over from there", file=str(self.store.root),
                                      hint="theseus migrate resume finishes the migration")
-            if is_acked(self.store.root, old, theirs):
-                raise refused
+            self.store.flush()
             self.set_gate(inst, "paused")
-            if is_acked(self.store.root, old, theirs):
-                self.arm(full)  # let the shadow go on: it may already write the output
-                raise refused
-            # the shadow holds before C: closing its start gate cannot drop output
             write_start_gate(self.store.root, inst, False, self.m.id)
             self.store.flush()
         write_gate(self.store.root, old, GateState("open", {}, self.m.epoch + 1))

@@ -39,3 +39,45 @@ def test_pending_topics_merge(tmp_path):
     write_pending(tmp_path, "q", "b", {0: 2}, cap)
     promote_pending(tmp_path, "q")
     assert is_acked(tmp_path, "q", cap.cap)
+
+
+def _arm(store, follow_cap):
+    from gates.startgate import write_start_gate
+
+    write_start_gate(store, "new", False, "m1", from_offsets={"t": {0: 10}}, follow="old",
+                     follow_offsets=follow_cap)
+
+
+def test_the_start_gate_opens_from_the_cut_once_the_old_query_hands_over(tmp_path):
+    from gates.startgate import StartGate
+
+    _arm(tmp_path, {"t": {0: 10}})
+    gate = StartGate(tmp_path, "new")
+    write_ack(tmp_path, "new", "t", {0: 6}, CAP)
+    assert not gate.is_open(1, wait=False)  # a batch before the cut: discarded
+    write_ack(tmp_path, "new", "t", {0: 10}, CAP)
+    assert not gate.is_open(2, wait=False)  # from the cut, but the old query is not done
+    write_ack(tmp_path, "old", "t", {0: 10}, CAP)
+    assert gate.is_open(2)
+
+
+def test_a_veto_before_the_hand_over_keeps_the_gate_closed(tmp_path):
+    from gates.startgate import StartGate
+    from gates.state import handed_over, veto
+
+    _arm(tmp_path, {"t": {0: 10}})
+    write_ack(tmp_path, "new", "t", {0: 10}, CAP)
+    write_ack(tmp_path, "old", "t", {0: 8}, CAP)
+    assert veto(tmp_path, "old", {"t": {0: 10}}, "m1")
+    write_ack(tmp_path, "old", "t", {0: 10}, CAP)  # the old query's last batch commits
+    assert not handed_over(tmp_path, "old", {"t": {0: 10}}, "m1")
+    assert not StartGate(tmp_path, "new").is_open(3)  # waits for nothing: vetoed
+    assert handed_over(tmp_path, "old", {"t": {0: 10}}, "m2")  # another migration
+
+
+def test_too_late_to_veto_once_the_old_query_acknowledged_the_cut(tmp_path):
+    from gates.state import handed_over, veto
+
+    write_ack(tmp_path, "old", "t", {0: 10}, CAP)
+    assert not veto(tmp_path, "old", {"t": {0: 10}}, "m1")
+    assert handed_over(tmp_path, "old", {"t": {0: 10}}, "m1")
