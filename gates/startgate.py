@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gates.state import handed_over, is_acked, offsets_to_json, vetoed
+
 
 def start_gate_path(store: str | os.PathLike[str], instance: str) -> Path:
     return Path(store) / "gates" / f"{instance}.start.json"
@@ -35,12 +37,10 @@ def write_start_gate(store: str | os.PathLike[str], instance: str, is_open: bool
     with os.fdopen(fd, "w") as f:
         doc: dict[str, Any] = {"open": is_open, "migration": migration}
         if from_offsets:
-            doc["from"] = {t: {str(p): int(o) for p, o in ps.items()}
-                           for t, ps in from_offsets.items()}
+            doc["from"] = offsets_to_json(from_offsets)
         if follow:
             doc["follow"] = follow
-            doc["follow_from"] = {t: {str(p): int(o) for p, o in ps.items()}
-                                  for t, ps in (follow_offsets or {}).items()}
+            doc["follow_from"] = offsets_to_json(follow_offsets or {})
         json.dump(doc, f)
         f.flush()
         os.fsync(f.fileno())
@@ -67,8 +67,6 @@ class StartGate:
         followed (old) query hands over: its last batch before the cut is committed. The
         shadow computes that batch while the old query finishes, so the output switches as
         soon as the old query's last output is committed."""
-        from gates.state import handed_over, is_acked, vetoed
-
         said = time.monotonic()
         while True:
             doc = read_start_gate(self.store, self.instance)

@@ -31,7 +31,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,9 @@ class GateState:
     mode: str = "open"
     cap: Offsets = field(default_factory=dict)
     epoch: int = 0
-    # capped, then open once this source is at the cap, every other topic of the cap is
-    # acknowledged at the cap, and the ``follow`` query (the old one) acknowledged the whole
-    # cap: a shadow passes the cut by itself, right after the old query finished before it
+    # a shadow's cap at the cut: it reads on past the cap once every topic of the cap stands
+    # there; its start gate holds the output until the ``follow`` query (the old one) has
+    # acknowledged the cut (gates.startgate)
     follow: str | None = None
 
     def __post_init__(self):
@@ -192,6 +193,19 @@ def acked_offsets(store: str | os.PathLike, query: str) -> Offsets:
             for t, e in doc["topics"].items()}
 
 
+@contextmanager
+def _ack_lock(store: str | os.PathLike, query: str) -> Iterator[None]:
+    """One lock for everything that reads and rewrites a query's ack document."""
+    d = gates_dir(store)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f".{query}.ack.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 def write_ack(
     store: str | os.PathLike, query: str, topic: str, offsets: Mapping[int, int],
     state: GateState,
@@ -207,20 +221,14 @@ def write_ack(
         at_cap = False
     entry = {"offsets": offsets_to_json({topic: offs})[topic], "mode": state.mode,
              "epoch": state.epoch, "at_cap": at_cap, "time": round(time.time(), 3)}
-    d = gates_dir(store)
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / f".{query}.ack.lock", "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    with _ack_lock(store, query):
         try:
-            try:
-                doc = read_ack(store, query)
-            except GateStateError:
-                doc = {"query": query, "topics": {}}
-            doc["query"] = query
-            doc["topics"][topic] = entry
-            _atomic_write_json(ack_path(store, query), doc)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            doc = read_ack(store, query)
+        except GateStateError:
+            doc = {"query": query, "topics": {}}
+        doc["query"] = query
+        doc["topics"][topic] = entry
+        _atomic_write_json(ack_path(store, query), doc)
 
 
 def pending_path(store: str | os.PathLike, query: str) -> Path:
@@ -233,21 +241,15 @@ def write_pending(store: str | os.PathLike, query: str, topic: str,
     """The batch Spark is about to run takes ``topic`` up to its cap (``offsets``): the sink
     acknowledges it as soon as that batch commits (:func:`promote_pending`), instead of the
     source at the next trigger."""
-    d = gates_dir(store)
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / f".{query}.ack.lock", "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    with _ack_lock(store, query):
+        p = pending_path(store, query)
         try:
-            p = pending_path(store, query)
-            try:
-                doc = json.loads(p.read_text())
-            except (FileNotFoundError, ValueError):
-                doc = {}
-            doc[topic] = {"offsets": {str(k): int(v) for k, v in offsets.items()},
-                          "state": state.to_dict()}
-            _atomic_write_json(p, doc)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            doc = json.loads(p.read_text())
+        except (FileNotFoundError, ValueError):
+            doc = {}
+        doc[topic] = {"offsets": offsets_to_json({topic: offsets})[topic],
+                      "state": state.to_dict()}
+        _atomic_write_json(p, doc)
 
 
 def promote_pending(store: str | os.PathLike, query: str) -> None:
@@ -321,24 +323,18 @@ def veto(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, in
     """Abort's side of the hand-over, atomic with ``query``'s acknowledgements (same lock,
     same file): veto ``migration`` unless ``query`` already acknowledged ``cap``. Returns
     False when it is too late (the shadow may be writing the output already)."""
-    d = gates_dir(store)
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / f".{query}.ack.lock", "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    with _ack_lock(store, query):
         try:
-            try:
-                doc = read_ack(store, query)
-            except GateStateError:
-                doc = {"query": query, "topics": {}}
-            if doc.get("veto") == migration:
-                return True
-            if _acked_in(doc, cap):
-                return False
-            doc["veto"] = migration
-            _atomic_write_json(ack_path(store, query), doc)
+            doc = read_ack(store, query)
+        except GateStateError:
+            doc = {"query": query, "topics": {}}
+        if doc.get("veto") == migration:
             return True
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        if _acked_in(doc, cap):
+            return False
+        doc["veto"] = migration
+        _atomic_write_json(ack_path(store, query), doc)
+        return True
 
 
 def wait_for_ack(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],

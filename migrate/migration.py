@@ -45,7 +45,7 @@ from typing import Any
 from compat.check import check_plans, load_plan
 from compat.errors import MigrationError
 from compat.model import Plan, Source
-from gates.startgate import write_start_gate
+from gates.startgate import StartGate, write_start_gate
 from gates.state import (
     GateState,
     ack_path,
@@ -485,8 +485,6 @@ class Migrator:
 
     def switched(self, instance: str) -> bool:
         """The shadow's start gate is open (it writes the output from the cut on)."""
-        from gates.startgate import StartGate
-
         return StartGate(self.store.root, instance).is_open(-1, wait=False)
 
     def past(self, instance: str, cut: dict[str, dict[int, int]]) -> bool:

@@ -96,9 +96,12 @@ def compile_case(case: Path) -> str:
 
 def status(case: Path) -> Outcome:
     """Whether the case's latest version is what compiling its SQL gives today."""
+    return _status(case, compile_case(case))
+
+
+def _status(case: Path, text: str) -> Outcome:
     vs = versions(case)
     draft = _draft(case)
-    text = compile_case(case)
     if not vs:
         return Outcome(case.name, "would change", None, "no version yet")
     latest = vs[-1]
@@ -117,7 +120,8 @@ def status(case: Path) -> Outcome:
 def freeze(case: Path, *, check: bool = False) -> Outcome:
     """Record a new version of ``case`` when compiling its SQL today differs from its latest
     plan, or when a draft waits in the case directory; with ``check``, only say so."""
-    st = status(case)
+    text = compile_case(case)
+    st = _status(case, text)
     if st.status == "unchanged":
         for p in _draft(case).values():  # a draft equal to the latest version: nothing new
             if not check:
@@ -126,7 +130,6 @@ def freeze(case: Path, *, check: bool = False) -> Outcome:
     if check:
         return st
     files = source_files(case)
-    text = compile_case(case)
     vs = versions(case)
     n = int(_VERSION.match(vs[-1].name).group(1)) + 1 if vs else 1  # type: ignore[union-attr]
     target = case / f"v{n}"

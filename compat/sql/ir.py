@@ -13,13 +13,14 @@ in the SQL text.  Optimizer rules never mutate a graph: they ``copy()`` it and c
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlglot import exp
 
 from compat import expr as E
+from compat.model import Column, Window  # the same as in plans: no expressions inside
 from compat.sql.text import Span
 
 #: qualifiers of the two inputs in a join's condition and time bound
@@ -29,13 +30,6 @@ DIALECT = "spark"
 
 
 # -- steps --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str
-    nullable: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,15 +90,6 @@ class AggCall:
     function: str
     args: tuple[exp.Expression, ...]  # ``exp.Star()`` for ``count(*)``
     distinct: bool = False
-
-
-@dataclass(frozen=True)
-class Window:
-    type: str  # tumbling | hopping | session
-    column: str
-    size: str
-    slide: str | None = None
-    gap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -494,3 +479,20 @@ __all__ = [
     "and_all", "bare_column", "col", "columns_in", "conjuncts", "deterministic", "explain",
     "ident", "join_output", "key", "paired_keys", "paren", "sql", "substitute", "walk_steps",
 ]
+
+
+def rewrite_to_fixpoint(graph: Graph, kind: type[Step],
+                        rewrite: Callable[[Graph, Any], bool]) -> Graph:
+    """A copy of ``graph`` with ``rewrite(g, step)`` applied to its steps of ``kind`` in
+    topological order, starting over after every change, until none changes anything."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        for sid in g.order():
+            s = g.steps.get(sid)
+            if isinstance(s, kind) and rewrite(g, s):
+                changed = True
+                break
+    return g
+

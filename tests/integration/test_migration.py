@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -104,24 +105,46 @@ def oracle(inputs, cut: dict) -> Counter:
     return want
 
 
+def start_old(kafka, tmp_path, prefix: str) -> SimpleNamespace:
+    """Topics, the two plans, a feeder and the old query running under `theseus run`."""
+    from migrate.store import DirectoryStore
+
+    t = SimpleNamespace(src=kafka.topic(prefix=f"{prefix}-in", partitions=3),
+                        out=kafka.topic(prefix=f"{prefix}-out", partitions=1),
+                        state=tmp_path / "state", old_p=tmp_path / "v1.json",
+                        new_p=tmp_path / "v2.json",
+                        query=f"{prefix[0]}{tmp_path.name[-6:]}".replace("-", "_"))
+    t.old_p.write_text(json.dumps(plan(t.query, t.src, t.out, "old", False)))
+    t.new_p.write_text(json.dumps(plan(t.query, t.src, t.out, "new", True)))
+    t.feeder = Feeder(kafka.bootstrap, t.src)
+    t.feeder.start()
+    t.old = spawn_run(t.old_p, kafka.bootstrap, t.state)
+    t.store = DirectoryStore(t.state)
+    wait_for(lambda: t.store.status(t.query).get("status") == "running", 180, "old query up")
+    return t
+
+
+def drain_and_stop(kafka, t: SimpleNamespace) -> str:
+    """Stop the input, let the live instance read all of it, stop it; returns its name."""
+    from gates.state import is_acked
+
+    time.sleep(3)
+    t.feeder.stop()
+    live = t.store.live_instance(t.query)
+    high = {t.src: kafka.end_offsets(t.src)}
+    wait_for(lambda: is_acked(t.state, live, high), 180, "the live query drains the input")
+    r = theseus("stop", t.query, "--state", str(t.state))
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: t.store.status(live).get("status") == "stopped", 120, "live stops")
+    t.old.wait(60)
+    return live
+
+
 def run_migration(kafka, tmp_path, faults: list[str] | None = None,
                   kill_old_in_align: bool = False, compare: bool = False,
                   extra: tuple[str, ...] = ()):
-    from gates.state import is_acked
-    from migrate.store import DirectoryStore
-
-    src = kafka.topic(prefix="mig-in", partitions=3)
-    out = kafka.topic(prefix="mig-out", partitions=1)
-    state = tmp_path / "state"
-    old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
-    query = f"q{tmp_path.name[-6:]}".replace("-", "_")
-    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
-    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
-    feeder = Feeder(kafka.bootstrap, src)
-    feeder.start()
-    old = spawn_run(old_p, kafka.bootstrap, state)
-    store = DirectoryStore(state)
-    wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
+    t = start_old(kafka, tmp_path, "mig")
+    src, state, new_p, query, store = t.src, t.state, t.new_p, t.query, t.store
     time.sleep(3)
     args = ["migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
             str(state), "--strategy", "shadow", "--timeout", "400"]
@@ -142,27 +165,19 @@ def run_migration(kafka, tmp_path, faults: list[str] | None = None,
             from migrate import migration
 
             if migration.current(store, query).phase == "align":
-                old.kill()
-                old.wait(30)
-                old = spawn_run(old_p, kafka.bootstrap, state)
+                t.old.kill()
+                t.old.wait(30)
+                t.old = spawn_run(t.old_p, kafka.bootstrap, state)
         r = theseus("migrate", "resume", query, "--state", str(state), "--timeout", "400",
                     env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    time.sleep(3)
-    feeder.stop()
     from migrate import migration
 
     m = migration.current(store, query)
     assert m.phase == "done"
-    new_inst = store.live_instance(query)
-    assert new_inst == m.new_instance
-    high = {src: kafka.end_offsets(src)}
-    wait_for(lambda: is_acked(state, new_inst, high), 180, "new query drains the input")
-    r = theseus("stop", query, "--state", str(state))
-    assert r.returncode == 0, r.stderr
-    wait_for(lambda: store.status(new_inst).get("status") == "stopped", 120, "new stops")
-    old.wait(60)
-    return src, out, m
+    assert store.live_instance(query) == m.new_instance
+    drain_and_stop(kafka, t)
+    return src, t.out, m
 
 
 def test_stateless_shadow_migration_is_exact(kafka, tmp_path):
@@ -353,22 +368,10 @@ def test_abort_at_each_phase_leaves_the_old_query_exact(kafka, tmp_path):
     query keeps running and its output stays exact. Past the point of no return (the old
     query finished the input before C, so the shadow takes over by itself) abort refuses
     and resume finishes the migration, still exact."""
-    from gates.state import is_acked
     from migrate import migration
-    from migrate.store import DirectoryStore
 
-    src = kafka.topic(prefix="abt-in", partitions=3)
-    out = kafka.topic(prefix="abt-out", partitions=1)
-    state = tmp_path / "state"
-    old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
-    query = f"b{tmp_path.name[-6:]}".replace("-", "_")
-    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
-    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
-    feeder = Feeder(kafka.bootstrap, src)
-    feeder.start()
-    old = spawn_run(old_p, kafka.bootstrap, state)
-    store = DirectoryStore(state)
-    wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
+    t = start_old(kafka, tmp_path, "abt")
+    src, out, state, new_p, query, store = t.src, t.out, t.state, t.new_p, t.query, t.store
     shadows, refused, last = [], [], None
     for phase in ["check", "shadow", "pause", "cut", "align"]:
         env = dict(os.environ, THESEUS_FAULT=f"after:{phase}")
@@ -390,21 +393,13 @@ def test_abort_at_each_phase_leaves_the_old_query_exact(kafka, tmp_path):
             break
         assert migration.current(store, query).phase == "aborted"
         assert store.live_instance(query) == query
-        assert old.poll() is None, "the old query must keep running"
+        assert t.old.poll() is None, "the old query must keep running"
     # every aborted shadow got its own instance (no checkpoint or acks reused) and stopped
     assert len(set(shadows)) == len(shadows)
     for s in shadows[:len(shadows) - len(refused)]:
         wait_for(lambda s=s: store.status(s).get("status") != "running", 120, f"{s} stops")
     print(f"abort refused after: {refused or 'none'}")
-    time.sleep(3)
-    feeder.stop()
-    live = store.live_instance(query)
-    high = {src: kafka.end_offsets(src)}
-    wait_for(lambda: is_acked(state, live, high), 180, "the live query drains the input")
-    r = theseus("stop", query, "--state", str(state))
-    assert r.returncode == 0, r.stderr
-    wait_for(lambda: store.status(live).get("status") == "stopped", 120, "live stops")
-    old.wait(60)
+    drain_and_stop(kafka, t)
     raw = kafka.read_all(src)
     got = Counter(json.dumps(r.json(), sort_keys=True) for r in kafka.read_all(out))
     if refused:

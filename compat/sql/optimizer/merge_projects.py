@@ -17,16 +17,7 @@ from compat.sql import ir
 
 
 def merge_projects(graph: ir.Graph) -> ir.Graph:
-    g = graph.copy()
-    changed = True
-    while changed:
-        changed = False
-        for sid in g.order():
-            s = g.steps.get(sid)
-            if isinstance(s, ir.Project) and _merge(g, s):
-                changed = True
-                break
-    return g
+    return ir.rewrite_to_fixpoint(graph, ir.Project, _merge)
 
 
 def _merge(g: ir.Graph, s: ir.Project) -> bool:

@@ -26,17 +26,8 @@ from compat.sql import ir
 
 
 def predicate_pushdown(graph: ir.Graph) -> ir.Graph:
-    g = graph.copy()
     # Repeat until nothing moves: every move takes conjuncts one step further down.
-    moved = True
-    while moved:
-        moved = False
-        for sid in g.order():
-            s = g.steps.get(sid)
-            if isinstance(s, ir.Filter) and _push(g, s):
-                moved = True
-                break
-    return g
+    return ir.rewrite_to_fixpoint(graph, ir.Filter, _push)
 
 
 def _movable(f: ir.Filter) -> tuple[list[exp.Expression], list[exp.Expression]]:
