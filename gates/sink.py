@@ -85,6 +85,7 @@ class KafkaSink:
                  producer_config: Mapping[str, Any] | None = None,
                  hooks: Mapping[str, Callable[[int], None]] | None = None,
                  on_done: Callable[[int], None] | None = None,
+                 retired: Callable[[], bool] | None = None,
                  timeout: float = 120.0):
         if delivery not in DELIVERIES:
             raise SinkError(f"sink delivery must be one of {DELIVERIES}, found {delivery!r}")
@@ -98,6 +99,8 @@ class KafkaSink:
         self.producer_config = dict(producer_config or {})
         self.hooks = dict(hooks or {})
         self.on_done = on_done  # after a batch is committed (or found already committed)
+        # True once the query handed its output over to a migration (gates.state.retired)
+        self.retired = retired
         self.timeout = timeout
         self.group = f"theseus-{query}-sink"
         self.transactional_id = f"theseus-{query}"
@@ -231,6 +234,11 @@ class KafkaSink:
                 if self.on_done is not None:
                     self.on_done(batch_id)
                 return
+        if self.retired is not None and self.retired():
+            # Handed over at a migration's cut: the new query writes the output from there.
+            stats.update(skipped=True, retired=True, seconds=time.monotonic() - t0)
+            self.last_stats = stats
+            return
         target = self.topic
         if not self._gate_open(batch_id):
             target = self.shadow_topic

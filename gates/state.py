@@ -76,6 +76,11 @@ class GateState:
     # there; its start gate holds the output until the ``follow`` query (the old one) has
     # acknowledged the cut (gates.startgate)
     follow: str | None = None
+    # the old query's cap at the cut of migration ``retire``: its input ends there. Once it
+    # acknowledged the cap (and the migration was not vetoed) it has handed over: its sink
+    # writes nothing more (a batch driven by the watermark alone would repeat what the new
+    # query writes) and its host stops it (:func:`retired`)
+    retire: str | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -97,6 +102,8 @@ class GateState:
         doc = {"mode": self.mode, "cap": offsets_to_json(self.cap), "epoch": self.epoch}
         if self.follow:
             doc["follow"] = self.follow
+        if self.retire:
+            doc["retire"] = self.retire
         return doc
 
     @classmethod
@@ -107,10 +114,11 @@ class GateState:
             epoch = int(doc.get("epoch", 0))
         except (TypeError, ValueError) as e:
             raise GateStateError(f"{where}/epoch: expected an integer") from e
-        follow = doc.get("follow")
+        follow, retire = doc.get("follow"), doc.get("retire")
         return cls(mode=str(doc.get("mode", "open")),
                    cap=_norm_offsets(doc.get("cap"), f"{where}/cap"), epoch=epoch,
-                   follow=str(follow) if follow else None)
+                   follow=str(follow) if follow else None,
+                   retire=str(retire) if retire else None)
 
 
 OPEN = GateState()
@@ -309,6 +317,19 @@ def handed_over(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[
     except GateStateError:
         return False
     return doc.get("veto") != migration and _acked_in(doc, cap)
+
+
+def retired(store: str | os.PathLike, query: str) -> bool:
+    """True once ``query`` handed its output over to a migration's new query: its gate is
+    the cut of a migration (``retire``) and it acknowledged that cut unvetoed. Nothing it
+    computes from then on may reach the output."""
+    try:
+        g = read_gate(store, query)
+    except GateStateError:
+        return False
+    if not g.retire or g.mode != "capped":
+        return False
+    return handed_over(store, query, g.cap, g.retire)
 
 
 def vetoed(store: str | os.PathLike, query: str, migration: str) -> bool:

@@ -53,6 +53,7 @@ class BuildOptions:
     start_gate: Any = None  # passed to the sink writer (a later issue opens and closes it)
     output_topic: str | None = None  # override (comparison runs write elsewhere)
     shadow_topic: str | None = None  # where a closed start gate sends output (--compare)
+    on_retire: Any = None  # called once the query handed its output over to a migration
 
 
 def _q(name: str) -> str:
@@ -93,13 +94,27 @@ class Builder:
         return self.frames[target]
 
     def _on_done(self) -> Any:
-        """After each committed batch: acknowledge a cap the batch reached (gates.state)."""
+        """After each committed batch: acknowledge a cap the batch reached (gates.state);
+        when that hands the output over to a migration, tell the host (``on_retire``)."""
+        store, query, on_retire = self.opts.store, self.opts.query, self.opts.on_retire
+        if not (store and query):
+            return None
+        from gates.state import promote_pending, retired
+
+        def done(batch_id: int) -> None:
+            promote_pending(store, query)
+            if on_retire is not None and retired(store, query):
+                on_retire()
+
+        return done
+
+    def _retired(self) -> Any:
         store, query = self.opts.store, self.opts.query
         if not (store and query):
             return None
-        from gates.state import promote_pending
+        from gates.state import retired
 
-        return lambda batch_id: promote_pending(store, query)
+        return lambda: retired(store, query)
 
     def start(self) -> Any:
         """Start the streaming query writing to the sink; returns the StreamingQuery."""
@@ -111,7 +126,8 @@ class Builder:
         writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
                              list(sink.key_columns), self.opts.query or self.plan.query,
                              sink.delivery, start_gate=self.opts.start_gate,
-                             shadow_topic=self.opts.shadow_topic, on_done=self._on_done())
+                             shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
+                             retired=self._retired())
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
             .outputMode(sink.mode).foreachBatch(writer)
         if self.opts.checkpoint:
@@ -154,9 +170,26 @@ class Builder:
             # re-plans the static side of a stream-static join each time.
             return self.spark.read.format(SOURCE_FORMAT).options(**opts).load()
         df = self.spark.readStream.format(SOURCE_FORMAT).options(**opts).load()
-        if node.event_time:
+        if node.event_time and self._watermarks_read():
             df = df.withWatermark(node.event_time.column, node.event_time.watermark)
         return df
+
+    def _watermarks_read(self) -> bool:
+        """Whether a stateful step of the plan reads an event-time watermark: a window, a
+        grouping key on a watermarked column, a stream-stream join, a deduplication, a
+        top-N (any stateful step but a plain aggregate counts, to be safe). When none does,
+        the sources' watermarks are left out: they would change no output, only make Spark
+        run an empty batch each time a watermark advances with no new input (state
+        eviction that has nothing to evict), taking CPU from the batches that carry data."""
+        for nid, node in self.plan.nodes.items():
+            if not self.plan.info[nid].stateful:
+                continue
+            if not isinstance(node, Aggregate) or node.window is not None:
+                return True
+            marks = self.plan.info[node.inputs[0]].watermarks
+            if any(m in g.expr.lower() for g in node.group_by for m in marks):
+                return True
+        return False
 
     def _filter(self, node: Filter, ins: list[Any], info: NodeInfo) -> Any:
         (df,) = ins

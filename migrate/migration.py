@@ -10,8 +10,9 @@ query may run in another process on another host.
              same checkpoint (unless ``--strategy shadow``).
 2. Shadow    start the new plan as a new instance (fresh checkpoint, earliest offsets) with
              its start gate closed: its output is discarded while it backfills.
-3. Pause     when the shadow is close to the head, cap both queries at the high
-             watermarks H and wait until both acknowledge H.
+3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
+             row), cap both queries at the high watermarks H and wait until both
+             acknowledge H.
 4. Cut       write one control event into every partition of every source topic; their
              offsets are the cut C (``--cut offsets``: C = H, nothing is written).  Both
              gates now admit data up to C; the shadow's cap *follows* the old query: it
@@ -19,7 +20,8 @@ query may run in another process on another host.
              first batch from C until the old query acknowledged C (all its output
              before C committed) — without waiting for this process, so the shadow
              computes that batch while the old query finishes and the output stall is
-             about one batch.
+             about one batch.  The old query's cap *retires* it: once it acknowledged C
+             its sink writes nothing more and its host stops it.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
 7. Finish    record the new plan and instance as the query's; the migration is done.
@@ -137,13 +139,14 @@ class Migrator:
 
     def __init__(self, store: DirectoryStore, m: Migration,
                  echo: Callable[[str], None] = print, timeout: float = 600.0,
-                 lag_threshold: int = 2000) -> None:
+                 lag_threshold: int = 2000, steady_batches: int = 3) -> None:
         self.store = store
         self.m = m
         self.echo = echo
         # One time budget shared by every Kafka/Spark wait of this run.
         self.deadline = time.monotonic() + timeout
         self.lag_threshold = lag_threshold
+        self.steady_batches = steady_batches
 
     # -- helpers --------------------------------------------------------------------------
     def enter(self, phase: str) -> None:
@@ -227,10 +230,11 @@ class Migrator:
             c.close()
 
     def set_gate(self, instance: str, mode: str, cap: dict[str, dict[int, int]] | None = None,
-                 follow: str | None = None) -> int:
+                 follow: str | None = None, retire: str | None = None) -> int:
         self.m.epoch += 1
         self.m.save(self.store)
-        write_gate(self.store.root, instance, GateState(mode, cap or {}, self.m.epoch, follow))
+        write_gate(self.store.root, instance,
+                   GateState(mode, cap or {}, self.m.epoch, follow, retire))
         self.store.flush()
         return self.m.epoch
 
@@ -277,6 +281,14 @@ class Migrator:
     def stopped(self, instance: str) -> bool:
         st = self.store.status(instance)
         return st.get("status") in ("stopped", "failed") or not _pid_alive(st.get("pid"))
+
+    def position(self, instance: str) -> str:
+        """Where ``instance``'s sources stand (what they acknowledged), as one string."""
+        try:
+            ack = read_ack(self.store.root, instance)["topics"]
+        except Exception:
+            return ""
+        return json.dumps({t: a.get("offsets", {}) for t, a in ack.items()}, sort_keys=True)
 
     def lag(self, instance: str, topics: list[str]) -> dict[str, dict[int, int]]:
         high = self.high_watermarks(topics)
@@ -388,14 +400,28 @@ class Migrator:
         topics = sorted({t for ts in per.values() for t in ts})
         inst = self.m.new_instance
 
-        def close_to_head() -> bool:
+        # Close to the head is not enough: the shadow must keep pace there for a few
+        # batches. A shadow fresh from its backfill runs its first small batches on a cold
+        # JVM (code generation, JIT), several times slower than the old query's; paused
+        # then, it would reach the cut a batch late and the output would stall for it.
+        steady: list[str] = []  # positions acknowledged near the head, in a row
+
+        def keeping_up() -> bool:
             lag = self.lag(inst, per[inst])
             total = sum(sum(ps.values()) for ps in lag.values())
+            if total > self.lag_threshold or not self.running(inst):
+                steady.clear()
+            else:
+                pos = self.position(inst) if total else f"at the head {len(steady)}"
+                if pos and pos not in steady:
+                    steady.append(pos)
             self.echo(f"  shadow lag {total}: " + ", ".join(
-                f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()))
-            return total <= self.lag_threshold and self.running(inst)
+                f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()) +
+                (f" (near the head for {len(steady)} of {self.steady_batches} batches)"
+                 if steady else ""))
+            return len(steady) >= self.steady_batches
 
-        self.wait("the shadow to catch up", close_to_head, interval=1.0)
+        self.wait("the shadow to catch up", keeping_up, interval=1.0)
         self.m.history.append(["caught_up", round(time.time(), 3)])  # ends the backfill
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
@@ -430,7 +456,9 @@ class Migrator:
     def arm(self, cut: dict[str, dict[int, int]]) -> None:
         """Cap both queries at C. The shadow's cap follows the old query: its source passes C
         by itself once the old query acknowledged C, and its start gate opens for the batches
-        that start at C or later, so the switch does not wait for this process."""
+        that start at C or later, so the switch does not wait for this process. The old
+        query's cap retires it: once it acknowledged C its sink writes nothing more and its
+        host stops it, so it neither repeats the new query's output nor takes its CPU."""
         per = self.instance_topics()
         old, inst = self.m.old_instance, self.m.new_instance
         mine = {t: cut[t] for t in per[inst]}
@@ -438,7 +466,7 @@ class Migrator:
         write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
                          follow=old, follow_offsets=theirs)
         self.store.flush()
-        self.set_gate(old, "capped", theirs)
+        self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
 
     def step_align(self) -> None:
@@ -448,7 +476,8 @@ class Migrator:
         per = self.instance_topics()
         old, inst = self.m.old_instance, self.m.new_instance
         g_old, g_new = read_gate(self.store.root, old), read_gate(self.store.root, inst)
-        if (g_old.mode, g_old.cap) != ("capped", {t: full[t] for t in per[old]}) or \
+        if (g_old.mode, g_old.cap, g_old.retire) != (
+                "capped", {t: full[t] for t in per[old]}, self.m.id) or \
                 (g_new.mode, g_new.cap, g_new.follow) != (
                     "capped", {t: full[t] for t in per[inst]}, old):
             self.arm(full)  # resumed after a crash in step 4 (or a refused abort)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -62,7 +63,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
 def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: str,
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None,
-                shadow_topic: str | None = None) -> Any:
+                shadow_topic: str | None = None, on_retire: Any = None) -> Any:
     from migrate.builder import Builder, BuildOptions
 
     name = query_name or plan.query
@@ -71,7 +72,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
     opts = BuildOptions(bootstrap=bootstrap, store=str(store.root), query=name,
                         available_now=available_now, trigger_interval=trigger_interval,
                         checkpoint=str(checkpoint), start_gate=start_gate,
-                        shadow_topic=shadow_topic)
+                        shadow_topic=shadow_topic, on_retire=on_retire)
     return Builder(spark, plan, opts).start()
 
 
@@ -101,10 +102,14 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
 
         start_gate = StartGate(store.root, name)
     # Step 3. Start Spark and the query.
+    from gates.state import retired
+
+    handed_over = threading.Event()  # set by the sink when a migration's new query took over
     query = start_query(plan, bootstrap=bootstrap, store=store, master=master,
                         available_now=available_now, generation=generation,
                         trigger_interval=trigger_interval, query_name=name,
-                        start_gate=start_gate, shadow_topic=shadow_topic)
+                        start_gate=start_gate, shadow_topic=shadow_topic,
+                        on_retire=handed_over.set)
     store.set_status(name, status="running", query_id=str(query.id))
     echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.
@@ -125,10 +130,16 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 if p["batchId"] > seen:
                     seen = p["batchId"]
                     echo(progress_line(p))
+            if handed_over.is_set() or retired(store.root, name):
+                # Its last batch before a migration's cut is committed and the new query
+                # writes from there: stop at once, before Spark spends a batch on nothing.
+                handed_over.set()
+                query.stop()
+                break
             if stop["asked"] or store.stop_requested(name):
                 stop_after_batch(query)
                 break
-            time.sleep(0.5)
+            handed_over.wait(0.5)
         for p in query.recentProgress:
             if p["batchId"] > seen:
                 seen = p["batchId"]
@@ -138,7 +149,18 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
             store.set_status(name, status="failed", error=str(exc)[:2000])
             raise RuntimeFailure(f"the query failed: {str(exc).splitlines()[0]}",
                                  file=plan_path, node=None)
-        store.set_status(name, status="stopped", last_batch=seen)
+        store.set_status(name, status="stopped", last_batch=seen,
+                         handed_over=handed_over.is_set())
+        if handed_over.is_set():
+            echo(f"theseus: '{name}' handed its output over at the migration's cut; "
+                 f"stopped after batch {seen}")
+            # Exit when the migrator says so (or in a minute): tearing the JVM down now
+            # would take CPU from the new query's first batches.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not stop["asked"] and \
+                    not store.stop_requested(name):
+                time.sleep(0.2)
+            return 0
         echo(f"theseus: '{name}' stopped after batch {seen}")
         return 0
     finally:
@@ -168,8 +190,15 @@ def progress_line(p: dict[str, Any]) -> str:
     for s in p.get("sources", []):
         lag += _lag(s.get("endOffset"), s.get("latestOffset"))
     rate = p.get("processedRowsPerSecond") or 0.0
-    return (f"  batch {p['batchId']}: {p.get('numInputRows', 0)} rows in, "
-            f"{rate:,.0f} rows/s, lag {lag}")
+    took = (p.get("durationMs") or {}).get("triggerExecution", 0)
+    line = (f"  batch {p['batchId']}: {p.get('numInputRows', 0)} rows in, "
+            f"{rate:,.0f} rows/s, lag {lag}, {took} ms (from {p.get('timestamp', '?')})")
+    if os.environ.get("THESEUS_PROGRESS_DETAIL"):
+        import json
+        line += " " + json.dumps({"durationMs": p.get("durationMs"), "state": [
+            {k: o.get(k) for k in ("commitTimeMs", "allUpdatesTimeMs", "numRowsTotal")}
+            for o in p.get("stateOperators", [])]})
+    return line
 
 
 def _lag(end: Any, latest: Any) -> int:

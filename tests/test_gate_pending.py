@@ -81,3 +81,29 @@ def test_too_late_to_veto_once_the_old_query_acknowledged_the_cut(tmp_path):
     write_ack(tmp_path, "old", "t", {0: 10}, CAP)
     assert not veto(tmp_path, "old", {"t": {0: 10}}, "m1")
     assert handed_over(tmp_path, "old", {"t": {0: 10}}, "m1")
+
+
+def test_the_old_query_retires_once_it_acknowledged_the_cut_of_its_migration(tmp_path):
+    from gates.state import read_gate, retired, write_gate
+
+    cut = GateState("capped", {"t": {0: 10, 1: 7}}, epoch=4, retire="m1")
+    write_gate(tmp_path, "old", cut)
+    assert read_gate(tmp_path, "old") == cut  # the field survives the file
+    write_ack(tmp_path, "old", "t", {0: 10, 1: 6}, cut)
+    assert not retired(tmp_path, "old")  # one partition short of the cut
+    write_ack(tmp_path, "old", "t", {0: 10, 1: 7}, cut)
+    assert retired(tmp_path, "old")
+    write_gate(tmp_path, "old", GateState("capped", cut.cap, epoch=5))  # the pause's cap
+    assert not retired(tmp_path, "old")  # a cap without a migration retires nothing
+    write_gate(tmp_path, "old", GateState("open", {}, epoch=6, retire="m1"))
+    assert not retired(tmp_path, "old")  # abort reopened it
+
+
+def test_a_vetoed_migration_does_not_retire_the_old_query(tmp_path):
+    from gates.state import retired, veto, write_gate
+
+    cut = GateState("capped", {"t": {0: 10}}, epoch=4, retire="m1")
+    write_gate(tmp_path, "old", cut)
+    assert veto(tmp_path, "old", cut.cap, "m1")  # abort came first
+    write_ack(tmp_path, "old", "t", {0: 10}, cut)  # then its last batch committed
+    assert not retired(tmp_path, "old")

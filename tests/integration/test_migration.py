@@ -222,6 +222,11 @@ def test_cut_at_offsets_writes_nothing_to_the_sources(kafka, tmp_path):
     assert got == want, (f"missing {sum((want - got).values())}, "
                          f"extra {sum((got - want).values())}")
     assert {json.loads(k)["tag"] for k in got} == {"old", "new"}
+    # the old query saw it had handed over at the cut and stopped by itself
+    from migrate.store import DirectoryStore
+
+    store = DirectoryStore(Path(m.new_plan).parent.parent)  # <state>/migrations/<id>.plan.json
+    assert store.status(m.old_instance).get("handed_over") is True
 
 
 def test_migrator_killed_at_every_phase_resumes_exactly(kafka, tmp_path):
@@ -291,6 +296,9 @@ def test_stateful_migration_recomputes_history_exactly(kafka, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     m = migration.current(store, query)
     assert m.kind == "shadow" and m.verdict == "migrate"
+    # once its last batch before the cut committed, the old query stopped by itself: its
+    # sink writes nothing after the hand-over and Spark runs no batch for nothing
+    assert store.status(query).get("handed_over") is True
     time.sleep(3)
     feeder.stop()
     high = {src: kafka.end_offsets(src)}

@@ -93,3 +93,40 @@ def assert_output(records: list, expected: dict) -> None:
                 table[k] = r.json()
         assert {k: _canon(v) for k, v in table.items()} == \
             {_canon(k): _canon(v) for k, v in want}
+
+
+
+def _with_event_time(doc: dict, group_by_time: bool = False) -> dict:
+    """The plan with an event-time column and a watermark on its (first) source."""
+    src = next(n for n in doc["nodes"] if n["step"] == "source")
+    src["schema"].append({"name": "ts", "type": "timestamp"})
+    src["event_time"] = {"column": "ts", "watermark": "10 seconds"}
+    if group_by_time:
+        agg = next(n for n in doc["nodes"] if n["step"] == "aggregate")
+        agg["group_by"].append({"name": "ts", "expr": "ts"})
+    return doc
+
+
+@pytest.mark.parametrize("case,change,kept", [
+    ("ship_load", None, False),  # a plain aggregate by ship reads no watermark
+    ("aggregate_update", "event_time", False),
+    ("aggregate_update", "group_by_time", True),  # a key on the event time evicts by it
+    ("tumbling_window", None, True),
+    ("stream_join", None, True),
+    ("dedup", "event_time", True),  # any stateful step but a plain aggregate keeps it
+])
+def test_a_watermark_reaches_spark_only_when_a_stateful_step_reads_it(case, change, kept,
+                                                                        spark):
+    """A watermark nothing reads only makes Spark run empty batches (state eviction with
+    nothing to evict) whenever it advances: the builder leaves it out, and keeps every one
+    a step needs."""
+    from migrate.builder import Builder, BuildOptions
+
+    doc = json.loads((ROOT / "fixtures" / "qtt" / case / "plan.json").read_text())
+    if change:
+        doc = _with_event_time(doc, group_by_time=change == "group_by_time")
+    plan = from_doc(doc)
+    analyze(plan)
+    df = Builder(spark, plan, BuildOptions(bootstrap="127.0.0.1:1", query="wm")).dataframe()
+    logical = df._jdf.queryExecution().logical().toString()
+    assert ("EventTimeWatermark" in logical) is kept, logical
