@@ -139,7 +139,7 @@ class Migrator:
 
     def __init__(self, store: DirectoryStore, m: Migration,
                  echo: Callable[[str], None] = print, timeout: float = 600.0,
-                 lag_threshold: int = 2000, steady_batches: int = 3) -> None:
+                 lag_threshold: int = 2000, steady_batches: int = 6) -> None:
         self.store = store
         self.m = m
         self.echo = echo
@@ -412,6 +412,10 @@ class Migrator:
             if total > self.lag_threshold or not self.running(inst):
                 steady.clear()
             else:
+                if not any(h[0] == "caught_up" for h in self.m.history):
+                    # the backfill ends here
+                    self.m.history.append(["caught_up", round(time.time(), 3)])
+                    self.m.save(self.store)
                 pos = self.position(inst) if total else f"at the head {len(steady)}"
                 if pos and pos not in steady:
                     steady.append(pos)
@@ -422,7 +426,7 @@ class Migrator:
             return len(steady) >= self.steady_batches
 
         self.wait("the shadow to catch up", keeping_up, interval=1.0)
-        self.m.history.append(["caught_up", round(time.time(), 3)])  # ends the backfill
+        self.m.history.append(["steady", round(time.time(), 3)])
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
         self.m.save(self.store)
