@@ -260,15 +260,16 @@ def write_pending(store: str | os.PathLike, query: str, topic: str,
         _atomic_write_json(p, doc)
 
 
-def promote_pending(store: str | os.PathLike, query: str) -> None:
+def promote_pending(store: str | os.PathLike, query: str) -> bool:
     """Called by the sink after a batch committed: acknowledge what :func:`write_pending`
     recorded for it. Spark plans a batch only after the previous one committed, so the
-    pending offsets are those of the batch that just committed. Never moves an ack back."""
+    pending offsets are those of the batch that just committed. Never moves an ack back.
+    Returns whether anything was pending (the batch reached a cap)."""
     p = pending_path(store, query)
     try:
         doc = json.loads(p.read_text())
     except (FileNotFoundError, ValueError):
-        return
+        return False
     done = acked_offsets(store, query)
     for topic, e in doc.items():
         offs = {int(k): int(v) for k, v in e.get("offsets", {}).items()}
@@ -281,6 +282,7 @@ def promote_pending(store: str | os.PathLike, query: str) -> None:
         p.unlink()
     except FileNotFoundError:
         pass
+    return True
 
 
 def is_acked(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],

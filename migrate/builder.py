@@ -102,8 +102,9 @@ class Builder:
         from gates.state import promote_pending, retired
 
         def done(batch_id: int) -> None:
-            promote_pending(store, query)
-            if on_retire is not None and retired(store, query):
+            # only a batch that reached a cap can have handed the output over
+            if promote_pending(store, query) and on_retire is not None and \
+                    retired(store, query):
                 on_retire()
 
         return done

@@ -50,7 +50,9 @@ from compat.model import Plan, Source
 from gates.startgate import StartGate, write_start_gate
 from gates.state import (
     GateState,
+    GateStateError,
     ack_path,
+    acked_offsets,
     is_acked,
     read_ack,
     read_gate,
@@ -282,25 +284,20 @@ class Migrator:
         st = self.store.status(instance)
         return st.get("status") in ("stopped", "failed") or not _pid_alive(st.get("pid"))
 
-    def position(self, instance: str) -> str:
-        """Where ``instance``'s sources stand (what they acknowledged), as one string."""
+    def acked(self, instance: str) -> dict[str, dict[int, int]]:
+        """What ``instance``'s sources acknowledged (nothing when unreadable)."""
         try:
-            ack = read_ack(self.store.root, instance)["topics"]
-        except Exception:
-            return ""
-        return json.dumps({t: a.get("offsets", {}) for t, a in ack.items()}, sort_keys=True)
+            return acked_offsets(self.store.root, instance)
+        except GateStateError:
+            return {}
 
-    def lag(self, instance: str, topics: list[str]) -> dict[str, dict[int, int]]:
+    def lag(self, instance: str, topics: list[str],
+            done: dict[str, dict[int, int]] | None = None) -> dict[str, dict[int, int]]:
+        """Records between ``done`` (default: what ``instance`` acknowledged) and the head."""
         high = self.high_watermarks(topics)
-        try:
-            ack = read_ack(self.store.root, instance)["topics"]
-        except Exception:
-            ack = {}
-        out: dict[str, dict[int, int]] = {}
-        for t, parts in high.items():
-            done = {int(p): int(o) for p, o in ack.get(t, {}).get("offsets", {}).items()}
-            out[t] = {p: max(0, hi - done.get(p, 0)) for p, hi in parts.items()}
-        return out
+        done = self.acked(instance) if done is None else done
+        return {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
+                for t, parts in high.items()}
 
     # -- the protocol -------------------------------------------------------------------
     def run(self) -> Migration:
@@ -404,26 +401,27 @@ class Migrator:
         # batches. A shadow fresh from its backfill runs its first small batches on a cold
         # JVM (code generation, JIT), several times slower than the old query's; paused
         # then, it would reach the cut a batch late and the output would stall for it.
-        steady: list[str] = []  # positions acknowledged near the head, in a row
+        steady = {"batches": 0, "at": ""}  # batches in a row near the head, and the last
 
         def keeping_up() -> bool:
-            lag = self.lag(inst, per[inst])
+            done = self.acked(inst)
+            lag = self.lag(inst, per[inst], done)
             total = sum(sum(ps.values()) for ps in lag.values())
             if total > self.lag_threshold or not self.running(inst):
-                steady.clear()
+                steady.update(batches=0, at="")
             else:
                 if not any(h[0] == "caught_up" for h in self.m.history):
                     # the backfill ends here
                     self.m.history.append(["caught_up", round(time.time(), 3)])
                     self.m.save(self.store)
-                pos = self.position(inst) if total else f"at the head {len(steady)}"
-                if pos and pos not in steady:
-                    steady.append(pos)
+                at = json.dumps(done, sort_keys=True)
+                if total == 0 or at != steady["at"]:  # a new batch, or idle at the head
+                    steady.update(batches=steady["batches"] + 1, at=at)
+            n = steady["batches"]
             self.echo(f"  shadow lag {total}: " + ", ".join(
                 f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()) +
-                (f" (near the head for {len(steady)} of {self.steady_batches} batches)"
-                 if steady else ""))
-            return len(steady) >= self.steady_batches
+                (f" (near the head for {n} of {self.steady_batches} batches)" if n else ""))
+            return n >= self.steady_batches
 
         self.wait("the shadow to catch up", keeping_up, interval=1.0)
         self.m.history.append(["steady", round(time.time(), 3)])
