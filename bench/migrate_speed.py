@@ -136,7 +136,7 @@ def overhead_part(bs: str) -> dict:
     from compat.serde import from_doc
     from gates.startgate import StartGate, write_start_gate
     from gates.state import GateState, write_gate
-    from migrate.builder import Builder, BuildOptions
+    from migrate.build import Builder, BuildOptions
     from migrate.run import spark_session
 
     spark = spark_session("local[2]", 2)

@@ -112,7 +112,7 @@ def plan_doc(src: str, out: str, delivery: str) -> dict:
 def run_theseus(spark, bs: str, src: str, delivery: str, tmp: Path) -> tuple[float, int]:
     from compat.infer import analyze
     from compat.serde import from_doc
-    from migrate.builder import Builder, BuildOptions
+    from migrate.build import Builder, BuildOptions
 
     out = make_topic(bs, f"bench-out-{uuid.uuid4().hex[:8]}")
     plan = from_doc(plan_doc(src, out, delivery))

@@ -2,8 +2,8 @@
 
 Steps, in this fixed order:
 1. load and validate both plans (schema, graph, semantics, changelog modes);
-2. walk them in lockstep from the sink, applying the enforcing rules of ``RULES`` per step
-   type and the passive rule on the paths between;
+2. walk them in lockstep from the sink, applying ``RULES`` to every pair of enforcing steps
+   and the passive rule on the paths between;
 3. compare what consumers of the output notice (schema, changelog mode) and plan config;
 4. apply the environment's requirements (``--require``);
 5. the verdict is the strongest effect of any finding.
@@ -18,32 +18,20 @@ from typing import Any
 from compat.errors import CheckError
 from compat.findings import EFFECT_RANK, Finding, finding
 from compat.infer import analyze, characteristics
-from compat.model import Plan
-from compat.rules import RuleContext
-from compat.rules.aggregate import check_aggregate
+from compat.model import ENFORCING, STEPS, Plan
+from compat.rules import RuleContext, compare
 from compat.rules.common import check_version
 from compat.rules.config import check_config
-from compat.rules.deduplicate import check_deduplicate
-from compat.rules.join import check_join
 from compat.rules.moves import find_moves
 from compat.rules.output import check_changelog, check_output_schema
-from compat.rules.recursive import check_recursive
-from compat.rules.sink import check_sink
-from compat.rules.source import check_source
-from compat.rules.top_n import check_top_n
 from compat.serde import load
 from compat.walk import Walk
 
-#: enforcing rules per step type, applied in this order
-RULES = {
-    "source": [check_version, check_source],
-    "aggregate": [check_version, check_aggregate],
-    "join": [check_version, check_join],
-    "deduplicate": [check_version, check_deduplicate],
-    "top_n": [check_version, check_top_n],
-    "recursive": [check_version, check_recursive],
-    "sink": [check_version, check_sink, check_output_schema, check_changelog],
-}
+#: the rules applied to a pair of enforcing steps, in this order: the step version, the
+#: step type's own rule (``compare``), and at the sink what consumers of the output notice
+RULES = {name: [check_version, compare] + ([check_output_schema, check_changelog]
+                                            if name == "sink" else [])
+         for name, cls in STEPS.items() if cls.klass == ENFORCING}
 
 REQUIREMENTS = ("backfill", "cascading", "exactly_once", "live", "ordered")
 SCHEMA_COMPAT = ("forward", "backward", "full", "none")

@@ -16,77 +16,24 @@ EFFECT_RANK = {e: i for i, e in enumerate(EFFECTS)}
 UPGRADE_TYPES = ("transparent", "data_selection", "schema_evolution", "source_modifying",
                  "topology", "scaling")
 
-_MIGRATE = "Deploy it with a live migration (theseus migrate start): the shadow query " \
+MIGRATE = "Deploy it with a live migration (theseus migrate start): the shadow query " \
            "rebuilds state from the retained source history."
-_RESTART = "Restart the query on its checkpoint (theseus migrate start, or stop and run)."
-_NEW_OUTPUT = "Write to a new output topic (a new query) and move consumers over, or keep " \
+RESTART = "Restart the query on its checkpoint (theseus migrate start, or stop and run)."
+NEW_OUTPUT = "Write to a new output topic (a new query) and move consumers over, or keep " \
               "the old behaviour."
 
-#: code -> (effect, severity, upgrade_type, hint)
+#: code -> (effect, severity, upgrade_type, hint); the codes of one step type are registered
+#: by its module under ``compat/steps/`` (``register_codes``), these are the cross-step ones
 CODES: dict[str, tuple[str, str, str, str]] = {
     # structure of the walk
-    "enforcing-added": ("migrate", "error", "topology", _MIGRATE),
-    "enforcing-removed": ("migrate", "error", "topology", _MIGRATE),
-    "step-type-changed": ("migrate", "error", "topology", _MIGRATE),
-    "frontier-changed": ("migrate", "error", "topology", _MIGRATE),
-    "step-version-changed": ("in_place", "info", "transparent", _RESTART),
-    # sources
-    "source-added": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-removed": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-topic-changed": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-format-changed": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-role-changed": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-key-changed": ("migrate", "error", "source_modifying", _MIGRATE),
-    "source-column-added": ("in_place", "info", "schema_evolution", _RESTART),
-    "source-column-removed": ("in_place", "warning", "schema_evolution", _RESTART),
-    "source-column-type-changed": ("in_place", "warning", "schema_evolution", _RESTART),
-    "source-event-time-changed": ("in_place", "warning", "data_selection",
-                                  "Late rows are judged by the new watermark from the restart "
-                                  "on; windows already closed stay closed."),
-    "source-partitions-changed": ("in_place", "warning", "scaling",
-                                  "Spark picks up added partitions on restart; make sure "
-                                  "they exist before the upgrade."),
-    "source-partitions-reduced": ("migrate", "error", "scaling", _MIGRATE),
-    "source-starting-offsets-changed": ("none", "info", "transparent",
-                                        "Starting offsets apply only to a fresh checkpoint."),
-    # stateful steps
-    "aggregate-key-changed": ("migrate", "error", "topology", _MIGRATE),
-    "aggregate-key-type-changed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "aggregate-key-renamed": ("in_place", "info", "schema_evolution", _RESTART),
-    "aggregate-function-changed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "aggregate-added": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "aggregate-removed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "aggregate-renamed": ("in_place", "info", "schema_evolution", _RESTART),
-    "aggregate-arg-type-changed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "aggregate-arg-changed": ("in_place", "warning", "data_selection",
-                              "History stays computed the old way; add --require backfill "
-                              "to have it recomputed by a migration."),
-    "aggregate-window-changed": ("migrate", "error", "topology", _MIGRATE),
-    "join-type-changed": ("migrate", "error", "topology", _MIGRATE),
-    "join-keys-changed": ("migrate", "error", "topology", _MIGRATE),
-    "join-time-bound-changed": ("migrate", "error", "topology", _MIGRATE),
-    "join-condition-changed": ("migrate", "error", "data_selection", _MIGRATE),
-    "join-state-schema-changed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "join-statefulness-changed": ("migrate", "error", "topology", _MIGRATE),
-    "dedup-keys-changed": ("migrate", "error", "topology", _MIGRATE),
-    "dedup-within-changed": ("in_place", "warning", "data_selection",
-                             "Rows are remembered for the new duration from the restart on."),
-    "dedup-within-toggled": ("migrate", "error", "topology", _MIGRATE),
-    "topn-partition-changed": ("migrate", "error", "topology", _MIGRATE),
-    "topn-order-changed": ("migrate", "error", "topology", _MIGRATE),
-    "topn-n-increased": ("migrate", "error", "data_selection",
-                         "The state only kept the old top rows; " + _MIGRATE[0].lower()
-                         + _MIGRATE[1:]),
-    "topn-n-decreased": ("in_place", "warning", "data_selection", _RESTART),
-    "topn-state-schema-changed": ("migrate", "error", "schema_evolution", _MIGRATE),
-    "recursive-body-changed": ("migrate", "error", "topology", _MIGRATE),
-    "recursive-feedback-changed": ("migrate", "error", "scaling", _MIGRATE),
-    # sink and output
-    "sink-topic-changed": ("unsupported", "error", "topology", _NEW_OUTPUT),
-    "sink-key-changed": ("unsupported", "error", "topology", _NEW_OUTPUT),
-    "sink-mode-changed": ("unsupported", "error", "topology", _NEW_OUTPUT),
-    "sink-format-changed": ("unsupported", "error", "schema_evolution", _NEW_OUTPUT),
-    "sink-delivery-changed": ("in_place", "warning", "transparent", _RESTART),
+    "enforcing-added": ("migrate", "error", "topology", MIGRATE),
+    "enforcing-removed": ("migrate", "error", "topology", MIGRATE),
+    "step-type-changed": ("migrate", "error", "topology", MIGRATE),
+    "frontier-changed": ("migrate", "error", "topology", MIGRATE),
+    "step-version-changed": ("in_place", "info", "transparent", RESTART),
+    "source-added": ("migrate", "error", "source_modifying", MIGRATE),
+    "source-removed": ("migrate", "error", "source_modifying", MIGRATE),
+    # sink output, as consumers see it
     "output-column-added": ("in_place", "info", "schema_evolution",
                             "Consumers reading by name ignore the new column."),
     "output-column-removed": ("unsupported", "error", "schema_evolution",
@@ -99,32 +46,40 @@ CODES: dict[str, tuple[str, str, str, str]] = {
                               "Consumers must accept the wider type."),
     "output-column-type-changed": ("unsupported", "error", "schema_evolution",
                                    "Keep the old type or a wider one."),
-    "changelog-mode-changed": ("unsupported", "error", "schema_evolution", _NEW_OUTPUT),
+    "changelog-mode-changed": ("unsupported", "error", "schema_evolution", NEW_OUTPUT),
     "changelog-mode-narrowed": ("in_place", "warning", "schema_evolution",
                                 "Consumers keep working: the new output uses a subset of "
                                 "the change kinds they already handle."),
     # passive steps
-    "passive-added": ("in_place", "info", "data_selection", _RESTART),
-    "passive-removed": ("in_place", "info", "data_selection", _RESTART),
-    "filter-changed": ("in_place", "info", "data_selection", _RESTART),
-    "project-changed": ("in_place", "info", "schema_evolution", _RESTART),
-    "explode-changed": ("in_place", "info", "data_selection", _RESTART),
+    "passive-added": ("in_place", "info", "data_selection", RESTART),
+    "passive-removed": ("in_place", "info", "data_selection", RESTART),
     "predicate-moved": ("in_place", "info", "data_selection",
                         "Equivalent output: the predicate is on grouping keys only."),
     "nondeterminism-introduced": ("in_place", "warning", "data_selection",
                                   "A replayed batch may produce different rows."),
     # plan level
-    "state-partitions-changed": ("migrate", "error", "scaling", _MIGRATE),
-    "config-changed": ("in_place", "info", "transparent", _RESTART),
+    "state-partitions-changed": ("migrate", "error", "scaling", MIGRATE),
+    "config-changed": ("in_place", "info", "transparent", RESTART),
     "formatting-only": ("none", "info", "transparent", "Nothing to do."),
     # requirements
-    "requirement-backfill": ("migrate", "error", "data_selection", _MIGRATE),
+    "requirement-backfill": ("migrate", "error", "data_selection", MIGRATE),
     "requirement-exactly-once": ("unsupported", "error", "transparent",
                                  "Keep delivery exactly_once, or drop the requirement."),
     "nondeterministic-backfill": ("unsupported", "error", "topology",
                                   "Make the stateful part deterministic (no rand(), uuid(), "
                                   "current_timestamp() or processing-time windows)."),
 }
+
+
+def register_codes(codes: dict[str, tuple[str, str, str, str]]) -> None:
+    """Add a step type's finding codes (code -> effect, severity, upgrade type, hint)."""
+    for code, (effect, severity, utype, _hint) in codes.items():
+        if code in CODES and CODES[code] != codes[code]:
+            raise ValueError(f"finding code {code!r} is registered twice")
+        if effect not in EFFECT_RANK or utype not in UPGRADE_TYPES or \
+                severity not in ("error", "warning", "info"):
+            raise ValueError(f"finding code {code!r}: bad effect, severity or upgrade type")
+    CODES.update(codes)
 
 
 @dataclass(frozen=True)

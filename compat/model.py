@@ -1,209 +1,194 @@
 """The plan model: one frozen dataclass per step type, registered by name.
 
-The model never knows JSON (that is ``serde``'s job).  Edges are kept apart from node fields:
-``Plan`` holds the nodes by id, the ``dependents`` of each node and a topological order, all
-computed once when the plan is built.
+Every step type lives in its own module under ``compat/steps/`` (the dataclass, its finding
+codes, its inference and its compatibility rule); its Spark builder lives in
+``migrate/build/``.  This module holds what they share: the ``Node`` base class and the
+registry it fills, the value types that steps are made of (columns, named expressions,
+windows...), the field declarations that drive the JSON serde (``compat.serde``) and the
+plan schema (``compat.plan_schema``), and the ``Plan`` with its graph.
+
+A field's JSON layout follows its declaration: a field without a default is required in
+JSON and always written; a field with a default is optional and written only when it
+differs from the default.  ``prop(key=...)`` names a JSON key that is not the field's name,
+``prop(schema=...)`` gives the JSON Schema of a scalar, ``prop(items=...)`` the schema of a
+list's items, ``prop(doc=...)`` the description the schema carries.
+
+The model never knows JSON documents (that is ``serde``'s job).  Edges are kept apart from
+node fields: ``Plan`` holds the nodes by id, the ``dependents`` of each node and a
+topological order, all computed once when the plan is built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import graphlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from compat.errors import PlanError
 
 PASSIVE = "passive"
-_CONTENT_FIELDS: dict[type, tuple[str, ...]] = {}
 ENFORCING = "enforcing"
+
+# -- JSON Schema fragments that field declarations share -------------------------------------
+
+ID = {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$", "minLength": 1}
+NAME = {"type": "string", "minLength": 1}
+EXPR = {"type": "string", "minLength": 1, "description": "a Spark SQL expression"}
+TYPE = {"type": "string", "minLength": 1, "description": "a Spark SQL type"}
+DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[A-Za-z]+\s*$",
+            "description": "a duration such as '10 minutes'"}
+FORMAT = {"enum": ["json", "string"]}
+
+
+def enum(*values: str) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+_MISSING = dataclasses.MISSING
+
+
+def prop(default: Any = _MISSING, *, key: str | None = None,
+         schema: Mapping[str, Any] | None = None, items: Mapping[str, Any] | None = None,
+         min_items: int | None = None, doc: str | None = None, compare: bool = True) -> Any:
+    """Declare a step field: its default (none: required in JSON), JSON key and schema."""
+    meta = {"key": key, "schema": schema, "items": items, "min_items": min_items, "doc": doc}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple or None as a default")  # frozen dataclasses
+    return field(default=default, compare=compare, metadata={"theseus": meta})
+
+
+def json_key(f: dataclasses.Field) -> str:
+    meta = f.metadata.get("theseus") or {}
+    return meta.get("key") or f.name
+
+
+def field_meta(f: dataclasses.Field) -> dict[str, Any]:
+    return f.metadata.get("theseus") or {}
+
+
+def required(f: dataclasses.Field) -> bool:
+    return f.default is _MISSING and f.default_factory is _MISSING
+
+
+# -- value types ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Column:
-    name: str
-    type: str
-    nullable: bool = True
+    """A column of a source topic's records."""
+
+    name: str = prop(schema=NAME)
+    type: str = prop(schema=TYPE)
+    nullable: bool = prop(True)
+    schema_def: ClassVar[str] = "column"
 
 
 @dataclass(frozen=True)
 class NamedExpr:
-    name: str
-    expr: str
+    """An output column computed by an expression."""
+
+    name: str = prop(schema=NAME)
+    expr: str = prop(schema=EXPR)
+    schema_def: ClassVar[str] = "named_expr"
 
 
 @dataclass(frozen=True)
 class AggCall:
-    name: str
-    function: str
-    args: tuple[str, ...]
-    distinct: bool = False
+    """An aggregate function call and the name of its output column."""
+
+    name: str = prop(schema=NAME)
+    function: str = prop(schema={"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"})
+    args: tuple[str, ...] = prop(items=EXPR)
+    distinct: bool = prop(False)
 
 
 @dataclass(frozen=True)
 class Window:
-    type: str  # tumbling | hopping | session
-    column: str
-    size: str
-    slide: str | None = None
-    gap: str | None = None
+    """A window over an event-time column: tumbling (size), hopping (size, slide) or
+    session (gap)."""
+
+    type: str = prop(schema=enum("tumbling", "hopping", "session"))
+    column: str = prop(schema={"type": "string"})
+    size: str = prop(schema=DURATION)
+    slide: str | None = prop(None, schema=DURATION)
+    gap: str | None = prop(None, schema=DURATION)
 
 
 @dataclass(frozen=True)
 class OrderKey:
-    expr: str
-    desc: bool = False
+    expr: str = prop(schema=EXPR)
+    desc: bool = prop(False)
 
 
 @dataclass(frozen=True)
 class EventTime:
-    column: str
-    watermark: str
+    """The event-time column and how late its rows may arrive."""
+
+    column: str = prop(schema={"type": "string"})
+    watermark: str = prop(schema=DURATION)
 
 
-@dataclass(frozen=True)
+# -- steps --------------------------------------------------------------------------------------
+
+#: every step class by its ``step`` name, filled as the step modules are imported
+STEPS: dict[str, type[Node]] = {}
+_CONTENT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Node:
-    """Fields common to every step."""
+    """Fields common to every step: ``id``, ``inputs`` (ids, in order), ``version`` (an
+    incompatible change to how a step computes gets a new version) and an optional
+    ``description``.  ``extras`` keeps a node's ``x-*`` keys, which Theseus ignores."""
 
     id: str
-    version: int
-    inputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    version: int = 1
+    description: str | None = field(default=None, compare=False)
+    extras: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     step: ClassVar[str] = ""
     klass: ClassVar[str] = PASSIVE
     min_inputs: ClassVar[int] = 1
     max_inputs: ClassVar[int | None] = 1
 
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        name = cls.__dict__.get("step")
+        if name:
+            if name in STEPS and STEPS[name].__qualname__ != cls.__qualname__:
+                raise TypeError(f"step '{name}' is registered twice")
+            STEPS[name] = cls
+
+    def describe(self) -> str:
+        """What the step does, in a few words, for findings' messages."""
+        return self.step
+
+    def traits(self) -> frozenset[str]:
+        """What this step adds to the query characteristics of the upgrade taxonomy
+        (``windowed``, ``joined``, ``recursive``)."""
+        return frozenset()
+
     def content(self) -> tuple[Any, ...]:
-        """Every field but ``id`` and ``inputs``: what the node computes, for hashing."""
+        """What the node computes, for hashing: every compared field but ``id`` and
+        ``inputs`` (a description or ``x-*`` key changes nothing)."""
         names = _CONTENT_FIELDS.get(type(self))
         if names is None:
             names = _CONTENT_FIELDS[type(self)] = tuple(
-                f for f in self.__dataclass_fields__ if f not in ("id", "inputs"))
+                f.name for f in dataclasses.fields(self)
+                if f.compare and f.name not in ("id", "inputs"))
         return tuple([getattr(self, f) for f in names])
 
 
-@dataclass(frozen=True)
-class Source(Node):
-    topic: str = ""
-    partitions: int = 1
-    format: str = "json"
-    schema: tuple[Column, ...] = ()
-    role: str = "stream"
-    key_columns: tuple[str, ...] = ()
-    event_time: EventTime | None = None
-    starting_offsets: str = "earliest"
-
-    step: ClassVar[str] = "source"
-    klass: ClassVar[str] = ENFORCING
-    min_inputs: ClassVar[int] = 0
-    max_inputs: ClassVar[int | None] = 0
+COMMON_FIELDS = frozenset(f.name for f in dataclasses.fields(Node))
 
 
-@dataclass(frozen=True)
-class Filter(Node):
-    predicate: str = ""
-    step: ClassVar[str] = "filter"
-
-
-@dataclass(frozen=True)
-class Project(Node):
-    columns: tuple[NamedExpr, ...] = ()
-    step: ClassVar[str] = "project"
-
-
-@dataclass(frozen=True)
-class Explode(Node):
-    expr: str = ""
-    alias: str = ""  # ``as`` in JSON
-    outer: bool = False
-    step: ClassVar[str] = "explode"
-
-
-@dataclass(frozen=True)
-class Union(Node):
-    step: ClassVar[str] = "union"
-    min_inputs: ClassVar[int] = 2
-    max_inputs: ClassVar[int | None] = None
-
-
-@dataclass(frozen=True)
-class Aggregate(Node):
-    group_by: tuple[NamedExpr, ...] = ()
-    aggregates: tuple[AggCall, ...] = ()
-    window: Window | None = None
-    step: ClassVar[str] = "aggregate"
-    klass: ClassVar[str] = ENFORCING
-
-
-@dataclass(frozen=True)
-class Join(Node):
-    type: str = "inner"
-    left_keys: tuple[str, ...] = ()
-    right_keys: tuple[str, ...] = ()
-    condition: str | None = None
-    time_bound: str | None = None
-    step: ClassVar[str] = "join"
-    klass: ClassVar[str] = ENFORCING
-    min_inputs: ClassVar[int] = 2
-    max_inputs: ClassVar[int | None] = 2
-
-
-@dataclass(frozen=True)
-class Deduplicate(Node):
-    keys: tuple[str, ...] = ()
-    within: str | None = None
-    step: ClassVar[str] = "deduplicate"
-    klass: ClassVar[str] = ENFORCING
-
-
-@dataclass(frozen=True)
-class TopN(Node):
-    partition_by: tuple[str, ...] = ()
-    order_by: tuple[OrderKey, ...] = ()
-    n: int = 1
-    step: ClassVar[str] = "top_n"
-    klass: ClassVar[str] = ENFORCING
-
-
-@dataclass(frozen=True)
-class Recursive(Node):
-    body: tuple[Node, ...] = ()
-    body_input: str = ""
-    body_output: str = ""
-    feedback_partitions: int = 1
-    step: ClassVar[str] = "recursive"
-    klass: ClassVar[str] = ENFORCING
-
-
-@dataclass(frozen=True)
-class Sink(Node):
-    topic: str = ""
-    format: str = "json"
-    key_columns: tuple[str, ...] = ()
-    mode: str = "append"
-    delivery: str = "exactly_once"
-    step: ClassVar[str] = "sink"
-    klass: ClassVar[str] = ENFORCING
-
-
-@dataclass(frozen=True)
-class StopGate(Node):
-    migration: str | None = None
-    step: ClassVar[str] = "stop_gate"
-
-
-@dataclass(frozen=True)
-class StartGate(Node):
-    migration: str | None = None
-    step: ClassVar[str] = "start_gate"
-
-
-STEPS: dict[str, type[Node]] = {
-    cls.step: cls for cls in (Source, Filter, Project, Explode, Union, Aggregate, Join,
-                              Deduplicate, TopN, Recursive, Sink, StopGate, StartGate)
-}
-
-STATEFUL_STEPS = frozenset({"aggregate", "deduplicate", "top_n", "recursive"})
+def step_fields(cls: type[Node]) -> tuple[dataclasses.Field, ...]:
+    """The fields a step type adds to the common ones, in declaration (and JSON) order."""
+    return tuple(f for f in dataclasses.fields(cls) if f.name not in COMMON_FIELDS)
 
 
 def step_class(name: str) -> type[Node]:
@@ -214,6 +199,9 @@ def step_class(name: str) -> type[Node]:
         raise PlanError(f"unknown step '{name}'", expected="one of " + ", ".join(STEPS),
                         found=repr(name),
                         hint=f"Did you mean '{close[0]}'?" if close else None) from None
+
+
+# -- plans --------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -242,8 +230,8 @@ class Plan:
         return v if isinstance(v, int) else None
 
     @property
-    def sink(self) -> Sink:
-        return self.nodes[self.sink_id]  # type: ignore[return-value]
+    def sink(self) -> Node:
+        return self.nodes[self.sink_id]
 
     def pointer(self, node_id: str, field_name: str | None = None) -> str:
         base = self.pointers.get(node_id, "")
@@ -279,35 +267,31 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
                                 expected="the id of a node in the plan", found=repr(dep),
                                 hint=f"Did you mean '{close[0]}'?" if close else None)
             dependents[dep].append(node.id)
-    # Kahn's algorithm, inputs first; what is left over lies on or behind a cycle.
-    missing = {nid: len(node.inputs) for nid, node in by_id.items()}
-    order = [nid for nid, k in missing.items() if k == 0]
-    i = 0
-    while i < len(order):
-        for dep in dependents[order[i]]:
-            missing[dep] -= 1
-            if missing[dep] == 0:
-                order.append(dep)
-        i += 1
-    if len(order) != len(by_id):
-        cycle = _find_cycle(by_id, {nid for nid, k in missing.items() if k > 0})
+    try:
+        order = topological_order({nid: n.inputs for nid, n in by_id.items()})
+    except graphlib.CycleError as e:
+        # graphlib names the cycle as a closed path, each node an input of the next.
+        cycle = list(e.args[1])
         first = cycle[0]
         raise PlanError("the graph has a cycle" + where, file=file, node=first,
                         pointer=pointers.get(first, "") + "/inputs",
                         expected="an acyclic graph (express recursion with a recursive step)",
-                        found=" -> ".join(cycle))
+                        found=" -> ".join(cycle)) from None
     return {nid: by_id[nid] for nid in order}, dependents
 
 
-def _find_cycle(by_id: dict[str, Node], suspects: set[str]) -> list[str]:
-    """One cycle among the nodes Kahn's algorithm could not order, as a closed path."""
-    start = min(suspects)
-    path: list[str] = []
-    seen: dict[str, int] = {}
-    nid = start
-    while nid not in seen:
-        seen[nid] = len(path)
-        path.append(nid)
-        nid = next(i for i in by_id[nid].inputs if i in suspects)
-    cycle = path[seen[nid]:] + [nid]
-    return list(reversed(cycle))
+def topological_order(inputs: Mapping[str, tuple[str, ...] | list[str]]) -> list[str]:
+    """Ids with their inputs first; among ready nodes, the order of ``inputs`` (so the same
+    graph always gives the same order).  Raises ``graphlib.CycleError`` naming a cycle."""
+    ts: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+    for nid in inputs:  # nodes in the given order first, then their edges
+        ts.add(nid)
+    for nid, ins in inputs.items():
+        ts.add(nid, *ins)
+    ts.prepare()
+    order: list[str] = []
+    while ts.is_active():
+        ready = ts.get_ready()
+        order.extend(ready)
+        ts.done(*ready)
+    return order

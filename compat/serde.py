@@ -2,40 +2,24 @@
 
 ``load`` reads a file, validates it against ``schemas/plan.v1.json`` and builds the model;
 ``from_doc`` builds the model from an already schema-valid document; ``to_doc`` writes it
-back.  Every fixture is round-tripped in a test.
+back.  One generic reader and writer serve every step: they walk the dataclass fields of the
+step's class (``compat.model.prop`` declares each field's JSON key and default), so a new
+step type needs nothing here.  Every fixture is round-tripped in a test.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import types
+import typing
+from functools import cache
 from typing import Any
 
+import compat.steps  # noqa: F401  (registers every step type)
 from compat import schema_check
 from compat.errors import PlanError
-from compat.model import (
-    AggCall,
-    Aggregate,
-    Column,
-    Deduplicate,
-    EventTime,
-    Explode,
-    Filter,
-    Join,
-    NamedExpr,
-    Node,
-    OrderKey,
-    Plan,
-    Project,
-    Recursive,
-    Sink,
-    Source,
-    StartGate,
-    StopGate,
-    TopN,
-    Union,
-    Window,
-    build_graph,
-)
+from compat.model import STEPS, Node, Plan, build_graph, json_key, required, step_fields
 
 FORMAT = "theseus.plan/1"
 
@@ -117,23 +101,20 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
                 pointers[nid] = f"/nodes/{i}"
             else:
                 node = _node(d, f"/nodes/{i}", pointers)
-            if isinstance(node, Recursive):
-                _body_pointers(node, d, f"/nodes/{i}", pointers)
+            if nid in old_nodes and node is old_nodes[nid]:
+                _nested_pointers(node, d, f"/nodes/{i}", pointers)
             nodes.append(node)
             documents[nid] = d
     except PlanError as e:
         raise e.with_location(file=file) from None
     by_id, dependents = build_graph(nodes, file, pointers)
-    sinks = [n.id for n in nodes if isinstance(n, Sink)]
+    sinks = [n.id for n in nodes if n.step == "sink"]
     if len(sinks) != 1:
         found = ", ".join(f"'{s}' at {pointers[s]}" for s in sinks) or "none"
         raise PlanError("a plan has exactly one sink", file=file,
                         node=sinks[1] if len(sinks) > 1 else None,
                         pointer=pointers[sinks[1]] if len(sinks) > 1 else "/nodes",
                         expected="exactly one sink step", found=found)
-    for n in nodes:
-        if isinstance(n, Recursive):
-            _check_body(n, file, pointers)
     plan = Plan(query=doc["query"], nodes=by_id, config=dict(doc.get("config", {})),
                 metadata=dict(doc.get("metadata", {})),
                 extras={k: v for k, v in doc.items() if k.startswith("x-")},
@@ -142,43 +123,51 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
     return plan
 
 
-def _body_pointers(rec: Recursive, d: dict[str, Any], ptr: str,
-                   pointers: dict[str, str]) -> None:
-    for j, b in enumerate(d["body"]):
-        pointers.setdefault(f"{rec.id}/{b['id']}", f"{ptr}/body/{j}")
+# -- reading nodes ---------------------------------------------------------------------------
+#
+# Each class gets its reader once: per field, the JSON key, a converter from the JSON value
+# (None: taken as it is) and whether the value holds nodes (a recursive step's body).
+
+_NODES = "nodes"
 
 
-def _check_body(rec: Recursive, file: str, pointers: dict[str, str]) -> None:
-    """The body is its own graph; its nodes may read ``body_input``, the looped stream."""
-    base = pointers[rec.id]
-    inner: dict[str, str] = {n.id: pointers[f"{rec.id}/{n.id}"] for n in rec.body}
-    ids = set(inner)
-    if rec.body_input in ids:
-        raise PlanError("body_input must name the looped stream, not a body node", file=file,
-                        node=rec.id, pointer=base + "/body_input",
-                        expected="a name no body node uses", found=repr(rec.body_input))
-    virtual = Source(id=rec.body_input, version=1, inputs=())
-    pseudo = [virtual] + [n for n in rec.body]
-    inner[rec.body_input] = base + "/body_input"
-    build_graph(pseudo, file, inner, where=f" (in the body of '{rec.id}')")
-    if rec.body_output not in ids:
-        raise PlanError("body_output is not a body node", file=file, node=rec.id,
-                        pointer=base + "/body_output",
-                        expected="one of " + ", ".join(sorted(ids)),
-                        found=repr(rec.body_output))
-    for n in rec.body:
-        if isinstance(n, (Source, Sink, Recursive)):
-            raise PlanError(f"a {n.step} step cannot be inside a recursive body", file=file,
-                            node=n.id, pointer=inner[n.id] + "/step",
-                            expected="passive or stateful steps", found=repr(n.step))
+@cache
+def _reader(cls: type) -> tuple[tuple[str, str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, json_key(f), _converter(hints[f.name]))
+                 for f in _own_fields(cls))
 
 
-def _named(items: list[dict[str, Any]]) -> tuple[NamedExpr, ...]:
-    return tuple(NamedExpr(i["name"], i["expr"]) for i in items)
+def _own_fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    if issubclass(cls, Node):
+        return step_fields(cls)
+    return dataclasses.fields(cls)
+
+
+def _converter(t: Any) -> Any:
+    origin = typing.get_origin(t)
+    if origin is tuple:
+        (item, _dots) = typing.get_args(t)
+        if item is Node:
+            return _NODES
+        conv = _converter(item)
+        if conv is None:
+            return tuple
+        return lambda v: tuple([conv(x) for x in v])
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(t) if a is not type(None)]
+        conv = _converter(inner)
+        if conv is None:
+            return None
+        return lambda v: None if v is None else conv(v)
+    if dataclasses.is_dataclass(t):
+        fields = _reader(t)
+        return lambda v: t(**{name: (v[key] if conv is None else conv(v[key]))
+                              for name, key, conv in fields if key in v})
+    return None  # str, int, bool: as in the document
 
 
 def _node(d: dict[str, Any], ptr: str, pointers: dict[str, str], prefix: str = "") -> Node:
-    step = d["step"]
     nid = d["id"]
     key = prefix + nid
     if key in pointers:
@@ -186,60 +175,36 @@ def _node(d: dict[str, Any], ptr: str, pointers: dict[str, str], prefix: str = "
                         expected="ids unique within the plan",
                         found=f"'{nid}' already used at {pointers[key]}")
     pointers[key] = ptr
-    common = (nid, d["version"], tuple(d.get("inputs", ())))
-    if step == "filter":
-        return Filter(*common, predicate=d["predicate"])
-    if step == "project":
-        return Project(*common, columns=_named(d["columns"]))
-    if step == "source":
-        et = d.get("event_time")
-        return Source(*common, topic=d["topic"], partitions=d["partitions"],
-                      format=d["format"],
-                      schema=tuple(Column(c["name"], c["type"], c.get("nullable", True))
-                                   for c in d["schema"]),
-                      role=d["role"], key_columns=tuple(d.get("key_columns", ())),
-                      event_time=EventTime(et["column"], et["watermark"]) if et else None,
-                      starting_offsets=d.get("starting_offsets", "earliest"))
-    if step == "aggregate":
-        w = d.get("window")
-        return Aggregate(*common, group_by=_named(d["group_by"]),
-                         aggregates=tuple(AggCall(a["name"], a["function"], tuple(a["args"]),
-                                                  a.get("distinct", False))
-                                          for a in d["aggregates"]),
-                         window=Window(w["type"], w["column"], w["size"], w.get("slide"),
-                                       w.get("gap")) if w else None)
-    if step == "sink":
-        return Sink(*common, topic=d["topic"], format=d["format"],
-                    key_columns=tuple(d["key_columns"]), mode=d["mode"],
-                    delivery=d["delivery"])
-    if step == "join":
-        return Join(*common, type=d["type"], left_keys=tuple(d["left_keys"]),
-                    right_keys=tuple(d["right_keys"]), condition=d.get("condition"),
-                    time_bound=d.get("time_bound"))
-    if step == "explode":
-        return Explode(*common, expr=d["expr"], alias=d["as"], outer=d.get("outer", False))
-    if step == "union":
-        return Union(*common)
-    if step == "deduplicate":
-        return Deduplicate(*common, keys=tuple(d["keys"]), within=d.get("within"))
-    if step == "top_n":
-        return TopN(*common, partition_by=tuple(d["partition_by"]),
-                    order_by=tuple(OrderKey(o["expr"], o.get("desc", False))
-                                   for o in d["order_by"]), n=d["n"])
-    if step == "recursive":
-        body = tuple(_node(b, f"{ptr}/body/{j}", pointers, prefix=f"{nid}/")
-                     for j, b in enumerate(d["body"]))
-        return Recursive(*common, body=body, body_input=d["body_input"],
-                         body_output=d["body_output"],
-                         feedback_partitions=d["feedback"]["partitions"])
-    if step == "stop_gate":
-        return StopGate(*common, migration=d.get("migration"))
-    if step == "start_gate":
-        return StartGate(*common, migration=d.get("migration"))
-    raise AssertionError(f"schema admitted unknown step {step!r}")  # pragma: no cover
+    cls = STEPS[d["step"]]
+    kw: dict[str, Any] = {"id": nid, "version": d["version"],
+                          "inputs": tuple(d.get("inputs", ()))}
+    if "description" in d:
+        kw["description"] = d["description"]
+    extras = {k: v for k, v in d.items() if k[:2] == "x-"}
+    if extras:
+        kw["extras"] = extras
+    for name, k, conv in _reader(cls):
+        if k in d:
+            v = d[k]
+            if conv is _NODES:
+                kw[name] = tuple(_node(b, f"{ptr}/{k}/{j}", pointers, prefix=f"{key}/")
+                                 for j, b in enumerate(v))
+            else:
+                kw[name] = v if conv is None else conv(v)
+    return cls(**kw)
 
 
-# ---------------------------------------------------------------------------------------
+def _nested_pointers(node: Node, d: dict[str, Any], ptr: str,
+                     pointers: dict[str, str]) -> None:
+    """Pointers of the nodes inside a reused node (a recursive step's body)."""
+    for name, k, conv in _reader(type(node)):
+        if conv is _NODES:
+            for j, (b, bd) in enumerate(zip(getattr(node, name), d[k])):
+                pointers.setdefault(f"{node.id}/{b.id}", f"{ptr}/{k}/{j}")
+                _nested_pointers(b, bd, f"{ptr}/{k}/{j}", pointers)
+
+
+# -- writing ------------------------------------------------------------------------------------
 
 
 def to_doc(plan: Plan) -> dict[str, Any]:
@@ -254,69 +219,44 @@ def to_doc(plan: Plan) -> dict[str, Any]:
 
 
 def node_doc(n: Node) -> dict[str, Any]:
+    """A node's document: common keys first, then the step's fields in declaration order
+    (a field at its default left out unless it is required), then its ``x-*`` keys."""
     d: dict[str, Any] = {"id": n.id, "step": n.step, "version": n.version}
     if n.inputs:
         d["inputs"] = list(n.inputs)
-    if isinstance(n, Filter):
-        d["predicate"] = n.predicate
-    elif isinstance(n, Project):
-        d["columns"] = [{"name": c.name, "expr": c.expr} for c in n.columns]
-    elif isinstance(n, Source):
-        d.update(topic=n.topic, partitions=n.partitions, format=n.format, role=n.role)
-        d["schema"] = [{"name": c.name, "type": c.type} | ({} if c.nullable
-                                                             else {"nullable": False})
-                       for c in n.schema]
-        if n.key_columns:
-            d["key_columns"] = list(n.key_columns)
-        if n.event_time:
-            d["event_time"] = {"column": n.event_time.column,
-                               "watermark": n.event_time.watermark}
-        if n.starting_offsets != "earliest":
-            d["starting_offsets"] = n.starting_offsets
-    elif isinstance(n, Aggregate):
-        d["group_by"] = [{"name": g.name, "expr": g.expr} for g in n.group_by]
-        d["aggregates"] = [{"name": a.name, "function": a.function, "args": list(a.args)}
-                           | ({"distinct": True} if a.distinct else {})
-                           for a in n.aggregates]
-        if n.window:
-            w = {"type": n.window.type, "column": n.window.column, "size": n.window.size}
-            if n.window.slide:
-                w["slide"] = n.window.slide
-            if n.window.gap:
-                w["gap"] = n.window.gap
-            d["window"] = w
-    elif isinstance(n, Sink):
-        d.update(topic=n.topic, format=n.format, key_columns=list(n.key_columns),
-                 mode=n.mode, delivery=n.delivery)
-    elif isinstance(n, Join):
-        d.update(type=n.type, left_keys=list(n.left_keys), right_keys=list(n.right_keys))
-        if n.condition:
-            d["condition"] = n.condition
-        if n.time_bound:
-            d["time_bound"] = n.time_bound
-    elif isinstance(n, Explode):
-        d.update(expr=n.expr)
-        d["as"] = n.alias
-        if n.outer:
-            d["outer"] = True
-    elif isinstance(n, Deduplicate):
-        d["keys"] = list(n.keys)
-        if n.within:
-            d["within"] = n.within
-    elif isinstance(n, TopN):
-        d["partition_by"] = list(n.partition_by)
-        d["order_by"] = [{"expr": o.expr} | ({"desc": True} if o.desc else {})
-                         for o in n.order_by]
-        d["n"] = n.n
-    elif isinstance(n, Recursive):
-        d["body"] = [node_doc(b) for b in n.body]
-        d.update(body_input=n.body_input, body_output=n.body_output,
-                 feedback={"partitions": n.feedback_partitions})
-    elif isinstance(n, (StopGate, StartGate)):
-        if n.migration:
-            d["migration"] = n.migration
+    if n.description is not None:
+        d["description"] = n.description
+    _write_fields(n, d)
+    d.update(n.extras)
     return d
+
+
+@cache
+def _writer(cls: type) -> tuple[tuple[str, str, bool, Any], ...]:
+    return tuple((f.name, json_key(f), required(f), f.default) for f in _own_fields(cls))
+
+
+def _write_fields(obj: Any, d: dict[str, Any]) -> None:
+    for name, key, req, default in _writer(type(obj)):
+        v = getattr(obj, name)
+        if req or v != default:
+            d[key] = _value_doc(v)
+
+
+def _value_doc(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_value_doc(x) for x in v]
+    if isinstance(v, Node):
+        return node_doc(v)
+    if dataclasses.is_dataclass(v):
+        d: dict[str, Any] = {}
+        _write_fields(v, d)
+        return d
+    return v
 
 
 def dumps(plan: Plan) -> str:
     return json.dumps(to_doc(plan), indent=2) + "\n"
+
+
+__all__ = ["FORMAT", "dumps", "from_doc", "load", "node_doc", "read_json", "to_doc"]

@@ -15,20 +15,10 @@ from dataclasses import dataclass, field
 
 from compat import expr as E
 from compat.findings import Finding
-from compat.model import (
-    ENFORCING,
-    Explode,
-    Filter,
-    Node,
-    Plan,
-    Project,
-    Source,
-    StartGate,
-    StopGate,
-    Union,
-)
+from compat.model import ENFORCING, Node, Plan
 from compat.rules import RuleContext
 from compat.rules.passive import check_passive
+from compat.steps import Explode, Filter, Project, Source, StartGate, StopGate, Union
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
 _GATES = (StopGate, StartGate)

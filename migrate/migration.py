@@ -46,7 +46,8 @@ from typing import Any
 
 from compat.check import check_plans, load_plan
 from compat.errors import MigrationError
-from compat.model import Plan, Source
+from compat.model import Plan
+from compat.steps import Source
 from gates.startgate import StartGate, write_start_gate
 from gates.state import (
     GateState,

@@ -64,7 +64,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None,
                 shadow_topic: str | None = None, on_retire: Any = None) -> Any:
-    from migrate.builder import Builder, BuildOptions
+    from migrate.build import Builder, BuildOptions
 
     name = query_name or plan.query
     spark = spark_session(master, plan.state_partitions or DEFAULT_STATE_PARTITIONS)

@@ -1,12 +1,17 @@
 """Compatibility rules, one module per rule family.
 
 Each rule is a plain function ``(old_node, new_node, ctx) -> list[Finding]`` that never
-mutates the plans.  ``compat.check`` applies them in the fixed order of ``RULES``.
+mutates the plans.  The rule of one step type (what must match between an old and a new
+step of that type) is registered with ``compare`` in the step's module under
+``compat/steps/``; the families that span step types (versions, passive paths, moved
+predicates, output schema and changelog, plan config) live in this package.
+``compat.check`` applies them in a fixed order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import singledispatch
 from typing import Any
 
 from compat import expr as E
@@ -52,3 +57,10 @@ def canon(text: str | None) -> str | None:
 
 def canon_list(items: tuple[str, ...] | list[str]) -> list[str]:
     return [E.canonical(x) for x in items]
+
+
+@singledispatch
+def compare(old: Node, new: Node, ctx: RuleContext) -> list[Finding]:
+    """What differs between an old and a new step of the same type, as findings.  Every
+    step type registers its own (``@compare.register``)."""
+    raise NotImplementedError(f"no compatibility rule is registered for step '{new.step}'")

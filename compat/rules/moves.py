@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from compat import expr as E
 from compat.findings import Finding
-from compat.model import ENFORCING, Aggregate, Filter, Plan
+from compat.model import ENFORCING, Plan
 from compat.rules import RuleContext
+from compat.steps import Aggregate, Filter
 
 _FILTER_CODES = ("filter-changed", "passive-added", "passive-removed")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from compat import types as T
 from compat.findings import Finding
 from compat.infer import INSERT, RETRACT, UPSERT
-from compat.model import Sink
 from compat.rules import RuleContext
+from compat.steps.sink import Sink
 
 _MODE_NAMES = {INSERT: "inserts only [I]", UPSERT: "upserts [I,UA]",
                RETRACT: "retractions [I,UB,UA,D]"}

@@ -4,17 +4,19 @@ it changes (data selection, schema, determinism) and where it sits relative to s
 Upstream of a stateful step, a change alters what enters the state: the state keeps its
 layout, but history stays computed the old way (a migration recomputes it; see
 ``--require backfill``).  Downstream of state, only rows written from the restart on change.
+What a change of one passive step type means is that step's rule (``compat.rules.compare``,
+registered in its module under ``compat/steps/``), which says it with ``where``.
 """
 
 from __future__ import annotations
 
-from compat import expr as E
 from compat.findings import Finding
-from compat.model import Explode, Filter, Node, Project
-from compat.rules import RuleContext
+from compat.model import Node
+from compat.rules import RuleContext, compare
 
 
-def _where(ctx: RuleContext) -> str:
+def where(ctx: RuleContext) -> str:
+    """Where the passive change sits, for a finding's message: upstream of which state."""
     old_c, new_c = ctx.consumer
     c = new_c or old_c
     if c is None:
@@ -26,35 +28,17 @@ def _where(ctx: RuleContext) -> str:
 
 def check_passive(old: Node | None, new: Node | None, ctx: RuleContext) -> list[Finding]:
     hist = ctx.upstream_of_state
-    where = _where(ctx)
     if old is None and new is not None:
-        what = _describe(new)
-        out = [ctx.f("passive-added", f"{new.step} '{new.id}' is added ({what}){where}",
-                     None, new, None, "", history=hist)]
+        out = [ctx.f("passive-added", f"{new.step} '{new.id}' is added ({new.describe()})"
+                     f"{where(ctx)}", None, new, None, "", history=hist)]
         if not ctx.new.info[new.id].deterministic:
             out.append(_nondet(ctx, None, new))
         return out
     if new is None and old is not None:
         return [ctx.f("passive-removed", f"{old.step} '{old.id}' is removed "
-                      f"({_describe(old)}){where}", old, None, "", None, history=hist)]
+                      f"({old.describe()}){where(ctx)}", old, None, "", None, history=hist)]
     assert old is not None and new is not None
-    out: list[Finding] = []
-    if isinstance(old, Filter) and isinstance(new, Filter):
-        if E.canonical(old.predicate) != E.canonical(new.predicate):
-            out.append(ctx.f("filter-changed", f"filter '{new.id}' keeps rows where "
-                             f"{new.predicate} instead of {old.predicate}{where}", old, new,
-                             "predicate", history=hist))
-    elif isinstance(old, Project) and isinstance(new, Project):
-        detail = _project_diff(old, new)
-        if detail:
-            out.append(ctx.f("project-changed", f"project '{new.id}': {detail}{where}", old,
-                             new, "columns", history=hist and _changes_values(old, new)))
-    elif isinstance(old, Explode) and isinstance(new, Explode):
-        if (E.canonical(old.expr), old.alias.lower(), old.outer) != \
-                (E.canonical(new.expr), new.alias.lower(), new.outer):
-            out.append(ctx.f("explode-changed", f"explode '{new.id}' changes from "
-                             f"{_describe(old)} to {_describe(new)}{where}", old, new, "expr",
-                             history=hist))
+    out = compare(old, new, ctx) if old.step == new.step else []
     if ctx.new.info[new.id].deterministic is False and ctx.old.info[old.id].deterministic:
         out.append(_nondet(ctx, old, new))
     return out
@@ -64,38 +48,3 @@ def _nondet(ctx: RuleContext, old: Node | None, new: Node) -> Finding:
     return ctx.f("nondeterminism-introduced", f"{new.step} '{new.id}' is nondeterministic "
                  "(rand, uuid, current time...): a batch replayed after a crash may differ",
                  old, new, None, "")
-
-
-def _describe(n: Node) -> str:
-    if isinstance(n, Filter):
-        return f"keeps rows where {n.predicate}"
-    if isinstance(n, Project):
-        return "columns " + ", ".join(c.name for c in n.columns)
-    if isinstance(n, Explode):
-        return f"{'outer ' if n.outer else ''}explode {n.expr} as {n.alias}"
-    return n.step
-
-
-def _project_diff(old: Project, new: Project) -> str:
-    o = {c.name.lower(): E.canonical(c.expr) for c in old.columns}
-    n = {c.name.lower(): E.canonical(c.expr) for c in new.columns}
-    parts = []
-    added = [k for k in n if k not in o]
-    removed = [k for k in o if k not in n]
-    changed = [k for k in n if k in o and o[k] != n[k]]
-    if added:
-        parts.append("adds " + ", ".join(added))
-    if removed:
-        parts.append("removes " + ", ".join(removed))
-    if changed:
-        parts.append("computes " + ", ".join(f"{k} as {n[k]} (was {o[k]})" for k in changed))
-    if not parts and [c.lower() for c in o] != [c.lower() for c in n]:
-        parts.append("reorders its columns")
-    return "; ".join(parts)
-
-
-def _changes_values(old: Project, new: Project) -> bool:
-    """Adding or reordering columns does not change what a stateful consumer computes."""
-    o = {c.name.lower(): E.canonical(c.expr) for c in old.columns}
-    n = {c.name.lower(): E.canonical(c.expr) for c in new.columns}
-    return any(k in n and n[k] != v for k, v in o.items()) or any(k not in n for k in o)

@@ -120,7 +120,7 @@ def test_a_watermark_reaches_spark_only_when_a_stateful_step_reads_it(case, chan
     """A watermark nothing reads only makes Spark run empty batches (state eviction with
     nothing to evict) whenever it advances: the builder leaves it out, and keeps every one
     a step needs."""
-    from migrate.builder import Builder, BuildOptions
+    from migrate.build import Builder, BuildOptions
 
     doc = json.loads((ROOT / "fixtures" / "qtt" / case / "plan.json").read_text())
     if change:

@@ -1,0 +1,259 @@
+"""``aggregate``: groups rows and computes aggregate functions, optionally per window.
+Enforcing: Spark keeps one state row per group.
+
+Spark's state schema check compares key and value schemas by position and type, ignoring
+names; so a renamed key keeps the state, a retyped one does not.  An argument expression
+may change when its type does not: the state keeps its layout, but history stays computed
+the old way.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import expr as E
+from compat import types as T
+from compat.findings import MIGRATE, RESTART, Finding, register_codes
+from compat.infer import (
+    INSERT,
+    UPSERT,
+    InferContext,
+    NodeInfo,
+    deterministic,
+    duration_seconds,
+    infer_step,
+    scope,
+)
+from compat.model import ENFORCING, AggCall, NamedExpr, Node, Window, prop
+from compat.rules import RuleContext, compare
+
+
+@dataclass(frozen=True, kw_only=True)
+class Aggregate(Node):
+    """Outputs its ``group_by`` columns then its ``aggregates``; a windowed one adds a
+    ``window`` column (``struct<start:timestamp,end:timestamp>``) first.  It emits upserts
+    per group, or, feeding an append sink with a watermarked window, each window once."""
+
+    group_by: tuple[NamedExpr, ...] = prop()
+    aggregates: tuple[AggCall, ...] = prop(min_items=1)
+    window: Window | None = prop(None)
+    step: ClassVar[str] = "aggregate"
+    klass: ClassVar[str] = ENFORCING
+
+    def traits(self) -> frozenset[str]:
+        return frozenset({"windowed"}) if self.window else frozenset()
+
+
+register_codes({
+    "aggregate-key-changed": ("migrate", "error", "topology", MIGRATE),
+    "aggregate-key-type-changed": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-key-renamed": ("in_place", "info", "schema_evolution", RESTART),
+    "aggregate-function-changed": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-added": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-removed": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-renamed": ("in_place", "info", "schema_evolution", RESTART),
+    "aggregate-arg-type-changed": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-arg-changed": ("in_place", "warning", "data_selection",
+                              "History stays computed the old way; add --require backfill "
+                              "to have it recomputed by a migration."),
+    "aggregate-window-changed": ("migrate", "error", "topology", MIGRATE),
+})
+
+
+@infer_step.register
+def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    sc = scope(src)
+    if src.mode != INSERT:
+        raise ctx.err(node, "inputs", "Spark cannot aggregate a stream of updates (a second "
+                      "aggregation needs windowed, append-mode input)",
+                      expected="an insert-only input [I]", found=f"[{src.mode}]")
+    cols: list[tuple[str, str]] = []
+    names: list[str] = []
+    marks: set[str] = set()
+    det = True
+    if node.window:
+        w = node.window
+        wcol = w.column.lower()
+        if wcol not in src.types:
+            raise ctx.err(node, "window/column", f"window column '{w.column}' is not in the "
+                          "input", expected="one of " + ", ".join(src.types),
+                          found=repr(w.column))
+        if src.types[wcol] not in ("timestamp", "timestamp_ntz", T.UNKNOWN):
+            raise ctx.err(node, "window/column", "a window needs a timestamp column",
+                          expected="timestamp", found=src.types[wcol])
+        size = ctx.duration(node, "window/size", w.size)
+        if w.type == "hopping":
+            if not w.slide:
+                raise ctx.err(node, "window", "a hopping window needs a slide",
+                              expected="a 'slide' duration", found="none")
+            slide = ctx.duration(node, "window/slide", w.slide)
+            if slide > size:
+                raise ctx.err(node, "window/slide", "the slide is longer than the window",
+                              expected=f"at most {w.size}", found=w.slide)
+        if w.type == "session" and w.gap:
+            ctx.duration(node, "window/gap", w.gap)
+        if wcol not in src.watermarks:
+            det = False  # windows over processing time depend on when rows arrive
+        cols.append(("window", "struct<start:timestamp,end:timestamp>"))
+        names.append("window")
+        if wcol in src.watermarks:
+            marks.add("window")
+    for i, g in enumerate(node.group_by):
+        t = ctx.expr_type(node, f"group_by/{i}/expr", g.expr, sc)
+        det = det and deterministic(g.expr)
+        cols.append((g.name.lower(), t))
+        names.append(g.name)
+    for i, a in enumerate(node.aggregates):
+        fn = a.function.lower()
+        fn = {"mean": "avg", "std": "stddev"}.get(fn, fn)
+        if fn not in E.AGGREGATE_FUNCTIONS:
+            close = difflib.get_close_matches(fn, sorted(E.AGGREGATE_FUNCTIONS), n=1)
+            raise ctx.err(node, f"aggregates/{i}/function", f"unknown aggregate function "
+                          f"'{a.function}'", expected="a Spark aggregate function",
+                          found=repr(a.function),
+                          hint=f"Did you mean '{close[0]}'?" if close else None)
+        if a.distinct and src.stream:
+            raise ctx.err(node, f"aggregates/{i}/distinct", "Spark does not support distinct "
+                          "aggregations on streams", expected="approx_count_distinct(...) or "
+                          "a deduplicate step before the aggregate", found="distinct: true")
+        args = []
+        for j, arg in enumerate(a.args):
+            if arg.strip() == "*":
+                args.append(("star",))
+                continue
+            ctx.expr_type(node, f"aggregates/{i}/args/{j}", arg, sc)
+            ast = E.shape(arg)
+            det = det and E.is_deterministic(ast)
+            args.append(ast)
+        t = E.infer_type(("fn", fn, tuple(args), a.distinct), sc)
+        cols.append((a.name.lower(), t))
+        names.append(a.name)
+    ctx.unique(node, names, "")
+    windowed_final = node.window is not None and node.window.column.lower() in src.watermarks
+    if ctx.sink_mode == "append":
+        if node.window is None:
+            raise ctx.err(node, "", "an append sink fed by an unwindowed aggregate: Spark's "
+                          "append mode emits each row once, and an unwindowed aggregate "
+                          "never finishes a group", expected="sink mode 'update' or "
+                          "'complete', or a window on an event-time column",
+                          found="mode 'append' downstream", ptr=ctx.pointer(node.id))
+        if not windowed_final:
+            raise ctx.err(node, "window/column", "append mode needs a watermark on the "
+                          "window column, so that Spark knows when a window is final",
+                          expected="an event_time column with a watermark",
+                          found=repr(node.window.column))
+        mode = INSERT
+    else:
+        mode = UPSERT
+    return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
+                    tuple(names))
+
+
+@compare.register
+def _compare(old: Aggregate, new: Aggregate, ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    f = ctx.f
+    oi, ni = ctx.oi(old), ctx.ni(new)
+    if old.window != new.window:
+        ow, nw = old.window, new.window
+        same = ow is not None and nw is not None and ow.type == nw.type and \
+            ow.column.lower() == nw.column.lower() and _dur(ow.size) == _dur(nw.size) and \
+            _dur(ow.slide) == _dur(nw.slide) and _dur(ow.gap) == _dur(nw.gap)
+        if not same:
+            out.append(f("aggregate-window-changed", f"aggregate '{new.id}' window changes "
+                         f"from {_show_window(ow)} to {_show_window(nw)}", old, new,
+                         "window"))
+    off = 1 if old.window else 0
+    nff = 1 if new.window else 0
+    okeys = [E.canonical(g.expr) for g in old.group_by]
+    nkeys = [E.canonical(g.expr) for g in new.group_by]
+    otypes = [oi.columns[off + i][1] for i in range(len(okeys))]
+    ntypes = [ni.columns[nff + i][1] for i in range(len(nkeys))]
+    if okeys != nkeys:
+        out.append(f("aggregate-key-changed", f"aggregate '{new.id}' groups by "
+                     f"({', '.join(g.expr for g in new.group_by)}) instead of "
+                     f"({', '.join(g.expr for g in old.group_by)}); the state is keyed by "
+                     "the grouping keys", old, new, "group_by"))
+    else:
+        for i, (a, b) in enumerate(zip(otypes, ntypes)):
+            if not T.same_layout(a, b):
+                out.append(f("aggregate-key-type-changed", f"grouping key "
+                             f"'{new.group_by[i].name}' of '{new.id}' is {b}, was {a}",
+                             old, new, f"group_by/{i}/expr"))
+        for i, (a, b) in enumerate(zip(old.group_by, new.group_by)):
+            if a.name.lower() != b.name.lower():
+                out.append(f("aggregate-key-renamed", f"grouping key '{a.name}' of "
+                             f"'{new.id}' is now called '{b.name}'", old, new,
+                             f"group_by/{i}/name"))
+    # Aggregates are paired by position (the state's value schema is positional).
+    n_o, n_n = len(old.aggregates), len(new.aggregates)
+    base_o, base_n = off + len(old.group_by), nff + len(new.group_by)
+    for i in range(min(n_o, n_n)):
+        a, b = old.aggregates[i], new.aggregates[i]
+        fa, fb = _fn(a.function), _fn(b.function)
+        if fa != fb or a.distinct != b.distinct or len(a.args) != len(b.args):
+            out.append(f("aggregate-function-changed", f"aggregate '{b.name}' of '{new.id}' "
+                         f"is {_show(b)} instead of {_show(a)}", old, new,
+                         f"aggregates/{i}"))
+            continue
+        if a.name.lower() != b.name.lower():
+            out.append(f("aggregate-renamed", f"aggregate '{a.name}' of '{new.id}' is now "
+                         f"called '{b.name}'", old, new, f"aggregates/{i}/name"))
+        ta, tb = oi.columns[base_o + i][1], ni.columns[base_n + i][1]
+        argtypes_o = _arg_types(a.args, ctx, old, True)
+        argtypes_n = _arg_types(b.args, ctx, new, False)
+        if not T.same_layout(ta, tb) or any(not T.same_layout(x, y)
+                                           for x, y in zip(argtypes_o, argtypes_n)):
+            out.append(f("aggregate-arg-type-changed", f"aggregate '{b.name}' of "
+                         f"'{new.id}' now aggregates {', '.join(argtypes_n)} "
+                         f"(was {', '.join(argtypes_o)}), so its state changes type",
+                         old, new, f"aggregates/{i}/args"))
+        elif [_c(x) for x in a.args] != [_c(x) for x in b.args]:
+            out.append(f("aggregate-arg-changed", f"aggregate '{b.name}' of '{new.id}' "
+                         f"now computes {_show(b)} instead of {_show(a)}; the state keeps "
+                         "its layout, but history stays computed the old way", old, new,
+                         f"aggregates/{i}/args", history=True))
+    for i in range(n_n, n_o):
+        a = old.aggregates[i]
+        out.append(f("aggregate-removed", f"aggregate '{a.name}' ({_show(a)}) of "
+                     f"'{old.id}' is removed", old, new, f"aggregates/{i}", "aggregates"))
+    for i in range(n_o, n_n):
+        b = new.aggregates[i]
+        out.append(f("aggregate-added", f"aggregate '{b.name}' ({_show(b)}) is added to "
+                     f"'{new.id}': its history is not in the state", old, new, "aggregates",
+                     f"aggregates/{i}"))
+    return out
+
+
+def _fn(name: str) -> str:
+    n = name.lower()
+    return {"mean": "avg", "std": "stddev", "stddev_samp": "stddev"}.get(n, n)
+
+
+def _c(arg: str) -> str:
+    return "*" if arg.strip() == "*" else E.canonical(arg)
+
+
+def _show(a: AggCall) -> str:
+    return f"{a.function}({'DISTINCT ' if a.distinct else ''}{', '.join(a.args)})"
+
+
+def _arg_types(args: tuple[str, ...], ctx: RuleContext, node: Aggregate,
+               old: bool) -> list[str]:
+    plan = ctx.old if old else ctx.new
+    sc = scope(plan.info[node.inputs[0]])
+    return [T.UNKNOWN if a.strip() == "*" else E.infer_type(E.shape(a), sc) for a in args]
+
+
+def _dur(text: str | None) -> float | None:
+    return None if text is None else duration_seconds(text)
+
+
+def _show_window(w: Window | None) -> str:
+    if w is None:
+        return "no window"
+    extra = f", slide {w.slide}" if w.slide else f", gap {w.gap}" if w.gap else ""
+    return f"{w.type} {w.size} on {w.column}{extra}"

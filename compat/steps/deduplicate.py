@@ -1,0 +1,68 @@
+"""``deduplicate``: keeps the first row per key.  Enforcing: the keys are the state's key
+schema and must match."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat.findings import MIGRATE, Finding, register_codes
+from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
+from compat.model import DURATION, ENFORCING, NAME, Node, prop
+from compat.rules import RuleContext, compare
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deduplicate(Node):
+    """Keeps the first row of every combination of ``keys``; with ``within``, a key is
+    forgotten that long after its row's event time (Spark's
+    ``dropDuplicatesWithinWatermark``)."""
+
+    keys: tuple[str, ...] = prop(items=NAME, min_items=1)
+    within: str | None = prop(None, schema=DURATION)
+    step: ClassVar[str] = "deduplicate"
+    klass: ClassVar[str] = ENFORCING
+
+
+register_codes({
+    "dedup-keys-changed": ("migrate", "error", "topology", MIGRATE),
+    "dedup-within-changed": ("in_place", "warning", "data_selection",
+                             "Rows are remembered for the new duration from the restart on."),
+    "dedup-within-toggled": ("migrate", "error", "topology", MIGRATE),
+})
+
+
+@infer_step.register
+def _infer(node: Deduplicate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    for i, k in enumerate(node.keys):
+        if k.lower() not in src.types:
+            raise ctx.err(node, f"keys/{i}", f"key column '{k}' is not in the input",
+                          expected="one of " + ", ".join(src.types), found=repr(k))
+    if src.mode != INSERT:
+        raise ctx.err(node, "inputs", "Spark cannot deduplicate a stream of updates",
+                      expected="[I]", found=f"[{src.mode}]")
+    if node.within:
+        ctx.duration(node, "within", node.within)
+        if not src.watermarks:
+            raise ctx.err(node, "within", "deduplication within a time needs a watermark "
+                          "on the input", expected="an event_time upstream", found="none")
+    return NodeInfo(src.columns, INSERT, src.stream, src.stream, src.watermarks, True,
+                    src.names)
+
+
+@compare.register
+def _compare(old: Deduplicate, new: Deduplicate, ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    if [k.lower() for k in old.keys] != [k.lower() for k in new.keys]:
+        out.append(ctx.f("dedup-keys-changed", f"deduplicate '{new.id}' keys change from "
+                         f"{list(old.keys)} to {list(new.keys)}", old, new, "keys"))
+    if (old.within is None) != (new.within is None):
+        out.append(ctx.f("dedup-within-toggled", f"deduplicate '{new.id}' "
+                         f"{'now' if new.within else 'no longer'} forgets keys after a "
+                         "time: a different Spark operator with a different state", old, new,
+                         "within"))
+    elif old.within and duration_seconds(old.within) != duration_seconds(new.within or ""):
+        out.append(ctx.f("dedup-within-changed", f"deduplicate '{new.id}' remembers keys "
+                         f"for {new.within} instead of {old.within}", old, new, "within"))
+    return out

@@ -1,0 +1,62 @@
+"""``explode``: one output row per element of an array (or entry of a map).  Passive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import expr as E
+from compat import types as T
+from compat.findings import RESTART, Finding, register_codes
+from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
+from compat.model import EXPR, NAME, Node, prop
+from compat.rules import RuleContext, compare
+from compat.rules.passive import where
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explode(Node):
+    """Adds column ``as`` holding each element of the array ``expr`` (a map gives
+    ``struct<key,value>`` entries); ``outer`` keeps rows whose array is empty or null."""
+
+    expr: str = prop(schema=EXPR)
+    alias: str = prop(key="as", schema=NAME)
+    outer: bool = prop(False)
+    step: ClassVar[str] = "explode"
+
+    def describe(self) -> str:
+        return f"{'outer ' if self.outer else ''}explode {self.expr} as {self.alias}"
+
+
+register_codes({"explode-changed": ("in_place", "info", "data_selection", RESTART)})
+
+
+@infer_step.register
+def _infer(node: Explode, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    t = ctx.expr_type(node, "expr", node.expr, scope(src))
+    if t.startswith("array<"):
+        elem = T.array_element(t)
+    elif t.startswith("map<"):
+        k, v = T.map_kv(t)
+        elem = f"struct<key:{k},value:{v}>"
+    elif t == T.UNKNOWN:
+        elem = T.UNKNOWN
+    else:
+        raise ctx.err(node, "expr", "explode needs an array or a map",
+                      expected="array<...> or map<...>", found=t)
+    if node.alias.lower() in src.types:
+        raise ctx.err(node, "as", f"column '{node.alias}' already exists in the input",
+                      expected="a new column name", found=repr(node.alias))
+    return NodeInfo(src.columns + ((node.alias.lower(), elem),), src.mode, src.stream, False,
+                    src.watermarks, deterministic(node.expr), src.names + (node.alias,))
+
+
+@compare.register
+def _compare(old: Explode, new: Explode, ctx: RuleContext) -> list[Finding]:
+    if (E.canonical(old.expr), old.alias.lower(), old.outer) == \
+            (E.canonical(new.expr), new.alias.lower(), new.outer):
+        return []
+    return [ctx.f("explode-changed", f"explode '{new.id}' changes from {old.describe()} to "
+                  f"{new.describe()}{where(ctx)}", old, new, "expr",
+                  history=ctx.upstream_of_state)]

@@ -1,0 +1,52 @@
+"""``filter``: keeps the rows where a predicate holds.  Passive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import expr as E
+from compat import types as T
+from compat.findings import RESTART, Finding, register_codes
+from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
+from compat.model import EXPR, Node, prop
+from compat.rules import RuleContext, compare
+from compat.rules.passive import where
+
+
+@dataclass(frozen=True, kw_only=True)
+class Filter(Node):
+    """Keeps the rows where ``predicate`` is true.  Over a stream of updates, a row that
+    stops matching is retracted (a tombstone for its key), as in Flink."""
+
+    predicate: str = prop(schema=EXPR)
+    step: ClassVar[str] = "filter"
+
+    def describe(self) -> str:
+        return f"keeps rows where {self.predicate}"
+
+
+register_codes({"filter-changed": ("in_place", "info", "data_selection", RESTART)})
+
+
+@infer_step.register
+def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    t = ctx.expr_type(node, "predicate", node.predicate, scope(src))
+    if t not in ("boolean", T.UNKNOWN, "void"):
+        raise ctx.err(node, "predicate", "a filter predicate must be a condition",
+                      expected="boolean", found=t)
+    # Dropping an update from an upsert stream would leave the old row visible downstream,
+    # so, as in Flink, a filter over updates emits retractions.
+    mode = RETRACT if src.mode != INSERT else INSERT
+    det = E.analyze(node.predicate).deterministic
+    return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, det, src.names)
+
+
+@compare.register
+def _compare(old: Filter, new: Filter, ctx: RuleContext) -> list[Finding]:
+    if E.canonical(old.predicate) == E.canonical(new.predicate):
+        return []
+    return [ctx.f("filter-changed", f"filter '{new.id}' keeps rows where {new.predicate} "
+                  f"instead of {old.predicate}{where(ctx)}", old, new, "predicate",
+                  history=ctx.upstream_of_state)]

@@ -1,0 +1,42 @@
+"""``stop_gate`` and ``start_gate``: inserted by the migrator into deployed plans, never
+written by users.  Passive plumbing: the stop gate lives in the gated source (it caps what
+the query admits), the start gate in the gated sink (it holds output until the cut)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat.findings import Finding
+from compat.infer import InferContext, NodeInfo, infer_step
+from compat.model import Node, prop
+from compat.rules import RuleContext, compare
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopGate(Node):
+    """Caps the source offsets the query admits, for the migration it names."""
+
+    migration: str | None = prop(None, schema={"type": "string"})
+    step: ClassVar[str] = "stop_gate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartGate(Node):
+    """Holds the query's output until the cut of the migration it names."""
+
+    migration: str | None = prop(None, schema={"type": "string"})
+    step: ClassVar[str] = "start_gate"
+
+
+@infer_step.register(StopGate)
+@infer_step.register(StartGate)
+def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names)
+
+
+@compare.register(StopGate)
+@compare.register(StartGate)
+def _compare(old: Node, new: Node, ctx: RuleContext) -> list[Finding]:
+    return []  # deployment plumbing: a gate computes nothing

@@ -1,0 +1,205 @@
+"""``join``: rows of two inputs matched on keys.  Enforcing when both inputs are streams
+(Spark keeps both sides' rows in state, so type, keys and time bound must match); a
+stream-table join holds no state and may change freely."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import expr as E
+from compat import types as T
+from compat.findings import MIGRATE, Finding, register_codes
+from compat.infer import INSERT, InferContext, NodeInfo, deterministic, infer_step, scope
+from compat.model import ENFORCING, EXPR, Node, enum, prop
+from compat.rules import RuleContext, canon, canon_list, compare
+
+JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Join(Node):
+    """Outputs the left input's columns, then the right input's; a right column named like
+    a left one is dropped when the two are a paired equi-join key, and otherwise renamed
+    ``<right id>_<name>``.  In ``condition`` and ``time_bound``, columns are qualified by
+    the input node's id."""
+
+    type: str = prop(schema=enum(*JOIN_TYPES))
+    left_keys: tuple[str, ...] = prop(items=EXPR)
+    right_keys: tuple[str, ...] = prop(items=EXPR)
+    condition: str | None = prop(None, schema=EXPR)
+    time_bound: str | None = prop(None, schema=EXPR)
+    step: ClassVar[str] = "join"
+    klass: ClassVar[str] = ENFORCING
+    min_inputs: ClassVar[int] = 2
+    max_inputs: ClassVar[int | None] = 2
+
+    def traits(self) -> frozenset[str]:
+        return frozenset({"joined"})
+
+
+register_codes({
+    "join-type-changed": ("migrate", "error", "topology", MIGRATE),
+    "join-keys-changed": ("migrate", "error", "topology", MIGRATE),
+    "join-time-bound-changed": ("migrate", "error", "topology", MIGRATE),
+    "join-condition-changed": ("migrate", "error", "data_selection", MIGRATE),
+    "join-state-schema-changed": ("migrate", "error", "schema_evolution", MIGRATE),
+    "join-statefulness-changed": ("migrate", "error", "topology", MIGRATE),
+})
+
+
+def paired_keys(node: Join) -> set[str]:
+    """Lower-case names that are the same bare column on both sides of an equi-key pair."""
+    out = set()
+    for lk, rk in zip(node.left_keys, node.right_keys):
+        a, b = E.analyze(lk).ast, E.analyze(rk).ast
+        if a[0] == "col" == b[0] and len(a[1]) == 1 and a[1] == b[1]:
+            out.add(a[1][0])
+    return out
+
+
+def join_output(node: Join, left: tuple[str, ...] | list[str],
+                right: tuple[str, ...] | list[str]) -> list[tuple[str, str, str]]:
+    """The join's output columns, each as ``(name, side, input column)`` with side
+    ``"left"`` or ``"right"``: the left columns, then the right ones; a right column named
+    like a left one is dropped when the two are a paired equi-join key, and otherwise
+    renamed ``<right id>_<name>``.  Semi and anti joins output the left columns only.
+
+    The one statement of this rule: inference, the SQL compiler and the Spark builder all
+    call it."""
+    out = [(c, "left", c) for c in left]
+    if node.type in ("left_semi", "left_anti"):
+        return out
+    lnames = {c.lower() for c in left}
+    paired = paired_keys(node)
+    rid = node.inputs[1]
+    for c in right:
+        low = c.lower()
+        if low in lnames:
+            if low in paired:
+                continue
+            out.append((f"{rid}_{c}", "right", c))
+        else:
+            out.append((c, "right", c))
+    return out
+
+
+@infer_step.register
+def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    left, right = ins
+    lid, rid = node.inputs
+    if len(node.left_keys) != len(node.right_keys):
+        raise ctx.err(node, "right_keys", "left_keys and right_keys pair up one by one",
+                      expected=f"{len(node.left_keys)} right key(s)",
+                      found=str(len(node.right_keys)))
+    if not node.left_keys and not node.condition:
+        raise ctx.err(node, "left_keys", "a join needs keys or a condition",
+                      expected="left_keys/right_keys or a condition", found="neither")
+    lscope, rscope = scope(left), scope(right)
+    for i, (lk, rk) in enumerate(zip(node.left_keys, node.right_keys)):
+        lt = ctx.expr_type(node, f"left_keys/{i}", lk, lscope)
+        rt = ctx.expr_type(node, f"right_keys/{i}", rk, rscope)
+        if T.wider(lt, rt) == T.UNKNOWN and T.UNKNOWN not in (lt, rt):
+            raise ctx.err(node, f"right_keys/{i}", "join keys of incomparable types",
+                          expected=lt, found=rt)
+    both = E.Scope({}, {lid.lower(): left.types, rid.lower(): right.types})
+    both.columns = {k: v for k, v in {**right.types, **left.types}.items()
+                    if not (k in left.types and k in right.types)}
+    for f in ("condition", "time_bound"):
+        text = getattr(node, f)
+        if text:
+            t = ctx.expr_type(node, f, text, both)
+            if t not in ("boolean", T.UNKNOWN):
+                raise ctx.err(node, f, f"the join {f} must be a condition",
+                              expected="boolean", found=t)
+    stateful = left.stream and right.stream
+    if not left.stream and not right.stream:
+        raise ctx.err(node, "inputs", "Spark cannot join two tables continuously",
+                      expected="at least one stream input", found="two table inputs")
+    if stateful:
+        for side, info in (("left", left), ("right", right)):
+            if info.mode != INSERT:
+                raise ctx.err(node, "inputs", f"the {side} input of a stream-stream join "
+                              "emits updates, which Spark cannot join",
+                              expected="[I]", found=f"[{info.mode}]")
+        if node.type in ("left", "right", "full", "left_anti") and not node.time_bound:
+            raise ctx.err(node, "time_bound", f"a stream-stream {node.type} join needs a "
+                          "time bound and watermarks on both sides, or its state never ends",
+                          expected="a time_bound such as 'r.ts BETWEEN l.ts AND l.ts + "
+                          "INTERVAL 1 HOUR'", found="none")
+        if node.time_bound and not (left.watermarks and right.watermarks) and \
+                node.type != "inner":
+            raise ctx.err(node, "inputs", "an outer stream-stream join needs a watermark on "
+                          "both inputs", expected="event_time on both sides",
+                          found="a side without a watermark")
+    else:
+        table_side = "left" if not left.stream else "right"
+        ok = {"left": ("inner", "right"), "right": ("inner", "left", "left_semi",
+                                                    "left_anti")}[table_side]
+        if node.type not in ok:
+            raise ctx.err(node, "type", f"a {node.type} join with a table on the "
+                          f"{table_side} is not supported (the stream side drives the join)",
+                          expected=" or ".join(ok), found=repr(node.type))
+    types = {"left": dict(zip(left.names, (t for _, t in left.columns))),
+             "right": dict(zip(right.names, (t for _, t in right.columns)))}
+    out = join_output(node, left.names, right.names)
+    names = [name for name, _side, _src in out]
+    cols = [(name.lower(), types[side][src]) for name, side, src in out]
+    ctx.unique(node, names, "")
+    marks = left.watermarks | (right.watermarks & {c[0] for c in cols})
+    det = all(deterministic(x) for x in
+              (*node.left_keys, *node.right_keys, node.condition or "1",
+               node.time_bound or "1"))
+    mode = INSERT if stateful else (left.mode if left.stream else right.mode)
+    return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names))
+
+
+@compare.register
+def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    f = ctx.f
+    o_state, n_state = ctx.oi(old).stateful, ctx.ni(new).stateful
+    if o_state != n_state:
+        kinds = {True: "stream-stream (stateful)", False: "stream-table (stateless)"}
+        out.append(f("join-statefulness-changed", f"join '{new.id}' changes from "
+                     f"{kinds[o_state]} to {kinds[n_state]}", old, new, "inputs"))
+        return out
+    # A stateless join's changes select different rows from now on: a restart suffices.
+    soft = {} if n_state else {"effect": "in_place", "severity": "warning"}
+    if old.type != new.type:
+        out.append(f("join-type-changed", f"join '{new.id}' changes from {old.type} to "
+                     f"{new.type}", old, new, "type", **soft))
+    if canon_list(old.left_keys) != canon_list(new.left_keys) or \
+            canon_list(old.right_keys) != canon_list(new.right_keys):
+        out.append(f("join-keys-changed", f"join '{new.id}' keys change from "
+                     f"{list(old.left_keys)} = {list(old.right_keys)} to "
+                     f"{list(new.left_keys)} = {list(new.right_keys)}", old, new,
+                     "left_keys", **soft))
+    if _qual(canon(old.time_bound), old) != _qual(canon(new.time_bound), new):
+        out.append(f("join-time-bound-changed", f"join '{new.id}' time bound changes from "
+                     f"{old.time_bound or 'none'} to {new.time_bound or 'none'}", old, new,
+                     "time_bound", **soft))
+    if _qual(canon(old.condition), old) != _qual(canon(new.condition), new):
+        out.append(f("join-condition-changed", f"join '{new.id}' condition changes from "
+                     f"{old.condition or 'none'} to {new.condition or 'none'}", old, new,
+                     "condition", **soft))
+    if n_state:
+        for side in (0, 1):
+            a = ctx.old.info[old.inputs[side]].columns
+            b = ctx.new.info[new.inputs[side]].columns
+            if len(a) != len(b) or not all(T.same_layout(x[1], y[1]) for x, y in zip(a, b)):
+                which = "left" if side == 0 else "right"
+                out.append(f("join-state-schema-changed", f"the {which} input of stateful "
+                             f"join '{new.id}' now has columns "
+                             f"({', '.join(n + ' ' + t for n, t in b)}), was "
+                             f"({', '.join(n + ' ' + t for n, t in a)}); Spark keeps these "
+                             "rows in state", old, new, f"inputs/{side}"))
+    return out
+
+
+def _qual(text: str | None, node: Join) -> str | None:
+    """Qualifiers name input ids, which may be renamed: replace them by their position."""
+    if text is None:
+        return None
+    left, right = (i.lower() for i in node.inputs)
+    return text.replace(left + ".", "$0.").replace(right + ".", "$1.")

@@ -1,0 +1,72 @@
+"""``project``: computes the output columns from expressions over the input.  Passive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import expr as E
+from compat.findings import RESTART, Finding, register_codes
+from compat.infer import InferContext, NodeInfo, infer_step, scope
+from compat.model import NamedExpr, Node, prop
+from compat.rules import RuleContext, compare
+from compat.rules.passive import where
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project(Node):
+    """Outputs one column per entry of ``columns``, in order.  A column that is just an
+    input column carrying a watermark keeps it."""
+
+    columns: tuple[NamedExpr, ...] = prop(min_items=1)
+    step: ClassVar[str] = "project"
+
+    def describe(self) -> str:
+        return "columns " + ", ".join(c.name for c in self.columns)
+
+
+register_codes({"project-changed": ("in_place", "info", "schema_evolution", RESTART)})
+
+
+@infer_step.register
+def _infer(node: Project, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    (src,) = ins
+    sc = scope(src)
+    cols = []
+    marks = set()
+    det = True
+    for i, c in enumerate(node.columns):
+        t = ctx.expr_type(node, f"columns/{i}/expr", c.expr, sc)
+        cols.append((c.name.lower(), t))
+        info = E.analyze(c.expr)
+        det = det and info.deterministic
+        ast = info.ast
+        if ast[0] == "col" and len(ast[1]) == 1 and ast[1][0] in src.watermarks:
+            marks.add(c.name.lower())
+    ctx.unique(node, [c.name for c in node.columns], "columns")
+    return NodeInfo(tuple(cols), src.mode, src.stream, False, frozenset(marks), det,
+                    tuple(c.name for c in node.columns))
+
+
+@compare.register
+def _compare(old: Project, new: Project, ctx: RuleContext) -> list[Finding]:
+    o = {c.name.lower(): E.canonical(c.expr) for c in old.columns}
+    n = {c.name.lower(): E.canonical(c.expr) for c in new.columns}
+    parts = []
+    added = [k for k in n if k not in o]
+    removed = [k for k in o if k not in n]
+    changed = [k for k in n if k in o and o[k] != n[k]]
+    if added:
+        parts.append("adds " + ", ".join(added))
+    if removed:
+        parts.append("removes " + ", ".join(removed))
+    if changed:
+        parts.append("computes " + ", ".join(f"{k} as {n[k]} (was {o[k]})" for k in changed))
+    if not parts and [c.lower() for c in o] != [c.lower() for c in n]:
+        parts.append("reorders its columns")
+    if not parts:
+        return []
+    # Adding or reordering columns does not change what a stateful consumer computes.
+    changes_values = bool(changed or removed)
+    return [ctx.f("project-changed", f"project '{new.id}': {'; '.join(parts)}{where(ctx)}",
+                  old, new, "columns", history=ctx.upstream_of_state and changes_values)]

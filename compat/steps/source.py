@@ -1,0 +1,148 @@
+"""``source``: a Kafka topic read as a stream of records (or, ``role: table``, as the latest
+value per key).  Enforcing: Spark's checkpoint records each source and its offsets, so the
+topic, format, role and schema must match; a partition change is scaling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import types as T
+from compat.findings import MIGRATE, RESTART, Finding, register_codes
+from compat.infer import INSERT, UPSERT, InferContext, NodeInfo, infer_step
+from compat.model import ENFORCING, FORMAT, NAME, Column, EventTime, Node, enum, prop
+from compat.rules import RuleContext, compare
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source(Node):
+    """Reads a Kafka topic: a stream of records, or (role ``table``) the latest value per
+    key, read in full at every micro-batch."""
+
+    topic: str = prop(schema=NAME)
+    partitions: int = prop(schema={"type": "integer", "minimum": 1})
+    format: str = prop(schema=FORMAT)
+    role: str = prop(schema=enum("stream", "table"))
+    schema: tuple[Column, ...] = prop(min_items=1)
+    key_columns: tuple[str, ...] = prop((), items=NAME)
+    event_time: EventTime | None = prop(None)
+    starting_offsets: str = prop("earliest", schema=enum("earliest", "latest"))
+
+    step: ClassVar[str] = "source"
+    klass: ClassVar[str] = ENFORCING
+    min_inputs: ClassVar[int] = 0
+    max_inputs: ClassVar[int | None] = 0
+
+
+register_codes({
+    "source-topic-changed": ("migrate", "error", "source_modifying", MIGRATE),
+    "source-format-changed": ("migrate", "error", "source_modifying", MIGRATE),
+    "source-role-changed": ("migrate", "error", "source_modifying", MIGRATE),
+    "source-key-changed": ("migrate", "error", "source_modifying", MIGRATE),
+    "source-column-added": ("in_place", "info", "schema_evolution", RESTART),
+    "source-column-removed": ("in_place", "warning", "schema_evolution", RESTART),
+    "source-column-type-changed": ("in_place", "warning", "schema_evolution", RESTART),
+    "source-event-time-changed": ("in_place", "warning", "data_selection",
+                                  "Late rows are judged by the new watermark from the restart "
+                                  "on; windows already closed stay closed."),
+    "source-partitions-changed": ("in_place", "warning", "scaling",
+                                  "Spark picks up added partitions on restart; make sure "
+                                  "they exist before the upgrade."),
+    "source-partitions-reduced": ("migrate", "error", "scaling", MIGRATE),
+    "source-starting-offsets-changed": ("none", "info", "transparent",
+                                        "Starting offsets apply only to a fresh checkpoint."),
+})
+
+
+@infer_step.register
+def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    cols = []
+    for i, c in enumerate(node.schema):
+        try:
+            cols.append((c.name.lower(), T.parse_type(c.type)))
+        except T.TypeSyntaxError as e:
+            raise ctx.err(node, f"schema/{i}/type", f"invalid type: {e}",
+                          expected="a Spark SQL type such as bigint or array<string>",
+                          found=repr(c.type)) from None
+    ctx.unique(node, [c.name for c in node.schema], "schema")
+    types = dict(cols)
+    if node.format == "string" and (len(cols) != 1 or cols[0][1] != "string"):
+        raise ctx.err(node, "schema", "a source with format 'string' reads each record "
+                      "as one string column", expected="one column of type string",
+                      found=", ".join(f"{n} {t}" for n, t in cols))
+    for i, k in enumerate(node.key_columns):
+        if k.lower() not in types:
+            raise ctx.err(node, f"key_columns/{i}", f"key column '{k}' is not in the schema",
+                          expected="one of " + ", ".join(types), found=repr(k))
+    if node.role == "table" and not node.key_columns:
+        raise ctx.err(node, "key_columns", "a table source keeps the latest value per key, "
+                      "so it needs key_columns", expected="a non-empty key_columns list",
+                      found="none")
+    marks: frozenset[str] = frozenset()
+    if node.event_time:
+        col = node.event_time.column.lower()
+        if col not in types:
+            raise ctx.err(node, "event_time/column", f"event-time column '{col}' is not in "
+                          "the schema", expected="one of " + ", ".join(types), found=repr(col))
+        if types[col] not in ("timestamp", "timestamp_ntz"):
+            raise ctx.err(node, "event_time/column", "the event-time column must be a "
+                          "timestamp", expected="timestamp", found=types[col])
+        ctx.duration(node, "event_time/watermark", node.event_time.watermark)
+        marks = frozenset({col})
+    mode = UPSERT if node.role == "table" else INSERT
+    return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True,
+                    tuple(c.name for c in node.schema))
+
+
+@compare.register
+def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    f = ctx.f
+    if old.topic != new.topic:
+        out.append(f("source-topic-changed", f"source '{new.id}' reads topic '{new.topic}' "
+                     f"instead of '{old.topic}'; Spark refuses a checkpoint whose sources "
+                     f"changed", old, new, "topic"))
+    if old.format != new.format:
+        out.append(f("source-format-changed", f"source '{new.id}' format changes from "
+                     f"{old.format} to {new.format}", old, new, "format"))
+    if old.role != new.role:
+        out.append(f("source-role-changed", f"source '{new.id}' role changes from "
+                     f"{old.role} to {new.role}", old, new, "role"))
+    if [k.lower() for k in old.key_columns] != [k.lower() for k in new.key_columns]:
+        table = new.role == "table" or old.role == "table"
+        out.append(f("source-key-changed", f"source '{new.id}' key columns change from "
+                     f"{list(old.key_columns)} to {list(new.key_columns)}", old, new,
+                     "key_columns", effect=None if table else "in_place",
+                     severity=None if table else "info"))
+    ocols = {c.name.lower(): (i, T.parse_type(c.type)) for i, c in enumerate(old.schema)}
+    ncols = {c.name.lower(): (i, T.parse_type(c.type)) for i, c in enumerate(new.schema)}
+    stateful_downstream = ctx.notes.get("stateful_plan", False)
+    for name, (i, t) in ncols.items():
+        if name not in ocols:
+            out.append(f("source-column-added", f"source '{new.id}' reads a new column "
+                         f"'{name}' ({t})", old, new, "schema", f"schema/{i}"))
+    for name, (i, t) in ocols.items():
+        if name not in ncols:
+            out.append(f("source-column-removed", f"source '{new.id}' no longer reads "
+                         f"column '{name}'", old, new, f"schema/{i}", "schema"))
+        elif ncols[name][1] != t:
+            out.append(f("source-column-type-changed", f"source '{new.id}' reads column "
+                         f"'{name}' as {ncols[name][1]} instead of {t}", old, new,
+                         f"schema/{i}/type", f"schema/{ncols[name][0]}/type",
+                         history=stateful_downstream))
+    if old.event_time != new.event_time:
+        def show(e):
+            return f"{e.column} with watermark {e.watermark}" if e else "none"
+        out.append(f("source-event-time-changed", f"source '{new.id}' event time changes "
+                     f"from {show(old.event_time)} to {show(new.event_time)}", old, new,
+                     "event_time", history=stateful_downstream))
+    if old.partitions != new.partitions:
+        code = "source-partitions-changed" if new.partitions > old.partitions \
+            else "source-partitions-reduced"
+        out.append(f(code, f"source '{new.id}' topic '{new.topic}' goes from "
+                     f"{old.partitions} to {new.partitions} partitions", old, new,
+                     "partitions"))
+    if old.starting_offsets != new.starting_offsets:
+        out.append(f("source-starting-offsets-changed", f"source '{new.id}' starting offsets "
+                     f"change to {new.starting_offsets}", old, new, "starting_offsets"))
+    return out

@@ -1,0 +1,50 @@
+"""``union``: the rows of two or more inputs with the same columns (``UNION ALL``).
+Passive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from compat import types as T
+from compat.findings import Finding
+from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
+from compat.model import Node
+from compat.rules import RuleContext, compare
+
+
+@dataclass(frozen=True, kw_only=True)
+class Union(Node):
+    """The rows of every input; inputs have the same column names in the same order, and
+    each column gets the widest of their types."""
+
+    step: ClassVar[str] = "union"
+    min_inputs: ClassVar[int] = 2
+    max_inputs: ClassVar[int | None] = None
+
+
+@infer_step.register
+def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    first = ins[0]
+    cols = list(first.columns)
+    for k, other in enumerate(ins[1:], start=1):
+        names = [c[0] for c in other.columns]
+        if names != [c[0] for c in cols]:
+            raise ctx.err(node, f"inputs/{k}", "union inputs must have the same columns "
+                          "in the same order", expected=", ".join(c[0] for c in cols),
+                          found=", ".join(names))
+        for i, (name, t) in enumerate(other.columns):
+            w = T.wider(cols[i][1], t)
+            if w == T.UNKNOWN and T.UNKNOWN not in (cols[i][1], t):
+                raise ctx.err(node, f"inputs/{k}", f"union column '{name}' has "
+                              "incompatible types", expected=cols[i][1], found=t)
+            cols[i] = (name, w)
+    mode = max((i.mode for i in ins), key=MODE_RANK.__getitem__)
+    marks = frozenset.intersection(*(i.watermarks for i in ins))
+    return NodeInfo(tuple(cols), mode, any(i.stream for i in ins), False, marks, True,
+                    first.names)
+
+
+@compare.register
+def _compare(old: Union, new: Union, ctx: RuleContext) -> list[Finding]:
+    return []  # what a union reads is its inputs: the walk pairs and compares them
