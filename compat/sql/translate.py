@@ -181,10 +181,8 @@ class Translator:
         if pattern is not None:
             return self._select_ranked(s, pattern, ctes, hints)
         self._refuse_windows(s)
-        rel = self.from_(s, ctes)
+        rel = self.from_where(s, ctes)
         self.group_keys, self.missing_keys = None, []
-        if s.args.get("where"):
-            rel = self.filter(rel, s.args["where"].this, "WHERE", "where")
         items = list(s.expressions)
         group = s.args.get("group")
         having = s.args.get("having")
@@ -250,13 +248,117 @@ class Translator:
 
     # -- FROM -----------------------------------------------------------------------------
 
-    def from_(self, s: exp.Select, ctes: dict) -> Rel:
+    def from_where(self, s: exp.Select, ctes: dict) -> Rel:
+        """FROM, then WHERE.
+
+        Tables listed with commas (``FROM a, b``, or ``a CROSS JOIN b`` without ON, which
+        sqlglot reads the same) are joined on WHERE's equalities, as Spark's optimizer turns
+        the cross join and the filter into an inner join: the conjuncts that pair a column of
+        each side, and a range over both streams' event times, become the ON clause of the
+        same join ``JOIN ... ON`` builds; the other conjuncts stay in WHERE.
+        """
+        where = s.args.get("where")
+        rest = ir.conjuncts(where.this) if where else []
         rel = self.relation(s.args["from_"].this, ctes)
-        for j in s.args.get("joins") or []:
-            rel = self.join(rel, j, ctes)
+        joins = s.args.get("joins") or []
+        listed = [rel]
+        pending: list[tuple[Rel, exp.Join]] = []
+        moved: list[exp.Expression] = []
+        for i, j in enumerate(joins):
+            if not _is_comma(j):
+                rel = self.join(rel, j, ctes)
+                continue
+            later = next((k for k in joins[i + 1:] if not _is_comma(k)), None)
+            if later is not None:
+                # Spark reads `a, b JOIN c` as `a, (b JOIN c)`; sqlglot cannot tell it from
+                # `a CROSS JOIN b JOIN c`, so refuse rather than guess the nesting.
+                raise self.err("a JOIN after tables listed with commas is not supported: "
+                               "write every join as JOIN ... ON, or list every table with "
+                               "commas and join them in WHERE", later)
+            right = self.relation(j.this, ctes)
+            quals = {c.qualifier for r in [rel] + [r for r, _ in pending] for c in r.cols}
+            clash = quals & {c.qualifier for c in right.cols} - {None}
+            if clash:
+                raise self.err(f"table name or alias '{sorted(clash)[0]}' is used twice in "
+                               "FROM: give each an alias", j.this)
+            listed.append(right)
+            pending.append((right, j))
+            # Join every waiting table that WHERE connects to those joined so far, in FROM
+            # order: a table listed before the one it joins waits for it (Spark's
+            # ReorderJoin also takes the first table with a join condition).
+            joined = True
+            while joined:
+                joined = False
+                for k, (r, rj) in enumerate(pending):
+                    on, rest = self._comma_on(rel, r, rest)
+                    if on:
+                        explicit = rj.copy()
+                        explicit.set("kind", None)
+                        explicit.set("on", ir.and_all(on))
+                        rel = self.join(rel, explicit, ctes, right=r)
+                        moved += on
+                        del pending[k]
+                        joined = True
+                        break
+        if pending:
+            # a misspelt column is a better message than the missing join it causes
+            scope = rel.cols + [c for r, _ in pending for c in r.cols]
+            for c in rest:
+                self.resolve(c, scope, "WHERE")
+            r, rj = pending[0]
+            raise self.err("a join needs ON or USING with equality keys, or for tables "
+                           "listed with commas an equality in WHERE: nothing in WHERE joins "
+                           f"'{rj.this.alias_or_name}' to the other tables (WHERE a.k = b.k; "
+                           "a cross join of streams never ends)", rj.this)
+        if len(listed) > 2:
+            # `*` lists the tables in FROM order, whatever order they were joined in
+            order: dict[tuple[str | None, str], int] = {}
+            for n, r in enumerate(listed):
+                for c in r.cols:
+                    order.setdefault((c.qualifier, c.name.lower()), n)
+            rel = Rel(rel.id, sorted(rel.cols,
+                                     key=lambda c: order.get((c.qualifier, c.name.lower()), 0)))
+        for c in moved:
+            # resolved against the two sides it joins; WHERE sees every table in FROM
+            self.resolve(c, rel.cols, "WHERE")
         for lat in s.args.get("laterals") or []:
             rel = self.lateral(rel, lat)
+        if moved and rest:
+            rel = self.filter(rel, rest[0] if len(rest) == 1 else ir.and_all(rest),
+                              "WHERE", "where")
+        elif where and not moved:
+            rel = self.filter(rel, where.this, "WHERE", "where")
         return rel
+
+    def _comma_on(self, left: Rel, right: Rel, conds: list[exp.Expression]
+                  ) -> tuple[list[exp.Expression], list[exp.Expression]]:
+        """WHERE conjuncts that join ``left`` and ``right`` (an ON clause), and the others.
+
+        Nothing moves unless an equality pairs the two sides: without one they are not
+        joined yet.  A conjunct naming a table not yet joined stays for a later join.
+        """
+        lcols = [ScopeCol(c.qualifier, c.name, c.physical, ir.LEFT) for c in left.cols]
+        rcols = [ScopeCol(c.qualifier, c.name, c.physical, ir.RIGHT) for c in right.cols]
+        both = lcols + rcols
+        streams = self.graph.is_stream(left.id) and self.graph.is_stream(right.id)
+        marks = {ir.LEFT: self.graph.watermarks(left.id),
+                 ir.RIGHT: self.graph.watermarks(right.id)}
+        on: list[exp.Expression] = []
+        keep: list[exp.Expression] = []
+        keyed = False
+        for c in conds:
+            if not _in_scope(c, both):
+                keep.append(c)
+                continue
+            r = self.resolve(c, both, "WHERE")
+            if _pairs_sides(r):
+                keyed = True
+                on.append(c)
+            elif streams and _event_time_range(r, marks):
+                on.append(c)
+            else:
+                keep.append(c)
+        return (on, keep) if keyed else ([], conds)
 
     def relation(self, t: exp.Expression, ctes: dict) -> Rel:
         if isinstance(t, exp.Table):
@@ -323,8 +425,8 @@ class Translator:
 
     # -- joins ----------------------------------------------------------------------------
 
-    def join(self, left: Rel, j: exp.Join, ctes: dict) -> Rel:
-        right = self.relation(j.this, ctes)
+    def join(self, left: Rel, j: exp.Join, ctes: dict, right: Rel | None = None) -> Rel:
+        right = self.relation(j.this, ctes) if right is None else right
         clash = {c.qualifier for c in left.cols} & {c.qualifier for c in right.cols} - {None}
         if clash:
             raise self.err(f"table name or alias '{sorted(clash)[0]}' is used twice in FROM: "
@@ -759,9 +861,7 @@ class Translator:
         if inner.args.get("distinct"):
             raise self.err("SELECT DISTINCT with ROW_NUMBER() is not supported",
                            inner.args["distinct"])
-        rel = self.from_(inner, ctes)
-        if inner.args.get("where"):
-            rel = self.filter(rel, inner.args["where"].this, "WHERE", "where")
+        rel = self.from_where(inner, ctes)
         w = p.item.this
         if w.args.get("spec"):
             raise self.err("a window frame is not supported with ROW_NUMBER()", w.args["spec"])
@@ -959,6 +1059,42 @@ def _unqualify(e: exp.Expression) -> exp.Expression:
 
 def _sides(e: exp.Expression) -> set[str]:
     return {c.table for c in e.find_all(exp.Column) if c.table in (ir.LEFT, ir.RIGHT)}
+
+
+def _is_comma(j: exp.Join) -> bool:
+    """``FROM a, b`` (sqlglot reads it as ``a CROSS JOIN b``): joined on WHERE's keys."""
+    return (j.kind or "").upper() == "CROSS" and not j.side and not j.method and \
+        j.args.get("on") is None and not j.args.get("using")
+
+
+def _in_scope(e: exp.Expression, cols: list[ScopeCol]) -> bool:
+    """Whether every column ``e`` names is one of ``cols`` (by qualifier or name)."""
+    quals = {c.qualifier for c in cols} - {None}
+    names = {c.name.lower() for c in cols}
+    for c in e.find_all(exp.Column):
+        parts = _parts(c)
+        if not parts:
+            continue
+        first = parts[0].name.lower()
+        if not ((len(parts) >= 2 and first in quals) or first in names):
+            return False
+    return True
+
+
+def _pairs_sides(e: exp.Expression) -> bool:
+    """An equality of an expression of one join side with one of the other."""
+    if not isinstance(e, exp.EQ):
+        return False
+    a, b = _sides(e.this), _sides(e.expression)
+    return {frozenset(a), frozenset(b)} == {frozenset({ir.LEFT}), frozenset({ir.RIGHT})}
+
+
+def _event_time_range(e: exp.Expression, marks: dict[str, set[str]]) -> bool:
+    """A range between both join sides that reads an event-time column of each."""
+    if not isinstance(e, (exp.Between, exp.LT, exp.LTE, exp.GT, exp.GTE)):
+        return False
+    read = {(c.table, c.name.lower()) for c in e.find_all(exp.Column)}
+    return all(any((side, m) in read for m in marks[side]) for side in (ir.LEFT, ir.RIGHT))
 
 
 def _is_agg(node: exp.Expression) -> bool:
