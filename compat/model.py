@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import graphlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -52,9 +52,14 @@ _MISSING = dataclasses.MISSING
 
 def prop(default: Any = _MISSING, *, key: str | None = None,
          schema: Mapping[str, Any] | None = None, items: Mapping[str, Any] | None = None,
-         min_items: int | None = None, doc: str | None = None, compare: bool = True) -> Any:
-    """Declare a step field: its default (none: required in JSON), JSON key and schema."""
-    meta = {"key": key, "schema": schema, "items": items, "min_items": min_items, "doc": doc}
+         min_items: int | None = None, doc: str | None = None, qualified: bool = False,
+         compare: bool = True) -> Any:
+    """Declare a step field: its default (none: required in JSON), JSON key and schema.
+
+    A field whose schema (or items' schema) is ``EXPR`` holds Spark SQL expressions;
+    ``qualified`` says their columns are qualified by the ids of the step's inputs."""
+    meta = {"key": key, "schema": schema, "items": items, "min_items": min_items, "doc": doc,
+            "qualified": qualified}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple or None as a default")  # frozen dataclasses
     return field(default=default, compare=compare, metadata={"theseus": meta})
@@ -71,6 +76,30 @@ def field_meta(f: dataclasses.Field) -> dict[str, Any]:
 
 def required(f: dataclasses.Field) -> bool:
     return f.default is _MISSING and f.default_factory is _MISSING
+
+
+def map_expressions(obj: Any, fn: Callable[[str, bool], str]) -> Any:
+    """A copy of a step (or value) with ``fn(text, qualified)`` applied to every expression
+    it holds, in nested values too; the same object when nothing changes."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        meta = field_meta(f)
+        v = getattr(obj, f.name)
+        if v is None or f.name in ("id", "inputs"):
+            continue
+        if meta.get("schema") is EXPR:
+            new: Any = fn(v, meta["qualified"])
+        elif meta.get("items") is EXPR:
+            new = tuple(fn(x, meta["qualified"]) for x in v)
+        elif isinstance(v, tuple) and v and dataclasses.is_dataclass(v[0]):
+            new = tuple(map_expressions(x, fn) for x in v)
+        elif dataclasses.is_dataclass(v):
+            new = map_expressions(v, fn)
+        else:
+            continue
+        if new != v:
+            changes[f.name] = new
+    return dataclasses.replace(obj, **changes) if changes else obj
 
 
 # -- value types ------------------------------------------------------------------------------

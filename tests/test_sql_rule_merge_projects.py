@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from compat.model import Column, NamedExpr
 from compat.sql import ir
 from compat.sql.optimizer import RULES
 from compat.sql.optimizer.merge_projects import merge_projects
+from compat.steps import Project, Sink, Source
 from tests.sql_util import NO_RULES, graph, lines, nodes, plan
 
 NESTED = ("CREATE TABLE out USING kafka AS SELECT a * 2 AS b, order_id FROM "
@@ -31,9 +33,11 @@ def test_rule_in_isolation():
 def test_an_identity_projection_goes():
     # Built by hand: the translator itself never writes a projection that changes nothing.
     g = ir.Graph(sink="out")
-    g.add(ir.Source("t", (), topic="t", schema=(ir.Column("a", "int"), ir.Column("b", "int"))))
-    g.add(ir.Project("p", ("t",), columns=(("a", ir.col("a")), ("b", ir.col("b")))))
-    g.add(ir.Sink("out", ("p",), topic="out"))
+    g.add(Source(id="t", topic="t", partitions=1, format="json", role="stream",
+                 schema=(Column("a", "int"), Column("b", "int"))))
+    g.add(Project(id="p", inputs=("t",), columns=(NamedExpr("a", "a"), NamedExpr("b", "b"))))
+    g.add(Sink(id="out", inputs=("p",), topic="out", format="json", key_columns=(),
+               mode="append", delivery="exactly_once"))
     out = merge_projects(g)
     assert list(out.steps) == ["t", "out"] and out["out"].inputs == ("t",)
     assert list(g.steps) == ["t", "p", "out"]
@@ -48,7 +52,7 @@ def test_a_nondeterministic_expression_is_not_duplicated():
 def test_end_to_end_needs_the_rule():
     assert [n["step"] for n in plan(NESTED)["nodes"]] == ["source", "project", "sink"]
     without = tuple(n for n, _ in RULES if n != "merge_projects")
-    assert [s.kind for s in ir.walk_steps(graph(NESTED, without))] == \
+    assert [s.step for s in ir.walk_steps(graph(NESTED, without))] == \
         ["source", "project", "project", "sink"]
     assert nodes(plan(NESTED))["select_2"]["columns"][0] == {"name": "b",
                                                              "expr": "(amount + 1) * 2"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from compat.sql import ir
 from compat.sql.optimizer import RULES
 from compat.sql.optimizer.prune_columns import prune_columns
+from compat.steps import Project
 from tests.sql_util import NO_RULES, graph, nodes, plan
 
 
@@ -38,8 +39,8 @@ def test_inner_projections_are_pruned_but_not_the_output():
     out = prune_columns(graph("CREATE TABLE out USING kafka AS SELECT a FROM (SELECT "
                               "order_id AS a, amount AS b, upper(region) AS c FROM orders);",
                               NO_RULES))
-    projects = [s for s in out.steps.values() if isinstance(s, ir.Project)]
-    assert [[n for n, _ in p.columns] for p in projects] == [["a"], ["a"]]
+    projects = [s for s in out.steps.values() if isinstance(s, Project)]
+    assert [[c.name for c in p.columns] for p in projects] == [["a"], ["a"]]
     assert schema(out, "orders") == ["order_id", "ts"]
 
 

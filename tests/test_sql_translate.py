@@ -267,9 +267,7 @@ def test_join_output_columns_follow_the_plan_rules():
 
 
 def ir_cols(project):
-    from compat.sql import ir
-
-    return [(n, ir.sql(e)) for n, e in project.columns]
+    return [(c.name, c.expr) for c in project.columns]
 
 
 def test_a_table_read_twice_is_two_sources():

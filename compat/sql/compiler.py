@@ -2,7 +2,7 @@
 
 Steps, in this fixed order:
 1. parse the script with sqlglot (Spark dialect) and read its statements;
-2. translate the query into the intermediate graph, resolving every column;
+2. translate the query into a graph of plan steps, resolving every column;
 3. add the sink, with its defaults (key: the GROUP BY columns; mode: decided in step 6);
 4. optimize: the rules of ``compat.sql.optimizer.RULES``, in order, minus excluded ones;
 5. write the plan document (stable ids, inputs first, SQL text and compiler in metadata);
@@ -14,6 +14,7 @@ Steps, in this fixed order:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,16 +22,16 @@ from sqlglot import exp
 
 from compat import serde
 from compat import types as T
-from compat.errors import PlanError, SqlError
+from compat.errors import PlanError
 from compat.infer import analyze
-from compat.model import Plan
+from compat.model import NamedExpr, Plan
 from compat.sql import ir
-from compat.sql.emit import plan_document
 from compat.sql.optimizer import RULES, optimize
 from compat.sql.parse import parse_script
 from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
-from compat.sql.translate import Output, translate
+from compat.sql.translate import Output, plan_error, translate
+from compat.steps import Project, Sink
 
 COMPILER_VERSION = "theseus-sql/1"
 
@@ -76,8 +77,9 @@ def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOpt
         top = _rename_to_table(src, script, graph, top)
     keys = opts.key_columns if opts.key_columns is not None else \
         tuple(out.group_keys or ())
-    sink = ir.Sink(target.name, (top,), topic=opts.topic, format=opts.format,
-                   key_columns=keys, mode=opts.mode, delivery=opts.delivery)
+    # without a mode option, step 6 decides it: append if the plan is valid so, else update
+    sink = Sink(id=target.name, inputs=(top,), topic=opts.topic, format=opts.format,
+                key_columns=keys, mode=opts.mode or "append", delivery=opts.delivery)
     graph.add(sink, target.span)
     graph.sink = sink.id
     if opts.key_columns is not None:
@@ -102,8 +104,9 @@ def _rename_to_table(src: SqlText, script: Script, graph: ir.Graph, top: str) ->
     if names == [c.name for c in target.columns]:
         return top
     pid = _fresh(graph, script, "select")
-    graph.add(ir.Project(pid, (top,), columns=tuple(
-        (c.name, ir.col(n)) for c, n in zip(target.columns, names))), script.query_span)
+    graph.add(Project(id=pid, inputs=(top,), columns=tuple(
+        NamedExpr(c.name, ir.sql(ir.col(n))) for c, n in zip(target.columns, names))),
+        script.query_span)
     return pid
 
 
@@ -145,7 +148,12 @@ def _document(script: Script, graph: ir.Graph) -> dict[str, Any]:
     for k, v in settings.items():
         if k.startswith("theseus.metadata."):
             metadata[k[len("theseus.metadata."):]] = v.value
-    return plan_document(graph, query=str(query), config=config, metadata=metadata)
+    doc: dict[str, Any] = {"format": serde.FORMAT, "query": str(query)}
+    if config:
+        doc["config"] = config
+    doc["metadata"] = metadata
+    doc["nodes"] = [serde.node_doc(graph.steps[sid]) for sid in graph.order()]
+    return doc
 
 
 def _check(src: SqlText, script: Script, graph: ir.Graph) -> Plan:
@@ -159,12 +167,12 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
                opts: SinkOptions) -> tuple[Plan, ir.Graph]:
     """The validated plan and its final graph (sink mode decided, output types cast)."""
     sink = graph[graph.sink]
-    assert isinstance(sink, ir.Sink)
+    assert isinstance(sink, Sink)
     modes = [opts.mode] if opts.mode else ["append", "update"]
     failure: PlanError | None = None
     for mode in modes:
         g = graph.copy()
-        g.put(sink.replace(mode=mode))
+        g.put(dataclasses.replace(sink, mode=mode))
         try:
             plan = _check(src, script, g)
         except PlanError as e:
@@ -182,10 +190,10 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
             try:
                 plan = _check(src, script, g)
             except PlanError as e:
-                raise _plan_error(src, script, g, e) from None
+                raise plan_error(src, script, g, e) from None
         return plan, g
     assert failure is not None
-    raise _plan_error(src, script, graph, failure)
+    raise plan_error(src, script, graph, failure)
 
 
 def _casts(script: Script, g: ir.Graph, plan: Plan) -> ir.Graph | None:
@@ -204,34 +212,22 @@ def _casts(script: Script, g: ir.Graph, plan: Plan) -> ir.Graph | None:
         return None
     out = g.copy()
     step = out[top]
-    if not isinstance(step, ir.Project) or top in script.tables:
+    if not isinstance(step, Project) or top in script.tables:
         pid = _fresh(out, script, "select")
         names = out.columns(top)
-        out.add(ir.Project(pid, (top,), columns=tuple((n, ir.col(n)) for n in names)),
+        out.add(Project(id=pid, inputs=(top,),
+                        columns=tuple(NamedExpr(n, ir.sql(ir.col(n))) for n in names)),
                 script.query_span)
         out.rewire(out.sink, top, pid)
         step = out[pid]
-    assert isinstance(step, ir.Project)
+    assert isinstance(step, Project)
     decl_types = {c.name: c.type for c in target.columns}
-    cols = tuple((n, exp.Cast(this=ir.paren(e), to=exp.DataType.build(decl_types[n],
-                                                                       dialect="spark")))
-                 if n in changes else (n, e) for n, e in step.columns)
-    out.put(step.replace(columns=cols))
+    cols = tuple(NamedExpr(c.name, ir.sql(exp.Cast(
+        this=ir.paren(ir.parse(c.expr)), to=exp.DataType.build(decl_types[c.name],
+                                                               dialect="spark"))))
+        if c.name in changes else c for c in step.columns)
+    out.put(dataclasses.replace(step, columns=cols))
     return out
-
-
-def _plan_error(src: SqlText, script: Script, graph: ir.Graph, e: PlanError) -> SqlError:
-    step = graph.steps.get(e.node or "")
-    what = f"{step.kind} '{step.id}'" if step else "the plan"
-    text = e.message
-    if e.expected is not None or e.found is not None:
-        text += f" (expected {e.expected}, found {e.found})"
-    if e.hint:
-        text += f". {e.hint}"
-    if step is not None and isinstance(step, ir.Sink) and "key_columns" in (e.pointer or ""):
-        text += f"; set OPTIONS (key '<column>[,<column>...]') on table '{step.id}'"
-    where = graph.origins.get(e.node or "") or script.query_span
-    return src.error(f"the compiled plan is invalid at {what}: {text}", where)
 
 
 __all__ = ["COMPILER_VERSION", "Compiled", "build_graph", "compile_script", "compile_sql"]

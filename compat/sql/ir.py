@@ -1,147 +1,40 @@
-"""The compiler's intermediate representation: a graph of steps holding sqlglot expressions.
+"""The compiler's graph: ``compat.model`` steps under construction, and sqlglot helpers.
 
-One frozen dataclass per step kind, mirroring ``compat.model`` but with expressions kept as
-sqlglot trees (resolved: every column is an unqualified name of the step's input), so that the
-optimizer rules can rewrite them without parsing strings again.  In a join's ``condition`` and
-``time_bound`` columns are qualified by ``LEFT`` or ``RIGHT``; ``compat.sql.emit`` turns those
-into the input ids when it writes the plan.
+The translator and the optimizer build the very steps a plan holds (``compat.steps``), with
+expressions as Spark SQL text; a rule that rewrites an expression parses it (``parse``,
+cached), changes the tree and writes it back as text (``sql``).  What a step outputs (its
+columns, watermarks, whether it reads a stream or keeps state) is asked of
+``compat.infer``, the same inference that validates plans, so the compiler and the checker
+cannot disagree.  In a join's ``condition`` and ``time_bound`` columns are qualified by the
+join's input ids, as in plans; ``Graph.rewire`` requalifies them when an input changes.
 
-A ``Graph`` is the steps by id, the sink id and, for error messages, where each step came from
-in the SQL text.  Optimizer rules never mutate a graph: they ``copy()`` it and change the copy.
+A ``Graph`` is the steps by id, the sink id and, for error messages, where each step came
+from in the SQL text.  Optimizer rules never mutate a graph: they ``copy()`` it and change
+the copy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from compat import expr as E
-from compat.model import Column, Window  # the same as in plans: no expressions inside
+from compat.errors import PlanError
+from compat.infer import GraphInference, NodeInfo
+from compat.model import Node, map_expressions, topological_order
 from compat.sql.text import Span
 
-#: qualifiers of the two inputs in a join's condition and time bound
+#: qualifiers of the two inputs while the translator resolves a join's ON clause
 LEFT = "__left__"
 RIGHT = "__right__"
 DIALECT = "spark"
-
-
-# -- steps --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    id: str
-    inputs: tuple[str, ...]
-    kind: ClassVar[str] = ""
-    #: keeps state in the checkpoint (a stream-stream join decides per plan)
-    stateful: ClassVar[bool] = False
-
-    def replace(self, **changes: object) -> Step:
-        """A copy with some fields changed (steps are frozen)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Source(Step):
-    topic: str = ""
-    partitions: int = 1
-    format: str = "json"
-    role: str = "stream"
-    schema: tuple[Column, ...] = ()
-    key_columns: tuple[str, ...] = ()
-    event_time: str | None = None
-    watermark: str | None = None
-    starting_offsets: str = "earliest"
-    kind: ClassVar[str] = "source"
-
-
-@dataclass(frozen=True)
-class Filter(Step):
-    predicate: exp.Expression = field(default_factory=exp.true)
-    kind: ClassVar[str] = "filter"
-
-
-@dataclass(frozen=True)
-class Project(Step):
-    columns: tuple[tuple[str, exp.Expression], ...] = ()
-    kind: ClassVar[str] = "project"
-
-
-@dataclass(frozen=True)
-class Explode(Step):
-    expr: exp.Expression = field(default_factory=exp.null)
-    alias: str = "col"
-    outer: bool = False
-    kind: ClassVar[str] = "explode"
-
-
-@dataclass(frozen=True)
-class Union(Step):
-    kind: ClassVar[str] = "union"
-
-
-@dataclass(frozen=True)
-class AggCall:
-    name: str
-    function: str
-    args: tuple[exp.Expression, ...]  # ``exp.Star()`` for ``count(*)``
-    distinct: bool = False
-
-
-@dataclass(frozen=True)
-class Aggregate(Step):
-    group_by: tuple[tuple[str, exp.Expression], ...] = ()
-    aggregates: tuple[AggCall, ...] = ()
-    window: Window | None = None
-    kind: ClassVar[str] = "aggregate"
-    stateful: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class Join(Step):
-    type: str = "inner"
-    left_keys: tuple[exp.Expression, ...] = ()
-    right_keys: tuple[exp.Expression, ...] = ()
-    condition: exp.Expression | None = None
-    time_bound: exp.Expression | None = None
-    kind: ClassVar[str] = "join"
-
-
-@dataclass(frozen=True)
-class Deduplicate(Step):
-    keys: tuple[str, ...] = ()
-    within: str | None = None
-    kind: ClassVar[str] = "deduplicate"
-    stateful: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class TopN(Step):
-    partition_by: tuple[exp.Expression, ...] = ()
-    order_by: tuple[tuple[exp.Expression, bool], ...] = ()  # (expr, desc)
-    n: int = 1
-    kind: ClassVar[str] = "top_n"
-    stateful: ClassVar[bool] = True
-
-
-@dataclass(frozen=True)
-class Sink(Step):
-    topic: str = ""
-    format: str = "json"
-    key_columns: tuple[str, ...] = ()
-    mode: str | None = None  # None: decided when the plan is written
-    delivery: str = "exactly_once"
-    kind: ClassVar[str] = "sink"
-
-
-STEPS: dict[str, type[Step]] = {
-    cls.kind: cls for cls in (Source, Filter, Project, Explode, Union, Aggregate, Join,
-                              Deduplicate, TopN, Sink)
-}
 
 
 # -- the graph ------------------------------------------------------------------------------
@@ -151,18 +44,23 @@ STEPS: dict[str, type[Step]] = {
 class Graph:
     """Steps by id (any order; ``order()`` gives inputs first), the sink, and origins."""
 
-    steps: dict[str, Step] = field(default_factory=dict)
+    steps: dict[str, Node] = field(default_factory=dict)
     sink: str = ""
     #: where in the SQL text each step came from, for error messages
     origins: dict[str, Span] = field(default_factory=dict)
+    #: what an invalid step becomes (the translator's SQL error at the step's origin)
+    on_error: Callable[[Graph, PlanError], Exception] | None = None
+    #: shared by copies: inference is memoised per step object
+    inference: GraphInference = field(default_factory=GraphInference)
 
     def copy(self) -> Graph:
-        return Graph(dict(self.steps), self.sink, dict(self.origins))
+        return Graph(dict(self.steps), self.sink, dict(self.origins), self.on_error,
+                     self.inference)
 
-    def __getitem__(self, step_id: str) -> Step:
+    def __getitem__(self, step_id: str) -> Node:
         return self.steps[step_id]
 
-    def add(self, step: Step, origin: Span | None = None) -> Step:
+    def add(self, step: Node, origin: Span | None = None) -> Node:
         if step.id in self.steps:
             raise ValueError(f"duplicate step id {step.id!r}")  # a compiler bug
         self.steps[step.id] = step
@@ -170,7 +68,7 @@ class Graph:
             self.origins[step.id] = origin
         return step
 
-    def put(self, step: Step) -> None:
+    def put(self, step: Node) -> None:
         """Replace the step with the same id."""
         self.steps[step.id] = step
 
@@ -189,132 +87,145 @@ class Graph:
         return f"{prefix}_{n}"
 
     def rewire(self, consumer: str, old_input: str, new_input: str) -> None:
+        """``consumer`` reads ``new_input`` instead of ``old_input`` (qualified expressions
+        follow)."""
         s = self.steps[consumer]
-        self.put(s.replace(inputs=tuple(new_input if i == old_input else i
-                                        for i in s.inputs)))
+        s = dataclasses.replace(s, inputs=tuple(new_input if i == old_input else i
+                                                for i in s.inputs))
+        self.put(requalify(s, old_input, new_input))
 
     def order(self) -> list[str]:
-        """Ids reachable from the sink, inputs first (depth-first, inputs in order)."""
-        out: list[str] = []
+        """Ids reachable from the sink, inputs first: the order the plan will have
+        (``compat.model.topological_order``), over the steps met depth-first from the sink,
+        inputs in order, so that it depends on the graph alone, not on how it was built."""
+        met: list[str] = []
         seen: set[str] = set()
-
-        def visit(sid: str) -> None:
+        stack: list[tuple[str, bool]] = [(self.sink, False)]
+        while stack:
+            sid, done = stack.pop()
+            if done:
+                met.append(sid)
+                continue
             if sid in seen:
-                return
+                continue
             seen.add(sid)
-            for i in self.steps[sid].inputs:
-                visit(i)
-            out.append(sid)
+            stack.append((sid, True))
+            stack.extend((i, False) for i in reversed(self.steps[sid].inputs))
+        return topological_order({sid: self.steps[sid].inputs for sid in met})
 
-        visit(self.sink)
-        return out
+    # -- what steps output (compat.infer) -------------------------------------------------
 
-    # -- what steps output ---------------------------------------------------------------
+    def info(self, step_id: str) -> NodeInfo:
+        try:
+            return self.inference.info(self.steps, step_id)
+        except PlanError as e:
+            if self.on_error is None:
+                raise
+            raise self.on_error(self, e) from None
 
     def columns(self, step_id: str) -> list[str]:
-        """Output column names of a step, following ``compat.infer``'s naming rules."""
-        return _columns(self, step_id, {})
+        """Output column names of a step, as written."""
+        return list(self.info(step_id).names)
 
     def is_stream(self, step_id: str) -> bool:
         """Fed by at least one stream source (otherwise only by tables)."""
-        s = self.steps[step_id]
-        if isinstance(s, Source):
-            return s.role == "stream"
-        return any(self.is_stream(i) for i in s.inputs)
+        return self.info(step_id).stream
 
     def is_stateful(self, step_id: str) -> bool:
-        s = self.steps[step_id]
-        if isinstance(s, Join):
-            return all(self.is_stream(i) for i in s.inputs)
-        return s.stateful
+        return self.info(step_id).stateful
 
     def watermarks(self, step_id: str) -> set[str]:
         """Output columns (lower case) that carry an event-time watermark."""
-        s = self.steps[step_id]
-        if isinstance(s, Source):
-            return {s.event_time.lower()} if s.event_time else set()
-        if isinstance(s, (Filter, Deduplicate, Explode, Sink)):
-            return self.watermarks(s.inputs[0])
-        if isinstance(s, Project):
-            marks = self.watermarks(s.inputs[0])
-            return {n.lower() for n, e in s.columns
-                    if isinstance(e, exp.Column) and not e.table and e.name.lower() in marks}
-        if isinstance(s, Union):
-            sets = [self.watermarks(i) for i in s.inputs]
-            return set.intersection(*sets) if sets else set()
-        if isinstance(s, Aggregate):
-            ok = s.window is not None and \
-                s.window.column.lower() in self.watermarks(s.inputs[0])
-            return {"window"} if ok else set()
-        if isinstance(s, Join):
-            out = {c.lower() for c in self.columns(s.id)}
-            return self.watermarks(s.inputs[0]) | (self.watermarks(s.inputs[1]) & out)
-        return set()
+        return set(self.info(step_id).watermarks)
 
 
-def _columns(g: Graph, sid: str, memo: dict[str, list[str]]) -> list[str]:
-    if sid in memo:
-        return memo[sid]
-    s = g.steps[sid]
-    if isinstance(s, Source):
-        out = [c.name for c in s.schema]
-    elif isinstance(s, (Filter, Deduplicate, TopN, Sink)):
-        out = list(_columns(g, s.inputs[0], memo))
-    elif isinstance(s, Project):
-        out = [n for n, _ in s.columns]
-    elif isinstance(s, Explode):
-        out = _columns(g, s.inputs[0], memo) + [s.alias]
-    elif isinstance(s, Union):
-        out = list(_columns(g, s.inputs[0], memo))
-    elif isinstance(s, Aggregate):
-        out = (["window"] if s.window else []) + [n for n, _ in s.group_by] + \
-            [a.name for a in s.aggregates]
-    elif isinstance(s, Join):
-        out = [o for o, _src in join_output(s, _columns(g, s.inputs[0], memo),
-                                            _columns(g, s.inputs[1], memo))]
-    else:  # pragma: no cover - every step kind is handled above
-        raise AssertionError(s.kind)
-    memo[sid] = out
-    return out
+def walk_steps(g: Graph) -> Iterator[Node]:
+    for sid in g.order():
+        yield g.steps[sid]
 
 
-def paired_keys(join: Join) -> set[str]:
-    """Lower-case names that are the same bare column on both sides of an equi-key pair."""
-    out = set()
-    for lk, rk in zip(join.left_keys, join.right_keys):
-        ln, rn = bare_column(lk), bare_column(rk)
-        if ln is not None and rn is not None and ln.lower() == rn.lower():
-            out.add(ln.lower())
-    return out
+def rewrite_to_fixpoint(graph: Graph, kind: type[Node],
+                        rewrite: Callable[[Graph, Any], bool]) -> Graph:
+    """A copy of ``graph`` with ``rewrite(g, step)`` applied to its steps of ``kind`` in
+    topological order, starting over after every change, until none changes anything."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        for sid in g.order():
+            s = g.steps.get(sid)
+            if isinstance(s, kind) and rewrite(g, s):
+                changed = True
+                break
+    return g
 
 
-def join_output(join: Join, left: list[str],
-                right: list[str]) -> list[tuple[str, tuple[str, str]]]:
-    """The join's output columns, each with where it comes from: ``("left"|"right", name)``.
-
-    As in ``compat.infer``: left columns, then right ones; a right column named like a left one
-    is dropped when the two are a paired equi-join key, and otherwise renamed
-    ``<right id>_<name>``.  Semi and anti joins output the left columns only.
-    """
-    out = [(c, ("left", c)) for c in left]
-    if join.type in ("left_semi", "left_anti"):
-        return out
-    lnames = {c.lower() for c in left}
-    paired = paired_keys(join)
-    rid = join.inputs[1]
-    for c in right:
-        if c.lower() in lnames:
-            if c.lower() in paired:
-                continue
-            out.append((f"{rid}_{c}", ("right", c)))
-        else:
-            out.append((c, ("right", c)))
-    return out
-
-
-# -- expressions ----------------------------------------------------------------------------
+# -- expressions as text and as trees ---------------------------------------------------------
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def sql(e: exp.Expression) -> str:
+    """Spark SQL text of an expression, as written into the plan."""
+    return e.sql(dialect=DIALECT)
+
+
+def parse(text: str, qualifiers: tuple[str, ...] = ()) -> exp.Expression:
+    """The tree of an expression the compiler wrote (a fresh copy each time).
+
+    ``a.b`` reads column ``a``'s field ``b`` unless ``a`` is one of ``qualifiers`` (a join
+    condition's input ids): the tree is the one the translator built, columns with
+    ``exp.Dot`` field accesses on top."""
+    return _parse(text, tuple(q.lower() for q in qualifiers)).copy()
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str, qualifiers: tuple[str, ...]) -> exp.Expression:
+    # As a SELECT item: alone, a text such as ``load > 1`` would parse as a LOAD command.
+    tree = sqlglot.parse_one("SELECT " + text, read=DIALECT).expressions[0]
+
+    def fields(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+            return node
+        parts = [p for p in node.parts if isinstance(p, exp.Identifier)]
+        if len(parts) < 2:
+            return node
+        table = None
+        if parts[0].name.lower() in qualifiers:
+            table, parts = parts[0], parts[1:]
+        out: exp.Expression = exp.Column(this=parts[0], table=table)
+        for p in parts[1:]:
+            out = exp.Dot(this=out, expression=p)
+        return out
+
+    return tree.transform(fields, copy=False)
+
+
+def step_parse(step: Node, text: str, qualified: bool) -> exp.Expression:
+    """An expression of ``step`` as a tree (qualified ones by the step's input ids)."""
+    return parse(text, step.inputs if qualified else ())
+
+
+def map_trees(step: Node, fn: Callable[[exp.Expression], exp.Expression]) -> Node:
+    """``step`` with ``fn`` applied to the tree of every expression it holds."""
+    return map_expressions(step, lambda text, q: sql(fn(step_parse(step, text, q))))
+
+
+def requalify(step: Node, old: str, new: str) -> Node:
+    """``step`` with columns qualified by ``old`` qualified by ``new``."""
+
+    def swap(e: exp.Expression) -> exp.Expression:
+        for c in e.find_all(exp.Column):
+            if c.table and c.table.lower() == old.lower():
+                c.set("table", ident(new))
+        return e
+
+    def one(text: str, qualified: bool) -> str:
+        if not qualified:
+            return text
+        return sql(swap(parse(text, (old,) + step.inputs)))
+
+    return map_expressions(step, one)
 
 
 def ident(name: str) -> exp.Identifier:
@@ -324,7 +235,7 @@ def ident(name: str) -> exp.Identifier:
 
 
 def col(name: str, table: str | None = None) -> exp.Column:
-    return exp.Column(this=ident(name), table=exp.Identifier(this=table) if table else None)
+    return exp.Column(this=ident(name), table=ident(table) if table else None)
 
 
 def bare_column(e: exp.Expression) -> str | None:
@@ -411,11 +322,6 @@ def deterministic(e: exp.Expression | None) -> bool:
     return True
 
 
-def sql(e: exp.Expression) -> str:
-    """Spark SQL text of an expression, as written into the plan."""
-    return e.sql(dialect=DIALECT)
-
-
 def key(e: exp.Expression) -> str:
     """A comparison key: equal for the same resolved expression."""
     return e.sql(dialect=DIALECT, normalize=True, comments=False)
@@ -425,20 +331,20 @@ def key(e: exp.Expression) -> str:
 
 
 def explain(g: Graph) -> str:
-    """One line per step, inputs first: ``id = kind(inputs) fields``."""
+    """One line per step, inputs first: ``id = step(inputs) fields``."""
     return "\n".join(_explain_step(g.steps[sid]) for sid in g.order())
 
 
-def _explain_step(s: Step) -> str:
+def _explain_step(s: Node) -> str:
     parts = []
-    for f in fields(s):
-        if f.name in ("id", "inputs"):
+    for f in dataclasses.fields(s):
+        if f.name in ("id", "inputs", "version", "description", "extras"):
             continue
         v = getattr(s, f.name)
         if v in (None, (), "") or (f.name, v) in _DEFAULTS:
             continue
         parts.append(f"{f.name}={_show(v)}")
-    return f"{s.id} = {s.kind}({', '.join(s.inputs)}) {' '.join(parts)}".rstrip()
+    return f"{s.id} = {s.step}({', '.join(s.inputs)}) {' '.join(parts)}".rstrip()
 
 
 _DEFAULTS = {("partitions", 1), ("format", "json"), ("role", "stream"),
@@ -447,52 +353,28 @@ _DEFAULTS = {("partitions", 1), ("format", "json"), ("role", "stream"),
 
 
 def _show(v: object) -> str:
-    if isinstance(v, exp.Expression):
-        return sql(v)
+    from compat.model import AggCall, Column, EventTime, NamedExpr, OrderKey, Window
+
     if isinstance(v, Column):
         return f"{v.name}:{v.type}" + ("" if v.nullable else "!")
+    if isinstance(v, NamedExpr):
+        return f"{v.name}:{v.expr}"
     if isinstance(v, AggCall):
-        args = ", ".join(sql(a) for a in v.args)
-        return f"{v.name}:{v.function}({'DISTINCT ' if v.distinct else ''}{args})"
+        return f"{v.name}:{v.function}({'DISTINCT ' if v.distinct else ''}{', '.join(v.args)})"
     if isinstance(v, Window):
         extra = v.slide or v.gap
         return f"{v.type}({v.column}, {v.size}{', ' + extra if extra else ''})"
+    if isinstance(v, OrderKey):
+        return f"{v.expr}{' DESC' if v.desc else ''}"
+    if isinstance(v, EventTime):
+        return f"{v.column}/{v.watermark}"
     if isinstance(v, tuple):
-        if v and isinstance(v[0], tuple) and len(v[0]) == 2 and \
-                isinstance(v[0][1], exp.Expression):
-            return "[" + ", ".join(f"{n}:{sql(e)}" for n, e in v) + "]"  # type: ignore[misc]
-        if v and isinstance(v[0], tuple) and len(v[0]) == 2 and isinstance(v[0][1], bool):
-            return "[" + ", ".join(f"{sql(e)}{' DESC' if d else ''}"  # type: ignore[misc]
-                                   for e, d in v) + "]"
         return "[" + ", ".join(_show(x) for x in v) + "]"
     return str(v)
 
 
-def walk_steps(g: Graph) -> Iterator[Step]:
-    for sid in g.order():
-        yield g.steps[sid]
-
-
 __all__ = [
-    "LEFT", "RIGHT", "AggCall", "Aggregate", "Column", "Deduplicate", "Explode", "Filter",
-    "Graph", "Join", "Project", "STEPS", "Sink", "Source", "Step", "TopN", "Union", "Window",
-    "and_all", "bare_column", "col", "columns_in", "conjuncts", "deterministic", "explain",
-    "ident", "join_output", "key", "paired_keys", "paren", "sql", "substitute", "walk_steps",
+    "DIALECT", "LEFT", "RIGHT", "Graph", "and_all", "bare_column", "col", "columns_in",
+    "conjuncts", "deterministic", "explain", "ident", "key", "map_trees", "paren", "parse",
+    "requalify", "rewrite_to_fixpoint", "sql", "step_parse", "substitute", "walk_steps",
 ]
-
-
-def rewrite_to_fixpoint(graph: Graph, kind: type[Step],
-                        rewrite: Callable[[Graph, Any], bool]) -> Graph:
-    """A copy of ``graph`` with ``rewrite(g, step)`` applied to its steps of ``kind`` in
-    topological order, starting over after every change, until none changes anything."""
-    g = graph.copy()
-    changed = True
-    while changed:
-        changed = False
-        for sid in g.order():
-            s = g.steps.get(sid)
-            if isinstance(s, kind) and rewrite(g, s):
-                changed = True
-                break
-    return g
-

@@ -24,8 +24,9 @@ from sqlglot import exp
 from compat import types as T
 from compat.errors import SqlError
 from compat.infer import duration_seconds
-from compat.sql import ir
+from compat.model import Column, EventTime
 from compat.sql.text import Span, SqlText, did_you_mean, span_of
+from compat.steps import Source
 
 SOURCE_OPTIONS = ("topic", "partitions", "format", "role", "key", "event_time", "watermark",
                   "starting_offsets")
@@ -48,7 +49,7 @@ class Value:
 @dataclass
 class Table:
     name: str
-    columns: list[ir.Column] | None  # None: no column list
+    columns: list[Column] | None  # None: no column list
     options: dict[str, Value]
     span: Span | None  # the table name in CREATE TABLE
     column_spans: dict[str, Span | None] = field(default_factory=dict)
@@ -234,7 +235,7 @@ def _create(script: Script, stmt: exp.Create,
                 else:
                     raise src.error("only NOT NULL and COMMENT are supported on a column",
                                     span_of(c) or span_of(cdef))
-            columns.append(ir.Column(cname, ctype, nullable))
+            columns.append(Column(cname, ctype, nullable))
             spans[cname.lower()] = span_of(cdef.this)
     table = Table(name, columns, options, span_of(table_node), spans)
     script.tables[name.lower()] = table
@@ -347,7 +348,7 @@ def _key_list(src: SqlText, table: Table, names: list[str] | None) -> tuple[str,
     return keys
 
 
-def source_step(src: SqlText, table: Table, step_id: str) -> ir.Source:
+def source_step(src: SqlText, table: Table, step_id: str) -> Source:
     """The source step reading a declared table."""
     _refuse(src, table, SOURCE_OPTIONS, "input")
     assert table.columns is not None
@@ -386,9 +387,10 @@ def source_step(src: SqlText, table: Table, step_id: str) -> ir.Source:
             raise src.error(f"invalid watermark '{wm}' (expected a duration such as "
                             "'30 seconds')", table.options["watermark"].span)
     start = _opt(src, table, "starting_offsets", str, "earliest", ("earliest", "latest"))
-    return ir.Source(step_id, (), topic=topic, partitions=partitions, format=fmt, role=role,
-                     schema=tuple(table.columns), key_columns=keys, event_time=et,
-                     watermark=wm, starting_offsets=start)
+    return Source(id=step_id, topic=topic, partitions=partitions, format=fmt, role=role,
+                  schema=tuple(table.columns), key_columns=keys,
+                  event_time=EventTime(et, wm) if et is not None and wm is not None else None,
+                  starting_offsets=start)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""SELECT statements to the intermediate graph, one clause at a time.
+"""SELECT statements to a graph of plan steps, one clause at a time.
 
 A SELECT is read in Spark's logical order: FROM (tables, subqueries, joins, LATERAL VIEW),
 WHERE, GROUP BY with its aggregates, HAVING, the SELECT list, DISTINCT.  Every column
 reference is resolved here, against the columns in scope, so that a misspelt name is reported
-where it was written; the graph holds only resolved expressions.
+where it was written; the graph holds only resolved expressions, written as Spark SQL.
 
 Two query shapes are rewritten as in Flink SQL: ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY
 x) AS rn`` in a subquery filtered by ``rn <= N`` becomes a ``top_n`` step, and becomes a
@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from compat import expr as E
-from compat.errors import SqlError
+from compat.errors import PlanError, SqlError
 from compat.infer import duration_seconds
+from compat.model import AggCall, NamedExpr, OrderKey, Window
 from compat.sql import ir
 from compat.sql.script import Script, Table, source_step
 from compat.sql.text import Span, SqlText, did_you_mean, span_of
+from compat.steps import Aggregate, Deduplicate, Explode, Filter, Join, Project, TopN, Union
+from compat.steps.join import join_output, paired_keys
 
 #: the one optimizer hint: how long a deduplication remembers a key
 HINTS = ("DEDUP_WITHIN",)
@@ -77,9 +80,8 @@ class Translator:
     def __init__(self, src: SqlText, script: Script) -> None:
         self.src = src
         self.script = script
-        self.graph = ir.Graph()
+        self.graph = ir.Graph(on_error=lambda g, e: plan_error(src, script, g, e))
         self.counters: dict[str, int] = {}
-        self.sources: dict[str, ir.Source] = {}
         # Table and view names, and the sink's, can never be generated ids.
         self.reserved = {t.name.lower() for t in script.tables.values()}
         self.group_keys: list[str] | None = None
@@ -158,12 +160,13 @@ class Translator:
             if [n.lower() for n in other] != [n.lower() for n in names]:
                 # Spark's UNION matches columns by position; a plan's union by name.
                 pid = self.new_id("select")
-                self.graph.add(ir.Project(pid, (r.id,), columns=tuple(
-                    (n, ir.col(p)) for n, p in zip(names, _names(r)))), span_of(b))
+                self.graph.add(Project(id=pid, inputs=(r.id,), columns=tuple(
+                    NamedExpr(n, ir.sql(ir.col(p))) for n, p in zip(names, _names(r)))),
+                    span_of(b))
                 r = Rel(pid, [])
             inputs.append(r.id)
         uid = self.new_id("union")
-        self.graph.add(ir.Union(uid, tuple(inputs)), span_of(q))
+        self.graph.add(Union(id=uid, inputs=tuple(inputs)), span_of(q))
         rel = Rel(uid, [ScopeCol(None, n, n) for n in names])
         self.group_keys, self.missing_keys = None, []
         if distinct:
@@ -481,14 +484,17 @@ class Translator:
             raise self.err("a join needs equality keys between the two sides "
                            "(ON a.k = b.k)", j.args.get("on") or j)
         jid = self.new_id("join")
-        step = ir.Join(jid, (left.id, right.id), type=jtype, left_keys=tuple(lkeys),
-                       right_keys=tuple(rkeys), condition=ir.and_all(cond),
-                       time_bound=ir.and_all(bound))
+        inputs = (left.id, right.id)
+        step = Join(id=jid, inputs=inputs, type=jtype,
+                    left_keys=tuple(ir.sql(k) for k in lkeys),
+                    right_keys=tuple(ir.sql(k) for k in rkeys),
+                    condition=_qualified(ir.and_all(cond), inputs),
+                    time_bound=_qualified(ir.and_all(bound), inputs))
         self.graph.add(step, span_of(j))
-        # The join's output names (infer's rules): map every right column to its new name.
-        out = ir.join_output(step, self.graph.columns(left.id), self.graph.columns(right.id))
-        renamed = {src[1].lower(): name for name, src in out if src[0] == "right"}
-        paired = ir.paired_keys(step)
+        # The join's output names (the plan's rule): map every right column to its new name.
+        out = join_output(step, self.graph.columns(left.id), self.graph.columns(right.id))
+        renamed = {src.lower(): name for name, side, src in out if side == "right"}
+        paired = paired_keys(step)
         cols = list(left.cols)
         if jtype not in ("left_semi", "left_anti"):
             lphys = {c.lower(): c for c in self.graph.columns(left.id)}
@@ -521,7 +527,8 @@ class Translator:
             raise self.err(f"column '{alias}' already exists: name the exploded column "
                            "differently", gen)
         sid = self.new_id("explode")
-        self.graph.add(ir.Explode(sid, (rel.id,), expr=e, alias=alias, outer=outer), origin)
+        self.graph.add(Explode(id=sid, inputs=(rel.id,), expr=ir.sql(e), alias=alias,
+                               outer=outer), origin)
         q = qualifier.lower() if qualifier else None
         return Rel(sid, rel.cols + [ScopeCol(q, alias, alias, hidden=hidden)])
 
@@ -550,7 +557,8 @@ class Translator:
     def filter(self, rel: Rel, cond: exp.Expression, clause: str, prefix: str) -> Rel:
         pred = self.resolve(cond, rel.cols, clause)
         sid = self.new_id(prefix)
-        self.graph.add(ir.Filter(sid, (rel.id,), predicate=pred), span_of(cond))
+        self.graph.add(Filter(id=sid, inputs=(rel.id,), predicate=ir.sql(pred)),
+                       span_of(cond))
         return Rel(sid, rel.cols)
 
     def project(self, rel: Rel, items: list[exp.Expression], where: exp.Expression) -> Rel:
@@ -591,7 +599,8 @@ class Translator:
         if identity:
             return Rel(rel.id, [ScopeCol(None, n, n) for n in current])
         sid = self.new_id("select")
-        self.graph.add(ir.Project(sid, (rel.id,), columns=tuple((n, e) for n, e, _i in out)),
+        self.graph.add(Project(id=sid, inputs=(rel.id,),
+                               columns=tuple(NamedExpr(n, ir.sql(e)) for n, e, _i in out)),
                        span_of(where) if not isinstance(where, exp.Select) else
                        _select_list_span(where))
         return Rel(sid, [ScopeCol(None, n, n) for n, _e, _i in out])
@@ -599,7 +608,8 @@ class Translator:
     def distinct(self, rel: Rel, where: exp.Expression, hints: _Hints) -> Rel:
         sid = self.new_id("distinct")
         keys = tuple(self.graph.columns(rel.id))
-        self.graph.add(ir.Deduplicate(sid, (rel.id,), keys=keys, within=hints.dedup_within),
+        self.graph.add(Deduplicate(id=sid, inputs=(rel.id,), keys=keys,
+                                   within=hints.dedup_within),
                        span_of(where) or hints.span)
         return Rel(sid, rel.cols)
 
@@ -617,7 +627,7 @@ class Translator:
                 what = {"groupingsets": "GROUPING SETS"}.get(g.key, g.key.upper())
                 raise self.err(f"GROUP BY {what} is not supported", g)
         # 1. The window, if any: window(ts, size[, slide]) or session_window(ts, gap).
-        window: ir.Window | None = None
+        window: Window | None = None
         window_key: str | None = None
         rest = []
         for g in gexprs:
@@ -655,7 +665,7 @@ class Translator:
         if window_key is not None:
             gmap[window_key] = "window"
         # 4. Aggregate calls, named after their alias when a SELECT item is just the call.
-        aggs: dict[str, ir.AggCall] = {}
+        aggs: dict[str, AggCall] = {}
         preferred: dict[str, str] = {}
         for _item, alias, e in resolved_items:
             if _is_agg(e) and alias and ir.key(e) not in preferred:
@@ -682,13 +692,15 @@ class Translator:
             raise self.err("a GROUP BY needs at least one aggregate function in SELECT or "
                            "HAVING (for distinct rows use SELECT DISTINCT)", group or s)
         aid = self.new_id("aggregate")
-        self.graph.add(ir.Aggregate(aid, (rel.id,), group_by=tuple(groups),
-                                    aggregates=tuple(aggs.values()), window=window),
+        self.graph.add(Aggregate(id=aid, inputs=(rel.id,),
+                                 group_by=tuple(NamedExpr(n, ir.sql(e)) for n, e in groups),
+                                 aggregates=tuple(aggs.values()), window=window),
                        span_of(group) or _select_list_span(s))
         arel = Rel(aid, [ScopeCol(None, n, n) for n in self.graph.columns(aid)])
         if hpred is not None:
             hid = self.new_id("having")
-            self.graph.add(ir.Filter(hid, (aid,), predicate=hpred), span_of(having.this))
+            self.graph.add(Filter(id=hid, inputs=(aid,), predicate=ir.sql(hpred)),
+                           span_of(having.this))
             arel = Rel(hid, arel.cols)
         result = self._project(arel, outputs, s)
         # The sink's default key: the GROUP BY columns, as the output names them.
@@ -702,7 +714,7 @@ class Translator:
         self.group_keys, self.missing_keys = keys, missing
         return result
 
-    def _window(self, g: exp.Expression, rel: Rel) -> tuple[ir.Window, exp.Expression]:
+    def _window(self, g: exp.Expression, rel: Rel) -> tuple[Window, exp.Expression]:
         fn = g.name.lower()
         args = g.expressions
         resolved = self.resolve(g, rel.cols, "GROUP BY")
@@ -716,11 +728,11 @@ class Translator:
         if fn == "session_window":
             if len(texts) != 1:
                 raise self.err("session_window(ts, gap) takes a column and a gap", g)
-            return ir.Window("session", col, texts[0], gap=texts[0]), resolved
+            return Window("session", col, texts[0], gap=texts[0]), resolved
         if len(texts) == 1:
-            return ir.Window("tumbling", col, texts[0]), resolved
+            return Window("tumbling", col, texts[0]), resolved
         if len(texts) == 2:
-            return ir.Window("hopping", col, texts[0], slide=texts[1]), resolved
+            return Window("hopping", col, texts[0], slide=texts[1]), resolved
         raise self.err("window(ts, size[, slide]) is supported; a start time is not", g)
 
     def _group_expr(self, g: exp.Expression, rel: Rel,
@@ -750,7 +762,7 @@ class Translator:
         e = self.resolve(g, rel.cols, "GROUP BY")
         return e
 
-    def _extract_aggs(self, e: exp.Expression, aggs: dict[str, ir.AggCall],
+    def _extract_aggs(self, e: exp.Expression, aggs: dict[str, AggCall],
                       preferred: dict[str, str], taken: set[str], rel: Rel) -> exp.Expression:
         def swap(node: exp.Expression) -> exp.Expression:
             if not _is_agg(node):
@@ -770,7 +782,7 @@ class Translator:
         return e.copy().transform(swap, copy=False)
 
     def _agg_call(self, node: exp.Expression, k: str, preferred: dict[str, str],
-                  taken: set[str], rel: Rel) -> ir.AggCall:
+                  taken: set[str], rel: Rel) -> AggCall:
         text = node.sql(dialect=ir.DIALECT)
         fname = (node.name if isinstance(node, exp.Anonymous) else text.split("(")[0]).lower()
         fname = {"mean": "avg", "std": "stddev"}.get(fname, fname)
@@ -799,7 +811,8 @@ class Translator:
                 n += 1
                 name = f"{base}_{n}"
         taken.add(name.lower())
-        return ir.AggCall(name, fname, tuple(v.copy() for v in values), distinct)
+        return AggCall(name, fname, tuple("*" if isinstance(v, exp.Star) else ir.sql(v)
+                                          for v in values), distinct)
 
     def _check_grouped(self, e: exp.Expression, clause: str) -> None:
         for c in e.find_all(exp.Column):
@@ -879,16 +892,18 @@ class Translator:
         if dedup:
             sid = self.new_id("dedup")
             keys = tuple(ir.bare_column(x) or "" for x in parts)
-            self.graph.add(ir.Deduplicate(sid, (rel.id,), keys=keys,
-                                          within=hints.dedup_within), span_of(p.item))
+            self.graph.add(Deduplicate(id=sid, inputs=(rel.id,), keys=keys,
+                                       within=hints.dedup_within), span_of(p.item))
         else:
             if hints.dedup_within:
                 raise self.err("DEDUP_WITHIN applies to deduplication: ROW_NUMBER() OVER "
                                "(PARTITION BY <keys> ORDER BY <event-time column>) with "
                                f"{p.rn} = 1", hints.span)
             sid = self.new_id("top_n")
-            self.graph.add(ir.TopN(sid, (rel.id,), partition_by=tuple(parts),
-                                   order_by=tuple(orders), n=p.n), span_of(p.item))
+            self.graph.add(TopN(id=sid, inputs=(rel.id,),
+                                partition_by=tuple(ir.sql(x) for x in parts),
+                                order_by=tuple(OrderKey(ir.sql(e), d) for e, d in orders),
+                                n=p.n), span_of(p.item))
         rel = Rel(sid, rel.cols)
         inner_items = [i for i in inner.expressions if i is not p.item]
         self._refuse_rank_refs(inner_items, p.rn, inner)
@@ -1200,6 +1215,33 @@ def _select_list_span(s: exp.Select) -> Span | None:
     if not spans:
         return span_of(s)
     return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def _qualified(e: exp.Expression | None, inputs: tuple[str, str]) -> str | None:
+    """A join condition's text, its ``LEFT``/``RIGHT`` columns qualified by the input ids."""
+    if e is None:
+        return None
+    names = {ir.LEFT: inputs[0], ir.RIGHT: inputs[1]}
+    out = e.copy()
+    for c in out.find_all(exp.Column):
+        if c.table in names:
+            c.set("table", ir.ident(names[c.table]))
+    return ir.sql(out)
+
+
+def plan_error(src: SqlText, script: Script, graph: ir.Graph, e: PlanError) -> SqlError:
+    """A step the plan's validation refuses, reported at the SQL that produced it."""
+    step = graph.steps.get(e.node or "")
+    what = f"{step.step} '{step.id}'" if step else "the plan"
+    text = e.message
+    if e.expected is not None or e.found is not None:
+        text += f" (expected {e.expected}, found {e.found})"
+    if e.hint:
+        text += f". {e.hint}"
+    if step is not None and step.step == "sink" and "key_columns" in (e.pointer or ""):
+        text += f"; set OPTIONS (key '<column>[,<column>...]') on table '{step.id}'"
+    where = graph.origins.get(e.node or "") or script.query_span
+    return src.error(f"the compiled plan is invalid at {what}: {text}", where)
 
 
 def translate(src: SqlText, script: Script) -> tuple[ir.Graph, Output]:

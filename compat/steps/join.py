@@ -27,8 +27,8 @@ class Join(Node):
     type: str = prop(schema=enum(*JOIN_TYPES))
     left_keys: tuple[str, ...] = prop(items=EXPR)
     right_keys: tuple[str, ...] = prop(items=EXPR)
-    condition: str | None = prop(None, schema=EXPR)
-    time_bound: str | None = prop(None, schema=EXPR)
+    condition: str | None = prop(None, schema=EXPR, qualified=True)
+    time_bound: str | None = prop(None, schema=EXPR, qualified=True)
     step: ClassVar[str] = "join"
     klass: ClassVar[str] = ENFORCING
     min_inputs: ClassVar[int] = 2

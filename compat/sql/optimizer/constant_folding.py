@@ -16,12 +16,14 @@ taste (``BETWEEN`` stays ``BETWEEN``).
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 from sqlglot.optimizer.simplify import Simplifier
 
 from compat.sql import ir
+from compat.steps import Filter, Join
 
 _INT = (-(2 ** 31), 2 ** 31 - 1)
 _BIGINT = (-(2 ** 63), 2 ** 63 - 1)
@@ -31,38 +33,22 @@ _SIMPLIFIER = Simplifier(dialect=ir.DIALECT, annotate_new_expressions=False)
 def constant_folding(graph: ir.Graph) -> ir.Graph:
     g = graph.copy()
     for sid in list(g.steps):
-        s = g.steps[sid]
-        if isinstance(s, ir.Filter):
-            pred = fold(s.predicate)
-            if isinstance(pred, exp.Boolean) and pred.this is True:
-                # A filter that keeps every row is no step at all.
-                for c in g.consumers(sid):
-                    g.rewire(c, sid, s.inputs[0])
-                g.remove(sid)
-                continue
-            g.put(s.replace(predicate=pred))
-        elif isinstance(s, ir.Project):
-            g.put(s.replace(columns=tuple((n, fold(e)) for n, e in s.columns)))
-        elif isinstance(s, ir.Explode):
-            g.put(s.replace(expr=fold(s.expr)))
-        elif isinstance(s, ir.Aggregate):
-            g.put(s.replace(
-                group_by=tuple((n, fold(e)) for n, e in s.group_by),
-                aggregates=tuple(a.__class__(a.name, a.function,
-                                             tuple(fold(x) for x in a.args), a.distinct)
-                                 for a in s.aggregates)))
-        elif isinstance(s, ir.Join):
-            cond = fold(s.condition) if s.condition is not None else None
-            if isinstance(cond, exp.Boolean) and cond.this is True and s.left_keys:
-                cond = None
-            g.put(s.replace(left_keys=tuple(fold(k) for k in s.left_keys),
-                            right_keys=tuple(fold(k) for k in s.right_keys), condition=cond,
-                            time_bound=fold(s.time_bound) if s.time_bound is not None
-                            else None))
-        elif isinstance(s, ir.TopN):
-            g.put(s.replace(partition_by=tuple(fold(p) for p in s.partition_by),
-                            order_by=tuple((fold(e), d) for e, d in s.order_by)))
+        s = ir.map_trees(g.steps[sid], fold)  # every expression of every step
+        if isinstance(s, Filter) and _is_true(ir.parse(s.predicate)):
+            # A filter that keeps every row is no step at all.
+            for c in g.consumers(sid):
+                g.rewire(c, sid, s.inputs[0])
+            g.remove(sid)
+            continue
+        if isinstance(s, Join) and s.condition is not None and s.left_keys and \
+                _is_true(ir.step_parse(s, s.condition, True)):
+            s = dataclasses.replace(s, condition=None)
+        g.put(s)
     return g
+
+
+def _is_true(e: exp.Expression) -> bool:
+    return isinstance(e, exp.Boolean) and e.this is True
 
 
 def fold(e: exp.Expression) -> exp.Expression:

@@ -11,30 +11,35 @@ would draw twice.
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlglot import exp
 
+from compat.model import NamedExpr
 from compat.sql import ir
+from compat.steps import Project
 
 
 def merge_projects(graph: ir.Graph) -> ir.Graph:
-    return ir.rewrite_to_fixpoint(graph, ir.Project, _merge)
+    return ir.rewrite_to_fixpoint(graph, Project, _merge)
 
 
-def _merge(g: ir.Graph, s: ir.Project) -> bool:
+def _merge(g: ir.Graph, s: Project) -> bool:
     child = g[s.inputs[0]]
-    if [n for n, _e in s.columns] == g.columns(child.id) and \
-            all(ir.bare_column(e) == n for n, e in s.columns):
+    if [c.name for c in s.columns] == g.columns(child.id) and \
+            all(ir.bare_column(ir.parse(c.expr)) == c.name for c in s.columns):
         for c in g.consumers(s.id):
             g.rewire(c, s.id, child.id)
         g.remove(s.id)
         return True
-    if not isinstance(child, ir.Project) or g.consumers(child.id) != [s.id]:
+    if not isinstance(child, Project) or g.consumers(child.id) != [s.id]:
         return False
-    if not all(ir.deterministic(e) for _n, e in child.columns):
+    inner = {c.name: ir.parse(c.expr) for c in child.columns}
+    if not all(ir.deterministic(e) for e in inner.values()):
         return False
-    inner = {n: e for n, e in child.columns}
-    cols = tuple((n, _unparen(ir.substitute(e, inner))) for n, e in s.columns)
-    g.put(s.replace(inputs=child.inputs, columns=cols))
+    cols = tuple(NamedExpr(c.name, ir.sql(_unparen(ir.substitute(ir.parse(c.expr), inner))))
+                 for c in s.columns)
+    g.put(dataclasses.replace(s, inputs=child.inputs, columns=cols))
     g.remove(child.id)
     return True
 

@@ -20,40 +20,48 @@ must see the same rows it saw where it was written.
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlglot import exp
 
+from compat.model import Node
 from compat.sql import ir
+from compat.steps import Aggregate, Deduplicate, Explode, Filter, Join, Project, TopN, Union
+from compat.steps.join import join_output
 
 
 def predicate_pushdown(graph: ir.Graph) -> ir.Graph:
     # Repeat until nothing moves: every move takes conjuncts one step further down.
-    return ir.rewrite_to_fixpoint(graph, ir.Filter, _push)
+    return ir.rewrite_to_fixpoint(graph, Filter, _push)
 
 
-def _movable(f: ir.Filter) -> tuple[list[exp.Expression], list[exp.Expression]]:
+def _movable(pred: exp.Expression) -> tuple[list[exp.Expression], list[exp.Expression]]:
     """The deterministic conjuncts before the first nondeterministic one, and the rest."""
-    parts = ir.conjuncts(f.predicate)
+    parts = ir.conjuncts(pred)
     for i, p in enumerate(parts):
         if not ir.deterministic(p):
             return parts[:i], parts[i:]
     return parts, []
 
 
-def _push(g: ir.Graph, f: ir.Filter) -> bool:
+def _push(g: ir.Graph, f: Filter) -> bool:
     child = g[f.inputs[0]]
     if g.consumers(child.id) != [f.id]:
         return False  # a shared step: its other consumers need the rows
-    if isinstance(child, ir.Filter):
-        if not (ir.deterministic(child.predicate) and ir.deterministic(f.predicate)):
+    pred = ir.parse(f.predicate)
+    if isinstance(child, Filter):
+        below = ir.parse(child.predicate)
+        if not (ir.deterministic(below) and ir.deterministic(pred)):
             return False
-        merged = ir.and_all(ir.conjuncts(child.predicate) + ir.conjuncts(f.predicate))
-        g.put(child.replace(predicate=merged))
+        merged = ir.and_all(ir.conjuncts(below) + ir.conjuncts(pred))
+        assert merged is not None
+        g.put(dataclasses.replace(child, predicate=ir.sql(merged)))
         _drop(g, f)
         return True
-    movable, fixed = _movable(f)
+    movable, fixed = _movable(pred)
     if not movable:
         return False
-    if isinstance(child, ir.Union):
+    if isinstance(child, Union):
         for inp in child.inputs:
             _insert_below(g, child.id, inp, movable, f)
         _keep(g, f, fixed)
@@ -74,40 +82,41 @@ def _push(g: ir.Graph, f: ir.Filter) -> bool:
     return True
 
 
-def _target(g: ir.Graph, child: ir.Step,
+def _target(g: ir.Graph, child: Node,
             c: exp.Expression) -> tuple[str, exp.Expression] | None:
     """Where conjunct ``c`` (over ``child``'s output) can go: an input of ``child`` and
-    ``c`` rewritten over that input's columns."""
+    ``c`` rewritten over that input's columns.  A step type not named here keeps it."""
     used = {n.lower() for n in ir.columns_in(c)}
-    if isinstance(child, ir.Project):
-        exprs = {n.lower(): e for n, e in child.columns}
+    if isinstance(child, Project):
+        exprs = {col.name.lower(): ir.parse(col.expr) for col in child.columns}
         if not all(ir.deterministic(exprs[u]) for u in used if u in exprs):
             return None
         return child.inputs[0], ir.substitute(c, exprs)
-    if isinstance(child, ir.Explode):
+    if isinstance(child, Explode):
         return (child.inputs[0], c) if child.alias.lower() not in used else None
-    if isinstance(child, ir.Aggregate):
-        groups = {n.lower(): e for n, e in child.group_by}
+    if isinstance(child, Aggregate):
+        groups = {gb.name.lower(): ir.parse(gb.expr) for gb in child.group_by}
         if not used or not used <= set(groups) or \
                 not all(ir.deterministic(groups[u]) for u in used):
             return None
         return child.inputs[0], ir.substitute(c, groups)
-    if isinstance(child, ir.Deduplicate):
+    if isinstance(child, Deduplicate):
         keys = {k.lower() for k in child.keys}
         return (child.inputs[0], c) if used and used <= keys else None
-    if isinstance(child, ir.TopN):
-        keys = {n.lower() for n in (ir.bare_column(p) for p in child.partition_by) if n}
+    if isinstance(child, TopN):
+        keys = {n.lower() for n in (ir.bare_column(ir.parse(p)) for p in child.partition_by)
+                if n}
         return (child.inputs[0], c) if used and used <= keys else None
-    if isinstance(child, ir.Join):
+    if isinstance(child, Join):
         return _join_target(g, child, c, used)
-    return None  # sources and sinks
+    return None
 
 
-def _join_target(g: ir.Graph, j: ir.Join, c: exp.Expression,
+def _join_target(g: ir.Graph, j: Join, c: exp.Expression,
                  used: set[str]) -> tuple[str, exp.Expression] | None:
     left, right = j.inputs
-    out = ir.join_output(j, g.columns(left), g.columns(right))
-    origin = {name.lower(): src for name, src in out}
+    out = join_output(j, g.columns(left), g.columns(right))
+    origin = {name.lower(): (side, src) for name, side, src in out}
     sides = {origin[u][0] for u in used if u in origin}
     if not used or len(sides) != 1:
         return None
@@ -118,11 +127,11 @@ def _join_target(g: ir.Graph, j: ir.Join, c: exp.Expression,
         return None  # rows of the other side are kept (null-padded) whatever it holds
     if g.is_stateful(j.id):
         keys = j.left_keys if side == "left" else j.right_keys
-        names = {n.lower() for n in (ir.bare_column(k) for k in keys) if n}
+        names = {n.lower() for n in (ir.bare_column(ir.parse(k)) for k in keys) if n}
         if not {origin[u][1].lower() for u in used} <= names:
             return None
-    if side == "right" and any(name.lower() != src[1].lower() for name, src in out
-                               if src[0] == "right"):
+    if side == "right" and any(name.lower() != src.lower() for name, s, src in out
+                               if s == "right"):
         # Right columns renamed <right id>_<name> would change name with a new right input.
         return None
     renames = {u: ir.col(origin[u][1]) for u in used if origin[u][1].lower() != u}
@@ -130,24 +139,24 @@ def _join_target(g: ir.Graph, j: ir.Join, c: exp.Expression,
 
 
 def _insert_below(g: ir.Graph, consumer: str, inp: str, parts: list[exp.Expression],
-                  origin_of: ir.Filter) -> None:
+                  origin_of: Filter) -> None:
     pred = ir.and_all(parts)
     assert pred is not None
     fid = g.fresh_id("where")
-    g.add(ir.Filter(fid, (inp,), predicate=pred), g.origins.get(origin_of.id))
+    g.add(Filter(id=fid, inputs=(inp,), predicate=ir.sql(pred)), g.origins.get(origin_of.id))
     g.rewire(consumer, inp, fid)
 
 
-def _keep(g: ir.Graph, f: ir.Filter, parts: list[exp.Expression]) -> None:
+def _keep(g: ir.Graph, f: Filter, parts: list[exp.Expression]) -> None:
     if parts:
         pred = ir.and_all(parts)
         assert pred is not None
-        g.put(f.replace(predicate=pred))
+        g.put(dataclasses.replace(f, predicate=ir.sql(pred)))
     else:
         _drop(g, f)
 
 
-def _drop(g: ir.Graph, f: ir.Filter) -> None:
+def _drop(g: ir.Graph, f: Filter) -> None:
     for c in g.consumers(f.id):
         g.rewire(c, f.id, f.inputs[0])
     g.remove(f.id)
