@@ -167,6 +167,11 @@ def _converter(t: Any) -> Any:
     return None  # str, int, bool: as in the document
 
 
+def node_from_doc(d: dict[str, Any], pointer: str = "") -> Node:
+    """One node from its (schema-valid) document."""
+    return _node(d, pointer, {})
+
+
 def _node(d: dict[str, Any], ptr: str, pointers: dict[str, str], prefix: str = "") -> Node:
     nid = d["id"]
     key = prefix + nid
@@ -259,4 +264,5 @@ def dumps(plan: Plan) -> str:
     return json.dumps(to_doc(plan), indent=2) + "\n"
 
 
-__all__ = ["FORMAT", "dumps", "from_doc", "load", "node_doc", "read_json", "to_doc"]
+__all__ = ["FORMAT", "dumps", "from_doc", "load", "node_doc", "node_from_doc", "read_json",
+           "to_doc"]

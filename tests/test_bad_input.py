@@ -110,3 +110,10 @@ def test_distinct_aggregate_on_a_stream_is_refused_before_deploy(write_plan):
     assert r.exit_code == 2
     assert "distinct aggregations on streams" in r.output
     assert "/nodes/3/aggregates/0/distinct" in r.output
+
+
+def test_a_cycle_is_named_in_flow_order(write_plan):
+    doc = mutate(lambda d: d["nodes"][2].__setitem__("inputs", ["packages", "over_capacity"]))
+    result = run_check(write_plan(ship_load()), write_plan(doc))
+    assert result.exit_code == 2
+    assert "with_capacity -> load -> over_capacity -> with_capacity" in result.output

@@ -16,7 +16,7 @@ from tests.conftest import PLAN_FILES, load_doc
 
 
 def _norm(doc):
-    """Drop the defaults that to_doc leaves out, for comparison."""
+    """Drop the defaults that to_doc leaves out, for comparison (descriptions stay)."""
     doc = copy.deepcopy(doc)
     for n in doc["nodes"]:
         for node in [n] + n.get("body", []):
@@ -33,8 +33,6 @@ def _norm(doc):
                     del o["desc"]
             if node.get("outer") is False:
                 del node["outer"]
-            for k in ("description",):
-                node.pop(k, None)
     return doc
 
 
@@ -94,3 +92,24 @@ def test_fast_validator_agrees_with_jsonschema(seed, pick, value, action):
     elif isinstance(parent, dict):
         parent["k" + str(value)[:3]] = value
     assert FAST(doc) == REFERENCE.is_valid(doc)
+
+
+def test_descriptions_and_x_keys_round_trip(write_plan):
+    doc = load_doc(PLAN_FILES[0])
+    doc["nodes"][0]["description"] = "where the packages come from"
+    doc["nodes"][1]["x-owner"] = {"team": "fleet", "pager": ["a", "b"]}
+    doc["x-review"] = "ok"
+    plan = serde.load(write_plan(doc))
+    again = serde.to_doc(plan)
+    assert again["nodes"][0]["description"] == "where the packages come from"
+    assert again["nodes"][1]["x-owner"] == {"team": "fleet", "pager": ["a", "b"]}
+    assert again["x-review"] == "ok"
+
+
+def test_a_description_changes_nothing_the_checker_sees(write_plan):
+    from compat.check import check_files
+
+    doc = load_doc(PLAN_FILES[0])
+    described = copy.deepcopy(doc)
+    described["nodes"][3]["description"] = "total weight per ship"
+    assert check_files(write_plan(doc), write_plan(described)).verdict == "identical"

@@ -68,3 +68,13 @@ def test_end_to_end_needs_the_rule():
     assert [c["name"] for c in nodes(plan(sql))["orders"]["schema"]] == ["order_id", "ts"]
     without = tuple(n for n, _ in RULES if n != "prune_columns")
     assert len(graph(sql, without)["orders"].schema) == 6
+
+
+def test_a_column_named_like_a_keyword_is_read():
+    # `load > 5` alone would parse as a LOAD command that reads no column: the filter's
+    # column must still keep its place in the source.
+    out = plan("CREATE TABLE ships (ship_id STRING, load DOUBLE, extra STRING) USING kafka;\n"
+               "CREATE TABLE out USING kafka AS SELECT ship_id FROM "
+               "(SELECT ship_id, load FROM ships) WHERE load > 5;")
+    assert [c["name"] for c in nodes(out)["ships"]["schema"]] == ["ship_id", "load"]
+    assert [n["predicate"] for n in out["nodes"] if n["step"] == "filter"] == ["load > 5"]

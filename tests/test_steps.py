@@ -1,0 +1,135 @@
+"""Every registered step type is complete: its fields round-trip through the serde (every
+field, ``description`` and ``x-*`` keys included) and the plan schema accepts them; it has
+an inference, a compatibility rule and a Spark builder; the committed schema is the one the
+classes generate; fixtures use it.  A new step type that misses one of these fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any
+
+import jsonschema
+import pytest
+
+from compat import schema_check, serde
+from compat.infer import infer_step
+from compat.model import (
+    DURATION,
+    EXPR,
+    ID,
+    STEPS,
+    Node,
+    field_meta,
+    required,
+    step_fields,
+)
+from compat.plan_schema import plan_schema
+from compat.rules import compare
+from migrate.build import build_step
+from tests.conftest import FIXTURES, UPGRADES
+
+SCHEMA = schema_check.load_schema("plan.v1.json")
+NODE_OK = schema_check.compiled("plan.v1.json", "#/$defs/node")
+REFERENCE = jsonschema.Draft202012Validator(SCHEMA)
+
+#: steps no query-test fixture runs, and why
+NOT_RUN = {"recursive": "checked but cannot run yet",
+           "stop_gate": "inserted by the migrator, never in a user's plan",
+           "start_gate": "inserted by the migrator, never in a user's plan"}
+
+
+def _sample(t: Any, meta: dict[str, Any], default: Any, name: str) -> Any:
+    """A value of type ``t`` that differs from ``default`` and fits the field's schema."""
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(t) if a is not type(None)]
+        return _sample(inner, meta, dataclasses.MISSING, name)
+    if origin is tuple:
+        item = typing.get_args(t)[0]
+        if item is Node:
+            return (STEPS["filter"](id="b1", inputs=("loop",), predicate="x > 1"),)
+        item_meta = {"schema": meta.get("items")}
+        return tuple(_sample(item, item_meta, dataclasses.MISSING, f"{name}{i}")
+                     for i in range(2))
+    if dataclasses.is_dataclass(t):
+        return _instance(t)
+    schema = meta.get("schema") or {}
+    if t is bool:
+        return not default if isinstance(default, bool) else True
+    if t is int:
+        return max(schema.get("minimum", 0), default if isinstance(default, int) else 0) + 2
+    if "enum" in schema:
+        return next(v for v in schema["enum"] if v != default)
+    if schema is DURATION:
+        return "7 minutes"
+    if schema is EXPR:
+        return f"{name} + 1"
+    if schema is ID:
+        return f"id_{name}"
+    return f"v_{name}"
+
+
+def _instance(cls: type) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = step_fields(cls) if issubclass(cls, Node) else dataclasses.fields(cls)
+    kw = {f.name: _sample(hints[f.name], field_meta(f),
+                          None if required(f) else f.default, f.name) for f in fields}
+    if issubclass(cls, Node):
+        kw.update(id="n1", inputs=("a", "b")[:max(cls.min_inputs, 1)] if cls.max_inputs != 0
+                  else (), version=3, description="what this step is for",
+                  extras={"x-owner": {"team": ["ops"]}})
+    return cls(**kw)
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_every_field_round_trips_and_the_schema_accepts_it(name):
+    node = _instance(STEPS[name])
+    doc = serde.node_doc(node)
+    keys = {field_meta(f).get("key") or f.name for f in step_fields(STEPS[name])}
+    assert keys | {"id", "step", "version", "description", "x-owner"} <= set(doc), \
+        "a field at a value other than its default must be written"
+    assert NODE_OK(doc) and REFERENCE.is_valid({"format": "theseus.plan/1", "query": "q",
+                                               "nodes": [doc, doc]}), doc
+    again = serde.node_from_doc(json.loads(json.dumps(doc)))
+    assert again == node
+    assert (again.description, again.extras) == (node.description, node.extras)
+    assert serde.node_doc(again) == doc
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_every_step_has_inference_rule_and_builder(name):
+    cls = STEPS[name]
+    assert cls in infer_step.registry, f"no @infer_step.register for {name}"
+    assert cls in compare.registry, f"no @compare.register for {name}"
+    assert cls in build_step.registry, f"no @build_step.register for {name}"
+    assert cls.__doc__, f"step {name} needs a docstring: the plan schema describes it with it"
+
+
+def test_the_committed_schema_is_the_generated_one():
+    assert SCHEMA == plan_schema(), "schemas/plan.v1.json is stale: run " \
+        "python scripts/gen_plan_schema.py"
+    assert set(SCHEMA["$defs"]["node"]["properties"]["step"]["enum"]) == set(STEPS)
+
+
+def test_every_step_has_fixtures():
+    in_upgrades: set[str] = set()
+    for case in UPGRADES:
+        for side in ("old.json", "new.json"):
+            for n in json.loads((case / side).read_text())["nodes"]:
+                in_upgrades.add(n["step"])
+                in_upgrades.update(b["step"] for b in n.get("body", []))
+    in_qtt = {n["step"] for p in (FIXTURES / "qtt").glob("*/plan.json")
+              for n in json.loads(p.read_text())["nodes"]}
+    assert set(STEPS) <= in_upgrades, set(STEPS) - in_upgrades
+    assert set(STEPS) - set(NOT_RUN) <= in_qtt, set(STEPS) - set(NOT_RUN) - in_qtt
+
+
+def test_an_unknown_step_is_refused_with_the_closest_name(write_plan):
+    from compat.errors import PlanError
+    from compat.model import step_class
+
+    with pytest.raises(PlanError, match="Did you mean 'aggregate'"):
+        step_class("agregate")
