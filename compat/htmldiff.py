@@ -22,15 +22,15 @@ RANK = {"none": 0, "in_place": 1, "migrate": 2, "unsupported": 3}
 
 
 def _layers(plan: Plan) -> dict[str, int]:
-    """Depth of each node below the sink (longest path), sink at 0."""
-    depth = {plan.sink_id: 0}
-    for nid in reversed(list(plan.nodes)):  # reverse topological: consumers first
-        d = depth.get(nid)
-        if d is None:
-            d = depth[nid] = 0
-        for i in plan.nodes[nid].inputs:
-            depth[i] = max(depth.get(i, 0), d + 1)
-    return depth
+    """Depth of each node below the sink (the longest path up to it), sink at 0: the
+    topological generations of the graph with its edges turned from consumers to inputs."""
+    import networkx as nx  # off the check's import path: only ``plan diff --html`` draws
+
+    g = nx.DiGraph()
+    g.add_nodes_from(plan.nodes)
+    g.add_edges_from((nid, i) for nid, node in plan.nodes.items() for i in node.inputs)
+    return {nid: depth for depth, layer in enumerate(nx.topological_generations(g))
+            for nid in layer}
 
 
 def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str]) -> str:

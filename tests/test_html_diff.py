@@ -49,3 +49,19 @@ def test_plan_diff_html_renders_in_chromium(tmp_path):
     # matched enforcing pairs carry badges in both drawings
     assert dom.count('class="badge"') == 2 * 5
     assert "aggregate-added" in dom
+
+
+def test_layers_put_each_step_below_its_deepest_consumer():
+    from compat.htmldiff import _layers
+    from compat.serde import from_doc
+
+    src = {"id": "s", "step": "source", "version": 1, "topic": "t", "partitions": 1,
+           "format": "json", "role": "stream", "schema": [{"name": "a", "type": "int"}]}
+    doc = {"format": "theseus.plan/1", "query": "q", "nodes": [
+        src,
+        {"id": "f", "step": "filter", "version": 1, "inputs": ["s"], "predicate": "a > 1"},
+        {"id": "u", "step": "union", "version": 1, "inputs": ["f", "s"]},
+        {"id": "out", "step": "sink", "version": 1, "inputs": ["u"], "topic": "o",
+         "format": "json", "key_columns": [], "mode": "append", "delivery": "exactly_once"}]}
+    # s feeds u directly and through f: it is drawn below f, not beside it
+    assert _layers(from_doc(doc)) == {"out": 0, "u": 1, "f": 2, "s": 3}
