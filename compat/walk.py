@@ -128,41 +128,48 @@ class Walk:
                 f"step(s) ({', '.join(e for e, _ in fn) or 'none'}), was {len(fo)} "
                 f"({', '.join(e for e, _ in fo) or 'none'})", o, n, f"inputs/{idx}"))
         pairs, left_o, left_n = _pair(fo, fn, self.old, self.new, self.ho, self.hn)
+        en_done: set[str] = set()
         for (eo, po), (en, pn) in pairs:
             self.compare_paths(o, n, po, pn, stateful)
             self.visit(self.old.nodes[eo], self.new.nodes[en])
         # An enforcing step inserted (or dropped) between two others: the nodes behind it
         # are still there, one level further up.  Report the step alone and walk on.
-        for en, pn in list(left_n):
+        # The unpaired entries wait in pools indexed by subtree hash and identity, so each
+        # step looks up only what is behind it, not every unpaired entry.
+        pool_o = _Pool(left_o, self.ho, lambda x: _identity(self.old, x))
+        for en, _pn in left_n:
             node = self.new.nodes[en]
-            if isinstance(node, Source) or not left_o:
+            if isinstance(node, Source) or not pool_o:
                 continue
             behind = [x for i in node.inputs for x in frontier(self.new, i)]
-            sub, left_o2, _ = _pair(left_o, behind, self.old, self.new, self.ho, self.hn,
-                                    strict=True)
+            sub = pool_o.pair_with(behind, self.hn, lambda x: _identity(self.new, x), True)
             if sub:
-                left_n.remove((en, pn))
-                left_o = left_o2
+                en_done.add(en)
                 self.findings.append(self.ctx.f(
                     "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
                     "its state has no history", o, node, "inputs", ""))
                 for (eo, _po), (eb, _pb) in sub:
                     self.visit(self.old.nodes[eo], self.new.nodes[eb])
-        for eo, po in list(left_o):
+        left_n = [e for e in left_n if e[0] not in en_done]
+        pool_n = _Pool(left_n, self.hn, lambda x: _identity(self.new, x))
+        left_o = pool_o.left()
+        eo_done: set[str] = set()
+        for eo, _po in left_o:
             node = self.old.nodes[eo]
-            if isinstance(node, Source) or not left_n:
+            if isinstance(node, Source) or not pool_n:
                 continue
             behind = [x for i in node.inputs for x in frontier(self.old, i)]
-            sub, left_b, left_n2 = _pair(behind, left_n, self.old, self.new, self.ho,
-                                         self.hn, strict=True)
+            sub = [(b, e) for e, b in pool_n.pair_with(
+                behind, self.ho, lambda x: _identity(self.old, x), False)]
             if sub:
-                left_o.remove((eo, po))
-                left_n = left_n2
+                eo_done.add(eo)
                 self.findings.append(self.ctx.f(
                     "enforcing-removed", f"{node.step} '{eo}' is removed from before "
                     f"'{n.id}'", node, n, "", "inputs"))
                 for (eb, _pb), (en, _pn) in sub:
                     self.visit(self.old.nodes[eb], self.new.nodes[en])
+        left_o = [e for e in left_o if e[0] not in eo_done]
+        left_n = pool_n.left()
         for eo, _po in left_o:
             node = self.old.nodes[eo]
             code = "source-removed" if isinstance(node, Source) else "enforcing-removed"
@@ -433,7 +440,7 @@ def _identity(plan: Plan, nid: str) -> tuple:
     return (node.step,)
 
 
-def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
+def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
     """Pair frontier entries: identical subtrees first, then same identity, then same step.
 
     Within each key, entries pair in order; buckets (queues) keep this linear in the
@@ -447,7 +454,7 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
         (lambda x: _identity(old, x), lambda x: _identity(new, x)),
         (lambda x: old.nodes[x].step, lambda x: new.nodes[x].step),
     )
-    for key_o, key_n in keys[:2] if strict else keys:
+    for key_o, key_n in keys:
         if not left_o or not left_n:
             break
         buckets: dict[object, deque[int]] = {}
@@ -466,3 +473,63 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
         left_o = rest_o
         left_n = [en for j, en in enumerate(left_n) if j not in taken]
     return pairs, left_o, left_n
+
+
+Entry = tuple[str, list[str]]
+
+
+class _Pool:
+    """Unpaired frontier entries of one side, in order, indexed by subtree hash and by
+    identity; an entry paired once leaves both indexes."""
+
+    def __init__(self, entries: list[Entry], hashes: dict[str, int],
+                 identity: Callable[[str], tuple]) -> None:
+        self.entries = entries
+        self.alive = [True] * len(entries)
+        self.count = len(entries)
+        self.index: tuple[dict[object, deque[int]], dict[object, deque[int]]] = ({}, {})
+        for k, (eid, _) in enumerate(entries):
+            self.index[0].setdefault(hashes[eid], deque()).append(k)
+            self.index[1].setdefault(identity(eid), deque()).append(k)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def _take(self, which: int, key: object) -> int | None:
+        queue = self.index[which].get(key)
+        while queue:
+            k = queue.popleft()
+            if self.alive[k]:
+                self.alive[k] = False
+                self.count -= 1
+                return k
+        return None
+
+    def pair_with(self, others: list[Entry], hashes: dict[str, int],
+                  identity: Callable[[str], tuple], pool_order: bool
+                  ) -> list[tuple[Entry, Entry]]:
+        """Pair ``others`` with pool entries as ``_pair`` does without its last round:
+        identical subtrees first, then the same identity; within a key, in order on both
+        sides.  Round by round, pairs come in the pool's order or in ``others``' order."""
+        first: list[tuple[int, int, Entry]] = []
+        rest: list[tuple[int, Entry]] = []
+        for j, e in enumerate(others):
+            k = self._take(0, hashes[e[0]])
+            if k is None:
+                rest.append((j, e))
+            else:
+                first.append((k, j, e))
+        second: list[tuple[int, int, Entry]] = []
+        for j, e in rest:
+            k = self._take(1, identity(e[0]))
+            if k is not None:
+                second.append((k, j, e))
+        out: list[tuple[Entry, Entry]] = []
+        for found in (first, second):
+            if pool_order:
+                found.sort(key=lambda x: x[0])
+            out += [(self.entries[k], e) for k, _, e in found]
+        return out
+
+    def left(self) -> list[Entry]:
+        return [e for k, e in enumerate(self.entries) if self.alive[k]]
