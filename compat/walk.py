@@ -15,7 +15,7 @@ paths are aligned by anchoring on unique equal steps (see ``align``) rather than
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -37,6 +37,8 @@ from compat.rules import RuleContext
 from compat.rules.passive import check_passive
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
+#: a step of the walk: yields the walks of the pairs behind it (see ``Walk.visit``)
+Steps = Iterator["Steps"]
 _GATES = (StopGate, StartGate)
 _RAW_FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -79,6 +81,21 @@ class Walk:
 
     # ------------------------------------------------------------------------------------
     def visit(self, o: Node, n: Node) -> None:
+        """Walk from the pair ``o``, ``n`` upward, depth first.
+
+        Each step of the walk is a generator that yields the walks of the pairs behind it
+        where it used to call itself: a stack of them walks in the same order as the
+        recursion did, however many stateful steps a plan chains.
+        """
+        stack: list[Iterator[Steps]] = [self._visit(o, n)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+            else:
+                stack.append(child)
+
+    def _visit(self, o: Node, n: Node) -> Steps:
         key = (o.id, n.id)
         if key in self._seen:
             return
@@ -86,7 +103,7 @@ class Walk:
         self.alignment.append((o.id, n.id, n.step if o.step == n.step else
                                f"{o.step}->{n.step}"))
         if self.ho[o.id] == self.hn[n.id]:
-            self._align_identical(o, n)
+            yield self._align_identical(o, n)
             return
         if o.step != n.step:
             self.findings.append(self.ctx.f(
@@ -106,9 +123,9 @@ class Walk:
         for i in range(n_inputs):
             fo = frontier(self.old, o.inputs[i]) if i < len(o.inputs) else []
             fn = frontier(self.new, n.inputs[i]) if i < len(n.inputs) else []
-            self.pair_frontiers(o, n, i, fo, fn, stateful)
+            yield from self.pair_frontiers(o, n, i, fo, fn, stateful)
 
-    def _align_identical(self, o: Node, n: Node) -> None:
+    def _align_identical(self, o: Node, n: Node) -> Steps:
         """Record matched enforcing pairs of two identical subtrees, position by position."""
         for i in range(len(o.inputs)):
             fo = frontier(self.old, o.inputs[i])
@@ -118,10 +135,10 @@ class Walk:
                 if k not in self._seen:
                     self._seen.add(k)
                     self.alignment.append((eo, en, self.new.nodes[en].step))
-                    self._align_identical(self.old.nodes[eo], self.new.nodes[en])
+                    yield self._align_identical(self.old.nodes[eo], self.new.nodes[en])
 
     def pair_frontiers(self, o: Node, n: Node, idx: int, fo: list[tuple[str, list[str]]],
-                       fn: list[tuple[str, list[str]]], stateful: bool) -> None:
+                       fn: list[tuple[str, list[str]]], stateful: bool) -> Steps:
         if len(fo) != len(fn):
             self.findings.append(self.ctx.f(
                 "frontier-changed", f"input {idx} of '{n.id}' is fed by {len(fn)} enforcing "
@@ -131,7 +148,7 @@ class Walk:
         en_done: set[str] = set()
         for (eo, po), (en, pn) in pairs:
             self.compare_paths(o, n, po, pn, stateful)
-            self.visit(self.old.nodes[eo], self.new.nodes[en])
+            yield self._visit(self.old.nodes[eo], self.new.nodes[en])
         # An enforcing step inserted (or dropped) between two others: the nodes behind it
         # are still there, one level further up.  Report the step alone and walk on.
         # The unpaired entries wait in pools indexed by subtree hash and identity, so each
@@ -149,7 +166,7 @@ class Walk:
                     "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
                     "its state has no history", o, node, "inputs", ""))
                 for (eo, _po), (eb, _pb) in sub:
-                    self.visit(self.old.nodes[eo], self.new.nodes[eb])
+                    yield self._visit(self.old.nodes[eo], self.new.nodes[eb])
         left_n = [e for e in left_n if e[0] not in en_done]
         pool_n = _Pool(left_n, self.hn, lambda x: _identity(self.new, x))
         left_o = pool_o.left()
@@ -167,7 +184,7 @@ class Walk:
                     "enforcing-removed", f"{node.step} '{eo}' is removed from before "
                     f"'{n.id}'", node, n, "", "inputs"))
                 for (eb, _pb), (en, _pn) in sub:
-                    self.visit(self.old.nodes[eb], self.new.nodes[en])
+                    yield self._visit(self.old.nodes[eb], self.new.nodes[en])
         left_o = [e for e in left_o if e[0] not in eo_done]
         left_n = pool_n.left()
         for eo, _po in left_o:
