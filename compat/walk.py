@@ -34,6 +34,7 @@ from compat.model import (
     Union,
 )
 from compat.rules import RuleContext
+from compat.rules.common import check_version
 from compat.rules.passive import check_passive
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
@@ -43,11 +44,13 @@ _GATES = (StopGate, StartGate)
 _RAW_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def merkle(plan: Plan, memo: dict[int, int] | None = None) -> dict[str, int]:
+def merkle(plan: Plan, memo: dict[int, int] | None = None,
+           content: Callable[[Node], Hashable] | None = None) -> dict[str, int]:
     """Structural hash of every node's subtree: equal hashes mean equal computations.
 
     ``memo`` caches each node object's content hash; the two sides of a check share the
-    node objects whose documents are equal, so each is hashed once.
+    node objects whose documents are equal, so each is hashed once.  ``content`` gives
+    what a node computes (by default its step and ``content()``).
     """
     memo = {} if memo is None else memo
     out: dict[str, int] = {}
@@ -57,7 +60,8 @@ def merkle(plan: Plan, memo: dict[int, int] | None = None) -> dict[str, int]:
             continue
         h = memo.get(id(node))
         if h is None:
-            h = memo[id(node)] = hash((node.step, node.content()))
+            h = memo[id(node)] = hash(content(node) if content is not None else
+                                      (node.step, node.content()))
         out[nid] = hash((h, *[out[i] for i in node.inputs]))
     return out
 
@@ -71,11 +75,18 @@ class Walk:
     findings: list[Finding] = field(default_factory=list)
     alignment: list[tuple[str, str, str]] = field(default_factory=list)
     _seen: set[tuple[str, str]] = field(default_factory=set)
-    _raw: dict[int, tuple] = field(default_factory=dict)
+    #: raw key number of each node object, and the numbers by raw key
+    _raw: dict[int, int] = field(default_factory=dict)
+    _raw_keys: dict[tuple, int] = field(default_factory=dict)
 
     def run(self) -> None:
         memo: dict[int, int] = {}
-        self.ho, self.hn = merkle(self.old, memo), merkle(self.new, memo)
+
+        def content(node: Node) -> tuple[int, int]:
+            return self._raw_key(node), node.version
+
+        self.ho = merkle(self.old, memo, content)
+        self.hn = merkle(self.new, memo, content)
         self.memo = memo
         self.visit(self.old.sink, self.new.sink)
 
@@ -235,18 +246,19 @@ class Walk:
                     self._pair_in_gap(gap_o[k1:k2], gap_n[l1:l2])
         self.ctx.upstream_of_state = False
 
-    def _raw_key(self, node: Node) -> tuple:
-        """What a passive step computes, as written (its version aside): equal raw keys
-        imply equal ``_passive_key``s, so the first pass needs no parsing."""
-        key = self._raw.get(id(node))
-        if key is None:
+    def _raw_key(self, node: Node) -> int:
+        """What a step computes, as written (its version aside), numbered: equal raw keys
+        imply equal ``_passive_key``s, so the first pass needs no parsing, and aligning
+        small numbers hashes nothing big.  Each node object is keyed once."""
+        k = self._raw.get(id(node))
+        if k is None:
             names = _RAW_FIELDS.get(type(node))
             if names is None:
                 names = _RAW_FIELDS[type(node)] = tuple(
                     f.name for f in fields(node) if f.name not in ("id", "inputs", "version"))
-            key = self._raw[id(node)] = (node.step, len(node.inputs),
-                                         *[getattr(node, f) for f in names])
-        return key
+            key = (node.step, len(node.inputs), *[getattr(node, f) for f in names])
+            k = self._raw[id(node)] = self._raw_keys.setdefault(key, len(self._raw_keys))
+        return k
 
     def _pair_in_gap(self, olds: list[Node], news: list[Node]) -> None:
         """Pair same-step nodes in order; the rest were added or removed."""
@@ -268,8 +280,8 @@ class Walk:
                 self.findings.extend(check_passive(None, b, self.ctx))
 
     def _versions(self, a: Node, b: Node) -> None:
-        from compat.rules.common import check_version
-        self.findings.extend(check_version(a, b, self.ctx))
+        if a.version != b.version:
+            self.findings.extend(check_version(a, b, self.ctx))
 
 
 def _passive_key(node: Node) -> tuple:

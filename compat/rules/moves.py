@@ -43,14 +43,20 @@ def neighbours(plan: Plan, down: bool) -> dict[str, str | None]:
     ready when a node next to it needs it.
     """
     nodes = plan.nodes
+    enforcing = {nid for nid, node in nodes.items() if node.klass == ENFORCING}
+    dependents = plan.dependents
     order = list(nodes)
     if down:
         order.reverse()
     out: dict[str, str | None] = {}
     for nid in order:
-        nxt = plan.dependents.get(nid, ()) if down else nodes[nid].inputs
-        found = next((x for x in nxt if nodes[x].klass == ENFORCING), None)
-        if found is None:
+        nxt = dependents.get(nid, ()) if down else nodes[nid].inputs
+        found = None
+        for x in nxt:
+            if x in enforcing:
+                found = x
+                break
+        else:
             for x in reversed(nxt):
                 found = out[x]
                 if found is not None:
