@@ -3,13 +3,15 @@
 From an enforcing node, each input is followed through passive nodes to the nearest
 enforcing nodes (its *frontier*).  Old and new frontiers are paired input by input, the
 passive paths between them are aligned, the pairs are compared by their rules, and the walk
-recurses.  A structural (Merkle) hash per node lets the walk skip identical subtrees without
-parsing a single expression: only their alignment is recorded.
+goes on behind them.  A structural (Merkle) hash per node lets the walk skip identical
+subtrees without parsing a single expression: only their alignment is recorded.
 
 Every phase is linear in the plans (n·log n at worst, in the alignment of passive paths):
-a frontier's paths are built from parent links rather than copied at every step, passive
+a frontier's paths are built from parent links rather than copied at every step; passive
 paths are aligned by anchoring on unique equal steps (see ``align``) rather than by
-``difflib``, and expressions are put in canonical form only where two paths differ.
+``difflib``; expressions are put in canonical form only where two paths differ; unpaired
+enforcing steps are looked up in indexes, not compared with each other; and the walk keeps
+its own stack, so a long chain of stateful steps cannot exhaust Python's.
 """
 
 from __future__ import annotations
@@ -214,11 +216,11 @@ class Walk:
                       stateful: bool) -> None:
         """Align the passive steps between a frontier pair and its consumers.
 
-        Two passes of ``align``: first on each step's exact content (an unchanged step is
-        equal to its old self without parsing anything), then, only inside the gaps that
-        pass leaves, on canonical keys (``a+b`` equals ``A + b``, a new version of the same
-        step is still the same step).  Same-step nodes left in a gap pair in order; the
-        rest were added or removed.
+        Two passes of ``align``: first on each step's content as written, version aside
+        (an unchanged step is equal to its old self without parsing anything), then, only
+        inside the gaps that pass leaves, on canonical keys (``a+b`` equals ``A + b``).
+        Steps paired either way are compared for their versions.  Same-step nodes left in
+        a gap pair in order; the rest were added or removed.
         """
         olds = [self.old.nodes[x] for x in po]
         news = [self.new.nodes[x] for x in pn]
