@@ -22,8 +22,8 @@ Options (names are case-insensitive, values strings):
     ``table``), ``readTimeoutSeconds`` (a task fails if it makes no progress for this long,
     default 120), ``isolationLevel`` (``read_committed`` default | ``read_uncommitted``),
 ``kafka.<conf>`` (passed to the librdkafka clients, e.g. ``kafka.security.protocol``),
-``node`` (the plan's source node id: names this reader in the acknowledgements, so that two
-    sources of one plan reading the same topic are told apart; default the topic).
+``node`` (the plan's source node id: names this reader in the acknowledgements, see
+    :func:`_reader_name`).
 
 Errors are :class:`~compat.errors.SourceError` (one exception root, picklable), naming the
 topic and partition and saying expected versus found.
@@ -130,11 +130,6 @@ class SourceOptions:
     isolation: str
     kafka_conf: tuple[tuple[str, str], ...]
     node: str | None = None
-
-    @property
-    def reader(self) -> str:
-        """This source's name in the acknowledgements (see :func:`gates.state.write_ack`)."""
-        return self.node or self.topic
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -719,12 +714,41 @@ def _read_table_partition(opts: SourceOptions, builder: _ArrowBuilder, rng: Kafk
 
 # --------------------------------------------------------------------------- readers
 
+def _reader_name(opts: SourceOptions) -> str:
+    """This source's name in its query's acknowledgements (:func:`gates.state.write_ack`
+    refuses an acknowledgement that goes back against the same name, which must therefore
+    be stable across restarts and differ between two sources of one plan reading the same
+    topic, as a self-join does): the ``node`` option, else the topic when the query's plan
+    (``<store>/queries/<query>/plan.json``, as ``theseus run`` records it) reads the topic
+    through one stream source only, else a name of this reader alone (its acknowledgements
+    are then checked against its own only)."""
+    if opts.node:
+        return opts.node
+    if opts.store and opts.query:
+        from pathlib import Path
+
+        try:
+            doc = json.loads((Path(opts.store) / "queries" / opts.query / "plan.json")
+                             .read_text(encoding="utf-8"))
+            readers = [n for n in doc.get("nodes", []) if isinstance(n, dict) and
+                       n.get("step") == "source" and n.get("topic") == opts.topic and
+                       n.get("role", "stream") == "stream"]
+            if len(readers) == 1:
+                return opts.topic
+        except (OSError, ValueError, AttributeError):
+            pass
+    import uuid
+
+    return f"{opts.topic}#{uuid.uuid4().hex[:12]}"
+
+
 class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
         self._target: dict[int, int] | None = None  # availableNow end
         self._last_ack: tuple | None = None
+        self._reader = _reader_name(opts)
 
     # -- driver side
     def initialOffset(self) -> dict:
@@ -758,7 +782,7 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if key == self._last_ack:
             return
         write_ack(self.opts.store, self.opts.query, self.opts.topic, start, state,
-                  reader=self.opts.reader)
+                  reader=self._reader)
         self._last_ack = key
 
     def _pass_cut(self, state: GateState, begin: dict[int, int]) -> GateState:
@@ -809,9 +833,9 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 topic in state.cap and all(end.get(p, 0) >= c
                                            for p, c in state.cap[topic].items()):
             write_pending(self.opts.store, self.opts.query, topic, end, state,
-                          reader=self.opts.reader)
+                          reader=self._reader)
         elif state is not None:
-            drop_pending(self.opts.store, self.opts.query, topic, reader=self.opts.reader)
+            drop_pending(self.opts.store, self.opts.query, topic)
         if unchanged:
             return start  # same JSON as Spark's start
         return _to_offset(topic, end)

@@ -303,20 +303,19 @@ def write_pending(store: str | os.PathLike, query: str, topic: str,
         atomic_write_json(p, doc)
 
 
-def drop_pending(store: str | os.PathLike, query: str, topic: str, *,
-                 reader: str | None = None) -> None:
-    """Forget ``topic``'s pending offsets (written by ``reader``): Spark asks a source for a
-    new batch only after the previous batch committed, and its sink promoted what was
-    pending then, so what is still pending now belongs to a batch that was planned but never
-    run (the query stopped in between).  Promoted later, it would acknowledge offsets that
-    no batch processed."""
+def drop_pending(store: str | os.PathLike, query: str, topic: str) -> None:
+    """Forget ``topic``'s pending offsets: Spark asks a source for a new batch only after the
+    previous batch committed, and its sink promoted what was pending then, so what is still
+    pending now belongs to a batch that was planned but never run (the query stopped in
+    between).  Promoted later, it would acknowledge offsets that no batch processed.  (Two
+    sources of one topic may drop each other's: that only delays the acknowledgement to the
+    source's next trigger.)"""
     p = pending_path(store, query)
     if not p.exists():
         return
     with _ack_lock(store, query):
         doc = _read_pending(p)
-        e = doc.get(topic)
-        if not isinstance(e, dict) or e.get("reader") != reader:
+        if topic not in doc:
             return
         del doc[topic]
         if doc:

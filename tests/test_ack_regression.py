@@ -4,6 +4,8 @@ created again, a query restarted from an older checkpoint), instead of keeping t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from compat.errors import OffsetRegression
@@ -55,9 +57,10 @@ def test_a_stale_pending_batch_is_dropped_before_it_can_be_promoted(tmp_path):
     source plans a smaller batch: what was pending must not be acknowledged."""
     write_ack(tmp_path, "q", "t", {0: 4, 1: 2}, CAP, reader="events")
     write_pending(tmp_path, "q", "t", {0: 10, 1: 7}, CAP, reader="events")
-    drop_pending(tmp_path, "q", "t", reader="other")  # another source's: kept
-    assert pending_path(tmp_path, "q").exists()
-    drop_pending(tmp_path, "q", "t", reader="events")
+    write_pending(tmp_path, "q", "u", {0: 1}, CAP, reader="other")
+    drop_pending(tmp_path, "q", "t")
+    assert pending_path(tmp_path, "q").exists()  # another topic's: kept
+    drop_pending(tmp_path, "q", "u")
     assert not pending_path(tmp_path, "q").exists()
     assert not promote_pending(tmp_path, "q")
     assert not is_acked(tmp_path, "q", CAP.cap)
@@ -70,3 +73,26 @@ def test_promotion_acknowledges_for_the_reader_that_planned_the_batch(tmp_path):
     assert is_acked(tmp_path, "q", CAP.cap, epoch=3)
     with pytest.raises(OffsetRegression):  # and the same reader cannot go back after it
         write_ack(tmp_path, "q", "t", {0: 4, 1: 2}, CAP, reader="events")
+
+
+def reader_name(tmp_path, nodes, **options):
+    from gates.source import SourceOptions, _reader_name
+
+    plan = tmp_path / "queries" / "q" / "plan.json"
+    plan.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_text(json.dumps({"nodes": nodes}))
+    opts = SourceOptions.parse({"bootstrap": "b:9092", "topic": "t", "schema": "id BIGINT",
+                                "store": str(tmp_path), "query": "q", **options})
+    return _reader_name(opts)
+
+
+def test_a_source_is_named_by_its_node_or_its_topic_or_for_itself(tmp_path):
+    one = [{"step": "source", "topic": "t"}, {"step": "source", "topic": "u"},
+           {"step": "source", "topic": "t", "role": "table"}]
+    two = [{"step": "source", "topic": "t"}, {"step": "source", "topic": "t"}]
+    assert reader_name(tmp_path, two, node="left") == "left"
+    # stable across restarts, so that a restart from an older checkpoint is caught
+    assert reader_name(tmp_path, one) == reader_name(tmp_path, one) == "t"
+    # a self-join's two sources of "t" cannot be told apart: each is named for itself
+    a, b = reader_name(tmp_path, two), reader_name(tmp_path, two)
+    assert a != b and a.startswith("t#") and b.startswith("t#")
