@@ -29,6 +29,8 @@ kafka-stop:
 	@bash scripts/kafka.sh stop
 
 bench: $(STAMP)
+	@$(PY) -m pip install -q matplotlib >/dev/null 2>&1 || \
+	  echo "matplotlib could not be installed: bench/results gets tables, no plot"
 	$(PY) bench/check_speed.py
 
 bench-run: $(STAMP)

@@ -120,3 +120,59 @@ class MigrationError(TheseusError):
     """A migration could not proceed."""
 
     exit_code = 5
+
+
+class StoreError(RuntimeFailure):
+    """The store (a directory, or its Kafka mirror) cannot be read or written."""
+
+
+class GateError(RuntimeFailure):
+    """A gate failed at run time: control events, the gated source or sink, gate state.
+
+    Errors about Kafka point at a ``topic`` and ``partition`` where other errors name a file.
+    """
+
+    def __init__(self, message: str, *, topic: str | None = None,
+                 partition: int | None = None, **kw: object) -> None:
+        self.topic = topic
+        self.partition = partition
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+
+    def where(self) -> str:
+        base = super().where()
+        parts = [base] if base else []
+        if self.topic is not None:
+            parts.append(f"topic '{self.topic}'")
+        if self.partition is not None:
+            parts.append(f"partition {self.partition}")
+        return ", ".join(parts)
+
+
+class BrokerError(GateError):
+    """A Kafka call failed: the broker does not answer, a topic does not exist..."""
+
+
+class ControlError(GateError):
+    """Writing control events failed (unknown topic, delivery error, timeout)."""
+
+
+class SourceError(GateError):
+    """The gated source is misconfigured, or cannot read what Kafka holds."""
+
+
+class SinkError(GateError):
+    """A micro-batch could not be written (delivery failure, fenced producer, timeout)."""
+
+
+class GateStateError(GateError):
+    """A gate or acknowledgement file is unreadable or malformed."""
+
+
+class OffsetRegression(GateError):
+    """An offset went backwards where it may only move forward (an acknowledgement, the cut
+    against the high watermarks): a bug, a topic deleted and created again, or a query
+    restarted from an older checkpoint.  Reported, never papered over."""
+
+
+class DeadlineExceeded(MigrationError):
+    """The migration's time budget ran out; the message names what it was waiting for."""

@@ -3,12 +3,14 @@ GitHub workflow annotations for CI.  Line numbers come from the JSON source itse
 
 from __future__ import annotations
 
+import gc
 import json
 from functools import lru_cache
 from typing import Any
 
 from compat.check import Report
 from compat.findings import Finding
+from compat.infer import characteristics
 
 _VERDICT_TEXT = {
     "identical": "the plans compute the same thing; nothing to do",
@@ -20,8 +22,17 @@ _SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
 def render(report: Report, fmt: str) -> str:
-    return {"text": render_text, "json": render_json, "markdown": render_markdown,
-            "sarif": render_sarif, "github": render_github}[fmt](report)
+    # Rendering builds a container per finding and per matched pair while both plans are
+    # still alive: the cyclic garbage collector would rescan all of them, several times on
+    # a large pair (it cost more than the walk itself), as ``check_files`` says.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return {"text": render_text, "json": render_json, "markdown": render_markdown,
+                "sarif": render_sarif, "github": render_github}[fmt](report)
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def render_json(report: Report) -> str:
@@ -43,9 +54,8 @@ def render_text(report: Report) -> str:
              f"  old: {report.old.file}   new: {report.new.file}"]
     if report.upgrade_types:
         lines.append(f"  upgrade types: {', '.join(report.upgrade_types)}")
-    j = report.to_json()
-    lines.append(f"  characteristics: old {', '.join(j['characteristics']['old'])}; "
-                 f"new {', '.join(j['characteristics']['new'])}")
+    lines.append(f"  characteristics: old {', '.join(characteristics(report.old))}; "
+                 f"new {', '.join(characteristics(report.new))}")
     for r in report.requirements:
         lines.append(f"  requirement {r['name']}: {'met' if r['met'] else 'NOT met'} "
                      f"({r['note']})")

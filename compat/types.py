@@ -3,6 +3,18 @@
 Types are kept as canonical strings (``bigint``, ``array<string>``, ``struct<a:int>``,
 ``decimal(10,2)``): hashable, comparable, printable.  ``unknown`` stands for a type that could
 not be inferred; it is compatible with everything so that the checker never raises a false alarm.
+
+The parser follows Spark 4's ``dataType`` rule (``SqlBaseParser.g4``) and accepts what
+``DataType.fromDDL`` accepts: case-insensitive names and their aliases, ``decimal(p[,s])``,
+``char(n)``/``varchar(n)``, ``string collate <name>``, ``time[(p)]``, ``interval`` and the ANSI
+interval types (``interval day to second``, ``interval year to month``), and struct fields
+written ``name[:] type [NOT NULL] [COMMENT '...']`` with plain or backquoted names.  The
+canonical spelling is Spark's ``simpleString`` with three differences: names are lower case
+(Spark resolves them case-insensitively), a field name that is not a plain word keeps its
+backquotes (so the canonical form parses back to itself), and ``char(n)``/``varchar(n)`` are
+``string`` (what Spark reads them as).  A struct field's nullability and comment are dropped,
+as ``simpleString`` drops them.  ``text``, ``bool``, ``null`` and ``char``/``varchar`` without a
+length, which Spark refuses, are still read for plans written before this parser.
 """
 
 from __future__ import annotations
@@ -15,16 +27,31 @@ _ALIASES = {
     "int": "int", "integer": "int", "long": "bigint", "bigint": "bigint",
     "short": "smallint", "smallint": "smallint", "byte": "tinyint", "tinyint": "tinyint",
     "float": "float", "real": "float", "double": "double", "string": "string",
-    "varchar": "string", "char": "string", "text": "string",
-    "boolean": "boolean", "bool": "boolean", "timestamp": "timestamp",
+    "varchar": "string", "char": "string", "character": "string",
+    "boolean": "boolean", "timestamp": "timestamp",
     "timestamp_ltz": "timestamp", "timestamp_ntz": "timestamp_ntz", "date": "date",
-    "binary": "binary", "decimal": "decimal", "dec": "decimal", "numeric": "decimal",
-    "void": "void", "null": "void", "interval": "interval", "unknown": UNKNOWN,
+    "time": "time", "binary": "binary", "decimal": "decimal", "dec": "decimal",
+    "numeric": "decimal", "void": "void", "interval": "interval", "variant": "variant",
+    "unknown": UNKNOWN,
+    # not Spark's, read for plans written before the parser followed Spark's grammar
+    "text": "string", "bool": "boolean", "null": "void",
 }
+#: Spark's ``type`` rule without a length: ``char`` and ``varchar`` need one there
+_NO_LENGTH_NEEDED = {"text", "varchar", "char"}
 
 INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 FRACTIONAL = ("float", "double")
-_TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([<>(),:])|(`[^`]*`))")
+MAX_PRECISION = 38  # Spark's DecimalType.MAX_PRECISION
+MAX_TIME_PRECISION = 9  # Spark's TimeType: nanoseconds
+DEFAULT_TIME_PRECISION = 6  # microseconds
+_YEAR_MONTH = ("year", "month")
+_DAY_TIME = ("day", "hour", "minute", "second")
+_PLAIN_NAME = re.compile(r"[a-z0-9_]*[a-z_][a-z0-9_]*")
+
+# kinds: w (word), n (number), p (punctuation), q (`quoted` name), s ('string' literal)
+_TOKEN = re.compile(r"""\s*(?:(?P<n>\d+(?![A-Za-z0-9_]))|(?P<w>[A-Za-z0-9_]+)|(?P<p>[<>(),:])
+                        |(?P<q>`(?:[^`]|``)*`)|(?P<s>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*"))""",
+                    re.VERBOSE)
 
 
 class TypeSyntaxError(ValueError):
@@ -36,10 +63,10 @@ def parse_type(text: str) -> str:
     cached = _CACHE.get(text)
     if cached is not None:
         return cached
-    tokens = _tokenize(text)
-    pos, result = _parse(tokens, 0, text)
-    if pos != len(tokens):
-        raise TypeSyntaxError(f"unexpected '{tokens[pos]}' in type '{text}'")
+    p = _Parser(text)
+    result = p.data_type()
+    if p.pos != len(p.toks):
+        raise TypeSyntaxError(f"unexpected '{p.toks[p.pos][1]}' in type '{text}'")
     _CACHE[text] = result
     return result
 
@@ -47,78 +74,176 @@ def parse_type(text: str) -> str:
 _CACHE: dict[str, str] = {}
 
 
-def _tokenize(text: str) -> list[str]:
-    out: list[str] = []
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
     pos = 0
     text = text.strip()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise TypeSyntaxError(f"unexpected character '{text[pos]}' in type '{text}'")
-        out.append(m.group(0).strip())
+        kind = m.lastgroup or "p"
+        out.append((kind, m.group(kind)))
         pos = m.end()
     if not out:
         raise TypeSyntaxError("empty type")
     return out
 
 
-def _parse(tokens: list[str], pos: int, text: str) -> tuple[int, str]:
-    if pos >= len(tokens):
-        raise TypeSyntaxError(f"type '{text}' ends early")
-    word = tokens[pos].lower()
-    if word in ("array", "map", "struct") and pos + 1 < len(tokens) and tokens[pos + 1] == "<":
-        pos += 2
-        if word == "array":
-            pos, elem = _parse(tokens, pos, text)
-            pos = _expect(tokens, pos, ">", text)
-            return pos, f"array<{elem}>"
-        if word == "map":
-            pos, key = _parse(tokens, pos, text)
-            pos = _expect(tokens, pos, ",", text)
-            pos, val = _parse(tokens, pos, text)
-            pos = _expect(tokens, pos, ">", text)
-            return pos, f"map<{key},{val}>"
-        fields = []
-        while pos < len(tokens) and tokens[pos] != ">":
-            name = tokens[pos].strip("`").lower()
-            pos = _expect(tokens, pos + 1, ":", text)
-            pos, ftype = _parse(tokens, pos, text)
-            fields.append(f"{name}:{ftype}")
-            if pos < len(tokens) and tokens[pos] == ",":
-                pos += 1
-        pos = _expect(tokens, pos, ">", text)
-        return pos, "struct<" + ",".join(fields) + ">"
-    base = _ALIASES.get(word)
-    if base is None:
-        raise TypeSyntaxError(f"unknown type '{tokens[pos]}' in '{text}'")
-    pos += 1
-    if pos < len(tokens) and tokens[pos] == "(":
-        nums = []
-        pos += 1
-        while pos < len(tokens) and tokens[pos] != ")":
-            if not tokens[pos].isdigit():
-                raise TypeSyntaxError(f"expected a number in '{text}'")
-            nums.append(int(tokens[pos]))
-            pos += 1
-            if pos < len(tokens) and tokens[pos] == ",":
-                pos += 1
-        pos = _expect(tokens, pos, ")", text)
+def quote_name(name: str) -> str:
+    """A struct field name as the canonical form writes it: backquoted unless a plain word."""
+    return name if _PLAIN_NAME.fullmatch(name) else "`" + name.replace("`", "``") + "`"
+
+
+class _Parser:
+    """Recursive descent over Spark's ``dataType`` rule."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = _tokenize(text)
+        self.pos = 0
+
+    def peek(self, ahead: int = 0) -> tuple[str, str]:
+        i = self.pos + ahead
+        return self.toks[i] if i < len(self.toks) else ("end", "")
+
+    def word(self, ahead: int = 0) -> str | None:
+        kind, tok = self.peek(ahead)
+        return tok.lower() if kind == "w" else None
+
+    def expect(self, tok: str) -> None:
+        kind, found = self.peek()
+        if kind != "p" or found != tok:
+            raise TypeSyntaxError(f"expected '{tok}' in type '{self.text}', found "
+                                  f"'{found or 'end of type'}'")
+        self.pos += 1
+
+    def fail(self, what: str) -> TypeSyntaxError:
+        found = self.peek()[1] or "end of type"
+        return TypeSyntaxError(f"expected {what} in type '{self.text}', found '{found}'")
+
+    def data_type(self) -> str:
+        word = self.word()
+        if word is None:
+            raise self.fail("a type")
+        if word in ("array", "map", "struct") and self.peek(1) == ("p", "<"):
+            self.pos += 2
+            if word == "array":
+                elem = self.data_type()
+                self.expect(">")
+                return f"array<{elem}>"
+            if word == "map":
+                key = self.data_type()
+                self.expect(",")
+                val = self.data_type()
+                self.expect(">")
+                return f"map<{key},{val}>"
+            fields = []
+            if self.peek() != ("p", ">"):
+                fields.append(self.field())
+                while self.peek() == ("p", ","):
+                    self.pos += 1
+                    fields.append(self.field())
+            self.expect(">")
+            return "struct<" + ",".join(fields) + ">"
+        if word == "interval" and self.word(1) in _YEAR_MONTH + _DAY_TIME:
+            return self.interval()
+        base = _ALIASES.get(word)
+        if base is None:
+            raise TypeSyntaxError(f"unknown type '{self.peek()[1]}' in '{self.text}'")
+        self.pos += 1
+        nums = self.params()
         if base == "decimal":
-            p, s = (nums + [10, 0])[:2] if len(nums) < 2 else nums[:2]
-            if len(nums) == 1:
-                s = 0
-            return pos, f"decimal({p},{s})"
-        return pos, base  # varchar(10) -> string
-    if base == "decimal":
-        return pos, "decimal(10,0)"
-    return pos, base
+            if len(nums) > 2:
+                raise TypeSyntaxError(f"decimal takes a precision and a scale, in "
+                                      f"'{self.text}'")
+            p, s = (nums + [10, 0])[:2] if not nums else (nums + [0])[:2]
+            if p > MAX_PRECISION or s > p:
+                raise TypeSyntaxError(f"decimal({p},{s}) in '{self.text}': the precision is at "
+                                      f"most {MAX_PRECISION} and the scale at most the "
+                                      "precision")
+            return f"decimal({p},{s})"
+        if base == "time":
+            if len(nums) > 1 or (nums and nums[0] > MAX_TIME_PRECISION):
+                raise TypeSyntaxError(f"time takes one precision from 0 to "
+                                      f"{MAX_TIME_PRECISION}, in '{self.text}'")
+            return f"time({nums[0] if nums else DEFAULT_TIME_PRECISION})"
+        if base == "string" and word != "string":
+            if len(nums) != 1 and not (not nums and word in _NO_LENGTH_NEEDED):
+                raise TypeSyntaxError(f"{word} takes one length, in '{self.text}'")
+            return "string"  # varchar(10): Spark reads it as a string
+        if nums:
+            raise TypeSyntaxError(f"type {word} takes no parameters, in '{self.text}'")
+        if base == "string" and self.word() == "collate":
+            self.pos += 1
+            name = self.word()
+            if name is None:
+                raise self.fail("a collation name")
+            self.pos += 1
+            return "string" if name == "utf8_binary" else f"string collate {name}"
+        return base
 
+    def params(self) -> list[int]:
+        """``(n, ...)`` after a type name; [] without parentheses."""
+        if self.peek() != ("p", "("):
+            return []
+        self.pos += 1
+        nums: list[int] = []
+        while True:
+            kind, tok = self.peek()
+            if kind != "n":
+                raise self.fail("a number")
+            nums.append(int(tok))
+            self.pos += 1
+            if self.peek() != ("p", ","):
+                break
+            self.pos += 1
+        self.expect(")")
+        return nums
 
-def _expect(tokens: list[str], pos: int, tok: str, text: str) -> int:
-    if pos >= len(tokens) or tokens[pos] != tok:
-        found = tokens[pos] if pos < len(tokens) else "end of type"
-        raise TypeSyntaxError(f"expected '{tok}' in type '{text}', found '{found}'")
-    return pos + 1
+    def interval(self) -> str:
+        """``interval <from> [to <to>]``: a year-month or a day-time interval type."""
+        self.pos += 1
+        start = self.word() or ""
+        self.pos += 1
+        units = _YEAR_MONTH if start in _YEAR_MONTH else _DAY_TIME
+        if self.word() != "to":
+            return f"interval {start}"
+        self.pos += 1
+        end = self.word()
+        later = units[units.index(start) + 1:]
+        if end not in later:
+            if not later:
+                raise TypeSyntaxError(f"'interval {start}' is the smallest unit of its kind: "
+                                      f"nothing can follow TO, in '{self.text}'")
+            raise self.fail(f"{' or '.join(later)} after 'interval {start} to'")
+        self.pos += 1
+        return f"interval {start} to {end}"
+
+    def field(self) -> str:
+        """``name [:] type [NOT NULL] [COMMENT '...']``: written ``name:type``."""
+        kind, tok = self.peek()
+        if kind == "w":
+            name = tok
+        elif kind == "q":
+            name = tok[1:-1].replace("``", "`")
+        else:
+            raise self.fail("a field name")
+        self.pos += 1
+        if self.peek() == ("p", ":"):
+            self.pos += 1
+        ftype = self.data_type()
+        if self.word() == "not":
+            self.pos += 1
+            if self.word() != "null":
+                raise self.fail("NULL after NOT")
+            self.pos += 1
+        if self.word() == "comment":
+            self.pos += 1
+            if self.peek()[0] != "s":
+                raise self.fail("a string after COMMENT")
+            self.pos += 1
+        return f"{quote_name(name.lower())}:{ftype}"
 
 
 def decimal_ps(t: str) -> tuple[int, int] | None:
@@ -133,10 +258,14 @@ def is_numeric(t: str) -> bool:
 
 
 def split_top(inner: str) -> list[str]:
-    """Split ``a:int,b:map<string,int>`` at top-level commas."""
-    parts, depth, start = [], 0, 0
+    """Split ``a:int,b:map<string,int>`` at top-level commas (not inside `quoted` names)."""
+    parts, depth, start, quoted = [], 0, 0, False
     for i, ch in enumerate(inner):
-        if ch in "<(":
+        if ch == "`":
+            quoted = not quoted  # a doubled `` toggles twice
+        elif quoted:
+            continue
+        elif ch in "<(":
             depth += 1
         elif ch in ">)":
             depth -= 1
@@ -149,11 +278,21 @@ def split_top(inner: str) -> list[str]:
 
 
 def struct_fields(t: str) -> list[tuple[str, str]]:
+    """The (name, type) pairs of a canonical struct type; names without their backquotes."""
     if not t.startswith("struct<"):
         return []
     out = []
     for part in split_top(t[7:-1]):
-        name, _, ftype = part.partition(":")
+        if part.startswith("`"):
+            end = 1
+            while True:
+                end = part.index("`", end)
+                if part[end + 1:end + 2] != "`":
+                    break
+                end += 2
+            name, ftype = part[1:end].replace("``", "`"), part[end + 2:]
+        else:
+            name, _, ftype = part.partition(":")
         out.append((name, ftype))
     return out
 

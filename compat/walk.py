@@ -3,32 +3,46 @@
 From an enforcing node, each input is followed through passive nodes to the nearest
 enforcing nodes (its *frontier*).  Old and new frontiers are paired input by input, the
 passive paths between them are aligned, the pairs are compared by their rules, and the walk
-recurses.  A structural (Merkle) hash per node lets the walk skip identical subtrees without
-parsing a single expression: only their alignment is recorded.
+goes on behind them.  A structural (Merkle) hash per node lets the walk skip identical
+subtrees without parsing a single expression: only their alignment is recorded.
+
+Every phase is linear in the plans (n·log n at worst, in the alignment of passive paths):
+a frontier's paths are built from parent links rather than copied at every step; passive
+paths are aligned by anchoring on unique equal steps (see ``align``) rather than by
+``difflib``; expressions are put in canonical form only where two paths differ; unpaired
+enforcing steps are looked up in indexes, not compared with each other; and the walk keeps
+its own stack, so a long chain of stateful steps cannot exhaust Python's.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from compat import expr as E
 from compat.findings import Finding
 from compat.model import ENFORCING, Node, Plan
 from compat.rules import RuleContext
+from compat.rules.common import check_version
 from compat.rules.passive import check_passive
 from compat.steps import Explode, Filter, Project, Source, StartGate, StopGate, Union
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
+#: a step of the walk: yields the walks of the pairs behind it (see ``Walk.visit``)
+Steps = Iterator["Steps"]
 _GATES = (StopGate, StartGate)
+_RAW_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def merkle(plan: Plan, memo: dict[int, int] | None = None) -> dict[str, int]:
+def merkle(plan: Plan, memo: dict[int, int] | None = None,
+           content: Callable[[Node], Hashable] | None = None) -> dict[str, int]:
     """Structural hash of every node's subtree: equal hashes mean equal computations.
 
     ``memo`` caches each node object's content hash; the two sides of a check share the
-    node objects whose documents are equal, so each is hashed once.
+    node objects whose documents are equal, so each is hashed once.  ``content`` gives
+    what a node computes (by default its step and ``content()``).
     """
     memo = {} if memo is None else memo
     out: dict[str, int] = {}
@@ -38,7 +52,8 @@ def merkle(plan: Plan, memo: dict[int, int] | None = None) -> dict[str, int]:
             continue
         h = memo.get(id(node))
         if h is None:
-            h = memo[id(node)] = hash((node.step, node.content()))
+            h = memo[id(node)] = hash(content(node) if content is not None else
+                                      (node.step, node.content()))
         out[nid] = hash((h, *[out[i] for i in node.inputs]))
     return out
 
@@ -52,15 +67,38 @@ class Walk:
     findings: list[Finding] = field(default_factory=list)
     alignment: list[tuple[str, str, str]] = field(default_factory=list)
     _seen: set[tuple[str, str]] = field(default_factory=set)
+    #: raw key number of each node object, and the numbers by raw key
+    _raw: dict[int, int] = field(default_factory=dict)
+    _raw_keys: dict[tuple, int] = field(default_factory=dict)
 
     def run(self) -> None:
         memo: dict[int, int] = {}
-        self.ho, self.hn = merkle(self.old, memo), merkle(self.new, memo)
+
+        def content(node: Node) -> tuple[int, int]:
+            return self._raw_key(node), node.version
+
+        self.ho = merkle(self.old, memo, content)
+        self.hn = merkle(self.new, memo, content)
         self.memo = memo
         self.visit(self.old.sink, self.new.sink)
 
     # ------------------------------------------------------------------------------------
     def visit(self, o: Node, n: Node) -> None:
+        """Walk from the pair ``o``, ``n`` upward, depth first.
+
+        Each step of the walk is a generator that yields the walks of the pairs behind it
+        where it used to call itself: a stack of them walks in the same order as the
+        recursion did, however many stateful steps a plan chains.
+        """
+        stack: list[Iterator[Steps]] = [self._visit(o, n)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+            else:
+                stack.append(child)
+
+    def _visit(self, o: Node, n: Node) -> Steps:
         key = (o.id, n.id)
         if key in self._seen:
             return
@@ -68,7 +106,7 @@ class Walk:
         self.alignment.append((o.id, n.id, n.step if o.step == n.step else
                                f"{o.step}->{n.step}"))
         if self.ho[o.id] == self.hn[n.id]:
-            self._align_identical(o, n)
+            yield self._align_identical(o, n)
             return
         if o.step != n.step:
             self.findings.append(self.ctx.f(
@@ -88,9 +126,9 @@ class Walk:
         for i in range(n_inputs):
             fo = frontier(self.old, o.inputs[i]) if i < len(o.inputs) else []
             fn = frontier(self.new, n.inputs[i]) if i < len(n.inputs) else []
-            self.pair_frontiers(o, n, i, fo, fn, stateful)
+            yield from self.pair_frontiers(o, n, i, fo, fn, stateful)
 
-    def _align_identical(self, o: Node, n: Node) -> None:
+    def _align_identical(self, o: Node, n: Node) -> Steps:
         """Record matched enforcing pairs of two identical subtrees, position by position."""
         for i in range(len(o.inputs)):
             fo = frontier(self.old, o.inputs[i])
@@ -100,51 +138,58 @@ class Walk:
                 if k not in self._seen:
                     self._seen.add(k)
                     self.alignment.append((eo, en, self.new.nodes[en].step))
-                    self._align_identical(self.old.nodes[eo], self.new.nodes[en])
+                    yield self._align_identical(self.old.nodes[eo], self.new.nodes[en])
 
     def pair_frontiers(self, o: Node, n: Node, idx: int, fo: list[tuple[str, list[str]]],
-                       fn: list[tuple[str, list[str]]], stateful: bool) -> None:
+                       fn: list[tuple[str, list[str]]], stateful: bool) -> Steps:
         if len(fo) != len(fn):
             self.findings.append(self.ctx.f(
                 "frontier-changed", f"input {idx} of '{n.id}' is fed by {len(fn)} enforcing "
                 f"step(s) ({', '.join(e for e, _ in fn) or 'none'}), was {len(fo)} "
                 f"({', '.join(e for e, _ in fo) or 'none'})", o, n, f"inputs/{idx}"))
         pairs, left_o, left_n = _pair(fo, fn, self.old, self.new, self.ho, self.hn)
+        en_done: set[str] = set()
         for (eo, po), (en, pn) in pairs:
             self.compare_paths(o, n, po, pn, stateful)
-            self.visit(self.old.nodes[eo], self.new.nodes[en])
+            yield self._visit(self.old.nodes[eo], self.new.nodes[en])
         # An enforcing step inserted (or dropped) between two others: the nodes behind it
         # are still there, one level further up.  Report the step alone and walk on.
-        for en, pn in list(left_n):
+        # The unpaired entries wait in pools indexed by subtree hash and identity, so each
+        # step looks up only what is behind it, not every unpaired entry.
+        pool_o = _Pool(left_o, self.ho, lambda x: _identity(self.old, x))
+        for en, _pn in left_n:
             node = self.new.nodes[en]
-            if isinstance(node, Source) or not left_o:
+            if isinstance(node, Source) or not pool_o:
                 continue
             behind = [x for i in node.inputs for x in frontier(self.new, i)]
-            sub, left_o2, _ = _pair(left_o, behind, self.old, self.new, self.ho, self.hn,
-                                    strict=True)
+            sub = pool_o.pair_with(behind, self.hn, lambda x: _identity(self.new, x), True)
             if sub:
-                left_n.remove((en, pn))
-                left_o = left_o2
+                en_done.add(en)
                 self.findings.append(self.ctx.f(
                     "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
                     "its state has no history", o, node, "inputs", ""))
                 for (eo, _po), (eb, _pb) in sub:
-                    self.visit(self.old.nodes[eo], self.new.nodes[eb])
-        for eo, po in list(left_o):
+                    yield self._visit(self.old.nodes[eo], self.new.nodes[eb])
+        left_n = [e for e in left_n if e[0] not in en_done]
+        pool_n = _Pool(left_n, self.hn, lambda x: _identity(self.new, x))
+        left_o = pool_o.left()
+        eo_done: set[str] = set()
+        for eo, _po in left_o:
             node = self.old.nodes[eo]
-            if isinstance(node, Source) or not left_n:
+            if isinstance(node, Source) or not pool_n:
                 continue
             behind = [x for i in node.inputs for x in frontier(self.old, i)]
-            sub, left_b, left_n2 = _pair(behind, left_n, self.old, self.new, self.ho,
-                                         self.hn, strict=True)
+            sub = [(b, e) for e, b in pool_n.pair_with(
+                behind, self.ho, lambda x: _identity(self.old, x), False)]
             if sub:
-                left_o.remove((eo, po))
-                left_n = left_n2
+                eo_done.add(eo)
                 self.findings.append(self.ctx.f(
                     "enforcing-removed", f"{node.step} '{eo}' is removed from before "
                     f"'{n.id}'", node, n, "", "inputs"))
                 for (eb, _pb), (en, _pn) in sub:
-                    self.visit(self.old.nodes[eb], self.new.nodes[en])
+                    yield self._visit(self.old.nodes[eb], self.new.nodes[en])
+        left_o = [e for e in left_o if e[0] not in eo_done]
+        left_n = pool_n.left()
         for eo, _po in left_o:
             node = self.old.nodes[eo]
             code = "source-removed" if isinstance(node, Source) else "enforcing-removed"
@@ -159,43 +204,77 @@ class Walk:
 
     def compare_paths(self, o: Node, n: Node, po: list[str], pn: list[str],
                       stateful: bool) -> None:
-        """Align the passive steps between a frontier pair and its consumers."""
+        """Align the passive steps between a frontier pair and its consumers.
+
+        Two passes of ``align``: first on each step's content as written, version aside
+        (an unchanged step is equal to its old self without parsing anything), then, only
+        inside the gaps that pass leaves, on canonical keys (``a+b`` equals ``A + b``).
+        Steps paired either way are compared for their versions.  Same-step nodes left in
+        a gap pair in order; the rest were added or removed.
+        """
+        olds = [self.old.nodes[x] for x in po]
+        news = [self.new.nodes[x] for x in pn]
         memo = self.memo
-        if [memo[id(self.old.nodes[x])] for x in po] == \
-                [memo[id(self.new.nodes[x])] for x in pn]:
+        if [memo[id(a)] for a in olds] == [memo[id(b)] for b in news]:
             return  # same steps, same versions, same text: nothing to compare
-        ko = [_passive_key(self.old.nodes[x]) for x in po]
-        kn = [_passive_key(self.new.nodes[x]) for x in pn]
-        if ko == kn:
-            for a, b in zip(po, pn):
-                self._versions(self.old.nodes[a], self.new.nodes[b])
-            return
         self.ctx.upstream_of_state = stateful
         self.ctx.consumer = (o, n)
-        sm = difflib.SequenceMatcher(a=ko, b=kn, autojunk=False)
-        for tag, i1, i2, j1, j2 in sm.get_opcodes():
-            olds = [self.old.nodes[x] for x in po[i1:i2]]
-            news = [self.new.nodes[x] for x in pn[j1:j2]]
+        raw = self._raw_key
+        for tag, i1, i2, j1, j2 in align([raw(a) for a in olds], [raw(b) for b in news]):
             if tag == "equal":
-                for a, b in zip(olds, news):
+                for a, b in zip(olds[i1:i2], news[j1:j2]):
                     self._versions(a, b)
                 continue
-            # Pair same-step nodes in order; the rest were added or removed.
-            for a in list(olds):
-                match = next((b for b in news if b.step == a.step), None)
-                if match is not None:
-                    self.findings.extend(check_passive(a, match, self.ctx))
-                    self._versions(a, match)
-                    news.remove(match)
+            gap_o, gap_n = olds[i1:i2], news[j1:j2]
+            if not (gap_o and gap_n):
+                self._pair_in_gap(gap_o, gap_n)
+                continue
+            for tag2, k1, k2, l1, l2 in align([_passive_key(a) for a in gap_o],
+                                              [_passive_key(b) for b in gap_n]):
+                if tag2 == "equal":
+                    for a, b in zip(gap_o[k1:k2], gap_n[l1:l2]):
+                        self._versions(a, b)
                 else:
-                    self.findings.extend(check_passive(a, None, self.ctx))
-            for b in news:
-                self.findings.extend(check_passive(None, b, self.ctx))
+                    self._pair_in_gap(gap_o[k1:k2], gap_n[l1:l2])
         self.ctx.upstream_of_state = False
 
+    def _raw_key(self, node: Node) -> int:
+        """What a step computes, as written (its version aside), numbered: equal raw keys
+        imply equal ``_passive_key``s, so the first pass needs no parsing, and aligning
+        small numbers hashes nothing big.  Each node object is keyed once."""
+        k = self._raw.get(id(node))
+        if k is None:
+            names = _RAW_FIELDS.get(type(node))
+            if names is None:
+                names = _RAW_FIELDS[type(node)] = tuple(
+                    f.name for f in fields(node)
+                    if f.compare and f.name not in ("id", "inputs", "version"))
+            key = (node.step, len(node.inputs), *[getattr(node, f) for f in names])
+            k = self._raw[id(node)] = self._raw_keys.setdefault(key, len(self._raw_keys))
+        return k
+
+    def _pair_in_gap(self, olds: list[Node], news: list[Node]) -> None:
+        """Pair same-step nodes in order; the rest were added or removed."""
+        by_step: dict[str, deque[int]] = {}
+        for j, b in enumerate(news):
+            by_step.setdefault(b.step, deque()).append(j)
+        matched: set[int] = set()
+        for a in olds:
+            cands = by_step.get(a.step)
+            if cands:
+                j = cands.popleft()
+                matched.add(j)
+                self.findings.extend(check_passive(a, news[j], self.ctx))
+                self._versions(a, news[j])
+            else:
+                self.findings.extend(check_passive(a, None, self.ctx))
+        for j, b in enumerate(news):
+            if j not in matched:
+                self.findings.extend(check_passive(None, b, self.ctx))
+
     def _versions(self, a: Node, b: Node) -> None:
-        from compat.rules.common import check_version
-        self.findings.extend(check_version(a, b, self.ctx))
+        if a.version != b.version:
+            self.findings.extend(check_version(a, b, self.ctx))
 
 
 def _passive_key(node: Node) -> tuple:
@@ -210,18 +289,167 @@ def _passive_key(node: Node) -> tuple:
     return (node.step, node.content())
 
 
+Opcode = tuple[str, int, int, int, int]
+
+#: how many times a gap between anchors is searched again for anchors of its own
+_ALIGN_DEPTH = 8
+
+
+def align(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[Opcode]:
+    """Align two key sequences into ``difflib``-style opcodes, in O(n·log n).
+
+    ``difflib.SequenceMatcher`` looks for the longest block of equal keys, then again on
+    each side of it: quadratic in the number of changes on long paths.  This anchors on
+    unique keys instead (patience alignment, as in ``git diff --patience``), and keeps
+    difflib's preference for long blocks:
+
+    1. equal keys at the start and at the end are matched first;
+    2. in what is left, every key that occurs exactly once on each side is an anchor, and
+       the block of equal keys around it (repeated keys included) a candidate; of the
+       chains of candidates in the same order on both sides, the one that matches most
+       keys is taken (a heaviest increasing subsequence, n·log n with a Fenwick tree);
+    3. each gap between two taken blocks is aligned again from step 1, uniqueness counted
+       inside the gap (a key repeated in the whole path may be unique between two
+       anchors), at most ``_ALIGN_DEPTH`` levels deep, so the total stays n·log n;
+    4. what is still unmatched is a gap: ``replace`` (both sides), ``delete`` or
+       ``insert``; the caller pairs same-step nodes in a gap in order.
+
+    On the passive paths of the fixtures (a step changed, added, removed, moved or
+    re-versioned) this pairs exactly as difflib did; where the two differ (equally good
+    alignments of repeated steps) both are valid alignments.
+    """
+    out: list[Opcode] = []
+    _align(a, b, 0, len(a), 0, len(b), 0, out)
+    merged: list[Opcode] = []
+    for op in out:
+        if merged and op[0] == "equal" and merged[-1][0] == "equal":
+            _, i1, _, j1, _ = merged[-1]
+            merged[-1] = ("equal", i1, op[2], j1, op[4])
+        else:
+            merged.append(op)
+    return merged
+
+
+def _align(a: Sequence[Hashable], b: Sequence[Hashable], i1: int, i2: int, j1: int,
+           j2: int, depth: int, out: list[Opcode]) -> None:
+    p = 0  # equal keys at the start...
+    while i1 + p < i2 and j1 + p < j2 and a[i1 + p] == b[j1 + p]:
+        p += 1
+    q = 0  # ... and at the end
+    while i2 - q > i1 + p and j2 - q > j1 + p and a[i2 - q - 1] == b[j2 - q - 1]:
+        q += 1
+    if depth < _ALIGN_DEPTH and (i2 - i1 > p + q or j2 - j1 > p + q):
+        blocks = _anchor_blocks(a, b, i1, i2, j1, j2, p, q)
+    else:
+        blocks = [x for x in ((i1, j1, p), (i2 - q, j2 - q, q)) if x[2]]
+    i, j = i1, j1
+    for bi, bj, size in blocks:
+        if bi > i or bj > j:
+            if depth < _ALIGN_DEPTH and bi > i and bj > j:
+                _align(a, b, i, bi, j, bj, depth + 1, out)
+            else:
+                out.append(("replace" if bi > i and bj > j else "delete" if bi > i
+                            else "insert", i, bi, j, bj))
+        out.append(("equal", bi, bi + size, bj, bj + size))
+        i, j = bi + size, bj + size
+    if i < i2 or j < j2:
+        if depth < _ALIGN_DEPTH and i < i2 and j < j2 and blocks:
+            _align(a, b, i, i2, j, j2, depth + 1, out)
+        else:
+            out.append(("replace" if i < i2 and j < j2 else "delete" if i < i2
+                        else "insert", i, i2, j, j2))
+
+
+def _anchor_blocks(a: Sequence[Hashable], b: Sequence[Hashable], i1: int, i2: int,
+                   j1: int, j2: int, head: int, tail: int) -> list[tuple[int, int, int]]:
+    """Of the blocks of equal keys around the keys unique on both sides of ``a[i1:i2]``
+    and ``b[j1:j2]``, and the equal ``head`` keys at the start and ``tail`` at the end, the chain
+    in the same order on both sides that matches most keys, as ``(i, j, size)``."""
+    in_a: dict[Hashable, int] = {}
+    for i in range(i1, i2):
+        in_a[a[i]] = -1 if a[i] in in_a else i
+    in_b: dict[Hashable, int] = {}
+    for j in range(j1, j2):
+        key = b[j]
+        if in_a.get(key, -1) >= 0:
+            in_b[key] = -1 if key in in_b else j
+    anchors = sorted((in_a[key], j) for key, j in in_b.items() if j >= 0)
+    # Grow each anchor into its block.  A block holds no anchor of another diagonal, so it
+    # lies between its neighbours' anchors: growing them all costs O(n), and the blocks'
+    # starts increase with the anchors (the first and last blocks among them).
+    blocks: list[tuple[int, int, int]] = [(i1, j1, head)] if head else []
+    end, diagonal = (i1 + head, i1 - j1) if head else (-1, None)
+    for i, j in anchors:
+        if i - j == diagonal and i < end:
+            continue  # inside the block of the anchor before
+        s, t = i, j
+        while s > i1 and t > j1 and a[s - 1] == b[t - 1]:
+            s, t = s - 1, t - 1
+        e, f = i + 1, j + 1
+        while e < i2 and f < j2 and a[e] == b[f]:
+            e, f = e + 1, f + 1
+        blocks.append((s, t, e - s))
+        end, diagonal = e, i - j
+    if tail and blocks[-1:] != [(i2 - tail, j2 - tail, tail)]:
+        blocks.append((i2 - tail, j2 - tail, tail))
+    if len(blocks) < 2:
+        return blocks
+    # Heaviest chain: block y may follow block x when x ends before y starts on both
+    # sides.  As the starts increase, the blocks whose ``a`` end is at most y's start form
+    # a prefix of the list; a Fenwick tree over their ``b`` ends gives the best chain
+    # ending before y's ``b`` start.  Scores are (keys matched, -index): ties go to the
+    # earliest block.
+    size = j2 - j1 + 1
+    tree: list[tuple[int, int]] = [(0, 1)] * (size + 1)
+    best: list[tuple[int, int]] = []
+    back: list[int] = []
+    ready = 0
+    for y, (s, t, n) in enumerate(blocks):
+        while ready < y and blocks[ready][0] + blocks[ready][2] <= s:
+            x = blocks[ready][1] + blocks[ready][2] - j1 + 1
+            while x <= size:
+                if best[ready] > tree[x]:
+                    tree[x] = best[ready]
+                x += x & -x
+            ready += 1
+        before = (0, 1)
+        x = t - j1 + 1
+        while x > 0:
+            if tree[x] > before:
+                before = tree[x]
+            x -= x & -x
+        back.append(-before[1] if before[0] else -1)
+        best.append((before[0] + n, -y))
+    y = -max(best)[1]
+    chain = []
+    while y >= 0:
+        chain.append(blocks[y])
+        y = back[y]
+    chain.reverse()
+    return chain
+
+
 def frontier(plan: Plan, start: str) -> list[tuple[str, list[str]]]:
     """Enforcing nodes reached from ``start`` through passive ones, each with the passive
-    path that leads to it, in flow order (the frontier node's consumer last)."""
+    path that leads to it, in flow order (the frontier node's consumer last).
+
+    The path is kept as links to the step nearer the consumer and built once per
+    enforcing node reached: copying it at every step is quadratic on long chains.
+    """
     out: list[tuple[str, list[str]]] = []
-    stack: list[tuple[str, list[str]]] = [(start, [])]
+    # a link is (node id, link of the node nearer the consumer) or None
+    stack: list[tuple[str, Any]] = [(start, None)]
     while stack:
-        nid, path = stack.pop()
+        nid, link = stack.pop()
         node = plan.nodes[nid]
         if node.klass == ENFORCING:
+            path = []
+            while link is not None:
+                path.append(link[0])
+                link = link[1]
             out.append((nid, path))
             continue
-        here = path if isinstance(node, _GATES) else [nid] + path
+        here = link if isinstance(node, _GATES) else (nid, link)
         for inp in reversed(node.inputs):
             stack.append((inp, here))
     return out
@@ -234,10 +462,11 @@ def _identity(plan: Plan, nid: str) -> tuple:
     return (node.step,)
 
 
-def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
+def _pair(fo, fn, old: Plan, new: Plan, ho, hn):
     """Pair frontier entries: identical subtrees first, then same identity, then same step.
 
-    Within each key, entries pair in order; buckets keep this linear in the frontier size.
+    Within each key, entries pair in order; buckets (queues) keep this linear in the
+    frontier size.
     """
     left_o = list(fo)
     left_n = list(fn)
@@ -247,18 +476,18 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
         (lambda x: _identity(old, x), lambda x: _identity(new, x)),
         (lambda x: old.nodes[x].step, lambda x: new.nodes[x].step),
     )
-    for key_o, key_n in keys[:2] if strict else keys:
+    for key_o, key_n in keys:
         if not left_o or not left_n:
             break
-        buckets: dict[object, list[int]] = {}
+        buckets: dict[object, deque[int]] = {}
         for j, en in enumerate(left_n):
-            buckets.setdefault(key_n(en[0]), []).append(j)
+            buckets.setdefault(key_n(en[0]), deque()).append(j)
         taken: set[int] = set()
         rest_o = []
         for eo in left_o:
             cands = buckets.get(key_o(eo[0]))
             if cands:
-                j = cands.pop(0)
+                j = cands.popleft()
                 taken.add(j)
                 pairs.append((eo, left_n[j]))
             else:
@@ -266,3 +495,63 @@ def _pair(fo, fn, old: Plan, new: Plan, ho, hn, strict: bool = False):
         left_o = rest_o
         left_n = [en for j, en in enumerate(left_n) if j not in taken]
     return pairs, left_o, left_n
+
+
+Entry = tuple[str, list[str]]
+
+
+class _Pool:
+    """Unpaired frontier entries of one side, in order, indexed by subtree hash and by
+    identity; an entry paired once leaves both indexes."""
+
+    def __init__(self, entries: list[Entry], hashes: dict[str, int],
+                 identity: Callable[[str], tuple]) -> None:
+        self.entries = entries
+        self.alive = [True] * len(entries)
+        self.count = len(entries)
+        self.index: tuple[dict[object, deque[int]], dict[object, deque[int]]] = ({}, {})
+        for k, (eid, _) in enumerate(entries):
+            self.index[0].setdefault(hashes[eid], deque()).append(k)
+            self.index[1].setdefault(identity(eid), deque()).append(k)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def _take(self, which: int, key: object) -> int | None:
+        queue = self.index[which].get(key)
+        while queue:
+            k = queue.popleft()
+            if self.alive[k]:
+                self.alive[k] = False
+                self.count -= 1
+                return k
+        return None
+
+    def pair_with(self, others: list[Entry], hashes: dict[str, int],
+                  identity: Callable[[str], tuple], pool_order: bool
+                  ) -> list[tuple[Entry, Entry]]:
+        """Pair ``others`` with pool entries as ``_pair`` does without its last round:
+        identical subtrees first, then the same identity; within a key, in order on both
+        sides.  Round by round, pairs come in the pool's order or in ``others``' order."""
+        first: list[tuple[int, int, Entry]] = []
+        rest: list[tuple[int, Entry]] = []
+        for j, e in enumerate(others):
+            k = self._take(0, hashes[e[0]])
+            if k is None:
+                rest.append((j, e))
+            else:
+                first.append((k, j, e))
+        second: list[tuple[int, int, Entry]] = []
+        for j, e in rest:
+            k = self._take(1, identity(e[0]))
+            if k is not None:
+                second.append((k, j, e))
+        out: list[tuple[Entry, Entry]] = []
+        for found in (first, second):
+            if pool_order:
+                found.sort(key=lambda x: x[0])
+            out += [(self.entries[k], e) for k, _, e in found]
+        return out
+
+    def left(self) -> list[Entry]:
+        return [e for k, e in enumerate(self.entries) if self.alive[k]]

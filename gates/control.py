@@ -13,14 +13,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from compat.errors import BrokerError, ControlError
+from gates.broker import client_conf, partitions
+from gates.deadline import Deadline
+
 CONTROL_HEADER = "theseus.control"
 _CONTROL_HEADER_BYTES = CONTROL_HEADER.encode()
 
 Headers = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
-
-
-class ControlError(RuntimeError):
-    """Writing control events failed (unknown topic, delivery error, timeout)."""
 
 
 def _header_value(headers: Headers, name: str = CONTROL_HEADER) -> Any:
@@ -64,14 +64,13 @@ def parse_control(headers: Headers) -> dict | None:
     return doc if isinstance(doc, dict) else {}
 
 
-def topic_partitions(client: Any, topic: str, timeout: float = 10.0) -> list[int]:
+def topic_partitions(client: Any, topic: str, timeout: Deadline | float = 10.0) -> list[int]:
     """Partition ids of ``topic`` (sorted), from a Producer/Consumer/AdminClient's metadata."""
-    md = client.list_topics(topic, timeout=timeout)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        err = t.error if t is not None else "not found"
-        raise ControlError(f"topic {topic!r}: cannot read its partitions ({err})")
-    return sorted(t.partitions)
+    try:
+        return partitions(client, topic, timeout)
+    except BrokerError as e:
+        raise ControlError(f"cannot write control events: {e.message}", topic=e.topic,
+                           partition=e.partition, expected=e.expected, found=e.found) from e
 
 
 def write_control_events(
@@ -79,35 +78,38 @@ def write_control_events(
     topics: list[str],
     migration_id: str,
     *,
-    timeout: float = 30.0,
+    deadline: Deadline | float = 30.0,
     producer_config: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Write one control record into every partition of every topic; return the cut vector.
 
-    Uses an idempotent producer (acks=all), waits for every delivery report (at most
-    ``timeout`` seconds) and returns ``C = {topic: {partition: offset of its control record}}``.
-    Raises :class:`ControlError` if any record was not delivered.
+    Uses an idempotent producer (acks=all), waits for every delivery report (within
+    ``deadline``: a :class:`~gates.deadline.Deadline` or seconds) and returns
+    ``C = {topic: {partition: offset of its control record}}``.  Raises
+    :class:`~compat.errors.ControlError` naming the topic and partition of any record that
+    was not delivered, :class:`~compat.errors.DeadlineExceeded` when the deadline ran out.
     """
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
-    conf = {
-        "bootstrap.servers": bootstrap,
+    deadline = Deadline.of(deadline)
+    what = "the control records' delivery reports"
+    conf = client_conf(bootstrap, **{
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 0,
-        "message.timeout.ms": int(max(timeout, 1.0) * 1000),
-    }
+        "message.timeout.ms": max(1000, int(deadline.timeout(what) * 1000)),
+    })
     conf.update(producer_config or {})
     producer = Producer(conf)
     try:
-        layout = {t: topic_partitions(producer, t, timeout) for t in dict.fromkeys(topics)}
+        layout = {t: topic_partitions(producer, t, deadline) for t in dict.fromkeys(topics)}
         count = sum(len(ps) for ps in layout.values())
         cut: dict[str, dict[int, int]] = {t: {} for t in layout}
-        errors: list[str] = []
+        errors: list[tuple[str, int, str]] = []
 
         def on_delivery(err, msg):
             if err is not None:
-                errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+                errors.append((msg.topic(), msg.partition(), err.str()))
             else:
                 cut[msg.topic()][msg.partition()] = msg.offset()
 
@@ -117,22 +119,31 @@ def write_control_events(
                     {"migration": migration_id, "topic": t, "partition": p, "count": count},
                     separators=(",", ":"),
                 ).encode()
-                producer.produce(
-                    t,
-                    value=doc,
-                    key=f"{CONTROL_HEADER}/{migration_id}".encode(),
-                    partition=p,
-                    headers=[(CONTROL_HEADER, doc)],
-                    on_delivery=on_delivery,
-                )
-        left = producer.flush(timeout)
-        if left:
-            raise ControlError(f"{left} control record(s) not delivered within {timeout}s")
+                try:
+                    producer.produce(
+                        t,
+                        value=doc,
+                        key=f"{CONTROL_HEADER}/{migration_id}".encode(),
+                        partition=p,
+                        headers=[(CONTROL_HEADER, doc)],
+                        on_delivery=on_delivery,
+                    )
+                except (KafkaException, BufferError) as e:
+                    raise ControlError(f"cannot write the control record: {e}", topic=t,
+                                       partition=p) from e
+        left = producer.flush(deadline.timeout(what))
         if errors:
-            raise ControlError("control records failed: " + "; ".join(errors))
-        missing = [f"{t}[{p}]" for t, ps in layout.items() for p in ps if p not in cut[t]]
-        if missing:
-            raise ControlError("no delivery report for " + ", ".join(missing))
+            t, p, err = errors[0]
+            more = f" (and {len(errors) - 1} other partition(s))" if len(errors) > 1 else ""
+            raise ControlError(f"control record not delivered{more}", topic=t, partition=p,
+                               expected="a delivery report with an offset", found=err)
+        missing = [(t, p) for t, ps in layout.items() for p in ps if p not in cut[t]]
+        if left or missing:
+            deadline.check(what)
+            t, p = missing[0] if missing else (None, None)
+            raise ControlError(f"{len(missing) or left} control record(s) not delivered",
+                               topic=t, partition=p, expected="a delivery report",
+                               found="none before the delivery timeout")
         return {t: dict(sorted(ps.items())) for t, ps in cut.items()}
     finally:
         producer.flush(0)

@@ -30,13 +30,19 @@ Start gate: ``start_gate`` is None (open), a callable ``start_gate(batch_id) -> 
 object with ``is_open(batch_id) -> bool``. When closed, the batch is written to
 ``shadow_topic`` if one is given, else discarded; under ``exactly_once`` the batch id is
 committed either way, so a replay after the gate opens is not written to the output.
+
+Errors are :class:`~compat.errors.SinkError` (one exception root), naming the query's output
+topic and the batch.
 """
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
+
+from compat.errors import SinkError
 
 OP_COLUMN = "_theseus_op"
 DELIVERIES = ("exactly_once", "at_least_once")
@@ -47,10 +53,6 @@ JSON_OPTIONS = {
     "timeZone": "UTC",
     "ignoreNullFields": "false",
 }
-
-
-class SinkError(RuntimeError):
-    """A micro-batch could not be written (delivery failure, fenced producer, timeout)."""
 
 
 def _q(name: str) -> str:
@@ -64,7 +66,8 @@ def encode_batch(df, key_columns: Sequence[str]) -> tuple[list, list]:
     cols = [c for c in df.columns if c != OP_COLUMN]
     missing = [k for k in key_columns if k not in cols]
     if missing:
-        raise SinkError(f"sink key columns {missing} not in the output columns {cols}")
+        raise SinkError("the sink's key columns are not all output columns",
+                        expected=f"key columns among {cols}", found=f"missing {missing}")
     value = F.to_json(F.struct(*[F.col(_q(c)) for c in cols]), JSON_OPTIONS)
     if OP_COLUMN in df.columns:
         value = F.when(F.col(_q(OP_COLUMN)) == F.lit("D"), F.lit(None).cast("string")) \
@@ -88,7 +91,8 @@ class KafkaSink:
                  retired: Callable[[], bool] | None = None,
                  timeout: float = 120.0):
         if delivery not in DELIVERIES:
-            raise SinkError(f"sink delivery must be one of {DELIVERIES}, found {delivery!r}")
+            raise SinkError("unknown sink delivery", topic=topic,
+                            expected=" | ".join(DELIVERIES), found=repr(delivery))
         self.bootstrap = bootstrap
         self.topic = topic
         self.key_columns = list(key_columns or [])
@@ -138,12 +142,17 @@ class KafkaSink:
 
     def producer(self):
         if self._producer is None:
-            from confluent_kafka import Producer
+            from confluent_kafka import KafkaException, Producer
 
             p = Producer(self._producer_conf())
             if self.delivery == "exactly_once":
                 # Fences an older instance and aborts its unfinished transaction.
-                p.init_transactions(self.timeout)
+                try:
+                    p.init_transactions(self.timeout)
+                except KafkaException as e:
+                    raise SinkError(f"sink {self.query}: cannot start the transactional "
+                                    f"producer '{self.transactional_id}': {e.args[0].str()}",
+                                    topic=self.topic) from e
             self._producer = p
         return self._producer
 
@@ -175,13 +184,18 @@ class KafkaSink:
         """
         if cached and self._known is not None:
             return self._known[0]
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
-        tp = _retrying(lambda: self.consumer().committed([TopicPartition(self.topic, 0)],
-                                                         timeout=self.timeout)[0],
-                       self.timeout)
+        try:
+            tp = _retrying(lambda: self.consumer().committed([TopicPartition(self.topic, 0)],
+                                                             timeout=self.timeout)[0],
+                           self.timeout)
+        except KafkaException as e:
+            tp = SimpleNamespace(error=e.args[0].str() if e.args else e)
         if tp.error is not None:
-            raise SinkError(f"sink {self.query}: cannot read committed batch id: {tp.error}")
+            raise SinkError(f"sink {self.query}: cannot read the last committed batch id of "
+                            f"group '{self.group}': {tp.error}", topic=self.topic,
+                            partition=0)
         if tp.offset < 0 or not tp.metadata:
             return None
         try:
@@ -274,10 +288,10 @@ class KafkaSink:
         left = p.flush(self.timeout)
         if left:
             raise SinkError(f"sink {self.query}: {left} record(s) of batch {batch_id} "
-                            f"not delivered within {self.timeout}s")
+                            f"not delivered within {self.timeout:g} s", topic=topic)
         if self._errors:
             raise SinkError(f"sink {self.query}: batch {batch_id} delivery failed: "
-                            + "; ".join(self._errors[:5]))
+                            + "; ".join(self._errors[:5]), topic=topic)
         self._hook("after_commit", batch_id)
 
     def _write_transaction(self, topic, keys, values, batch_id) -> None:
@@ -285,8 +299,8 @@ class KafkaSink:
 
         self._errors.clear()
         p = self.producer()
-        p.begin_transaction()
         try:
+            p.begin_transaction()
             if topic is not None and values:
                 self._produce(topic, keys, values)
             self._hook("before_commit", batch_id)
@@ -305,10 +319,14 @@ class KafkaSink:
         except BaseException as e:
             self._known = None  # re-read from the broker next time
             self._abort(e)
-            raise SinkError(f"sink {self.query}: batch {batch_id} not written: {e}") from e
+            if isinstance(e, SinkError):
+                raise
+            raise SinkError(f"sink {self.query}: batch {batch_id} not written: {e}",
+                            topic=topic) from e
         self._known = (batch_id,)
         if self._errors:  # cannot happen after a successful commit, but never hide it
-            raise SinkError(f"sink {self.query}: batch {batch_id}: " + "; ".join(self._errors[:5]))
+            raise SinkError(f"sink {self.query}: batch {batch_id}: " + "; ".join(self._errors[:5]),
+                            topic=topic)
         self._hook("after_commit", batch_id)
 
     def _abort(self, cause: BaseException) -> None:

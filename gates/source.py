@@ -21,7 +21,12 @@ Options (names are case-insensitive, values strings):
 ``role`` (``stream`` default | ``table``), ``key_columns`` (comma list; required for
     ``table``), ``readTimeoutSeconds`` (a task fails if it makes no progress for this long,
     default 120), ``isolationLevel`` (``read_committed`` default | ``read_uncommitted``),
-``kafka.<conf>`` (passed to the librdkafka clients, e.g. ``kafka.security.protocol``).
+``kafka.<conf>`` (passed to the librdkafka clients, e.g. ``kafka.security.protocol``),
+``node`` (the plan's source node id: names this reader in the acknowledgements, see
+    :func:`_reader_name`).
+
+Errors are :class:`~compat.errors.SourceError` (one exception root, picklable), naming the
+topic and partition and saying expected versus found.
 
 Offsets are ``{"<topic>": {"<partition>": next offset}}``. Records whose headers carry
 ``theseus.control`` are never emitted but count as consumed offsets (as do transaction markers
@@ -88,11 +93,12 @@ except ImportError:  # pragma: no cover - older pyspark: no admission control
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
+from compat.errors import GateStateError, SourceError
 from gates.control import CONTROL_HEADER
 from gates.state import (
     OPEN,
     GateState,
-    GateStateError,
+    drop_pending,
     is_acked,
     read_gate,
     write_ack,
@@ -103,10 +109,6 @@ NAME = "theseus_kafka"
 _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
 _CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
-
-
-class SourceError(RuntimeError):
-    """Misconfiguration or unrecoverable Kafka condition in the gated source."""
 
 
 # --------------------------------------------------------------------------- options
@@ -127,6 +129,7 @@ class SourceOptions:
     read_timeout: float
     isolation: str
     kafka_conf: tuple[tuple[str, str], ...]
+    node: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -137,43 +140,50 @@ class SourceOptions:
         bootstrap = get("bootstrap")
         topic = get("topic")
         if not bootstrap or not topic:
-            raise SourceError(f"{NAME}: options 'bootstrap' and 'topic' are required")
-        fmt = get("format", "json").lower()
-        if fmt not in ("json", "string"):
-            raise SourceError(f"{NAME} topic {topic}: format must be json or string, found {fmt!r}")
-        role = get("role", "stream").lower()
-        if role not in ("stream", "table"):
-            raise SourceError(f"{NAME} topic {topic}: role must be stream or table, found {role!r}")
-        starting = get("startingOffsets", "earliest").lower()
-        if starting not in ("earliest", "latest"):
-            raise SourceError(
-                f"{NAME} topic {topic}: startingOffsets must be earliest or latest, "
-                f"found {starting!r}")
+            missing = " and ".join(repr(n) for n, v in (("bootstrap", bootstrap),
+                                                         ("topic", topic)) if not v)
+            raise SourceError(f"{NAME}: option {missing} is required", topic=topic,
+                              expected="options 'bootstrap' and 'topic'", found="none")
+
+        def choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+            v = get(name, default).lower()
+            if v not in allowed:
+                raise SourceError(f"{NAME}: unknown value of option '{name}'", topic=topic,
+                                  expected=" | ".join(allowed), found=repr(v))
+            return v
+
+        fmt = choice("format", "json", ("json", "string"))
+        role = choice("role", "stream", ("stream", "table"))
+        starting = choice("startingOffsets", "earliest", ("earliest", "latest"))
         schema = get("schema")
         if schema is None:
             if fmt == "json":
-                raise SourceError(f"{NAME} topic {topic}: option 'schema' (Spark DDL) is required")
+                raise SourceError(f"{NAME}: option 'schema' (Spark DDL) is required for "
+                                  "format json", topic=topic)
             schema = "value STRING"
         keys = tuple(k.strip() for k in (get("key_columns", "") or "").split(",") if k.strip())
         if role == "table" and not keys:
-            raise SourceError(f"{NAME} topic {topic}: role 'table' needs option 'key_columns'")
-        iso = get("isolationLevel", "read_committed").lower()
-        if iso not in ("read_committed", "read_uncommitted"):
-            raise SourceError(f"{NAME} topic {topic}: isolationLevel must be read_committed "
-                              f"or read_uncommitted, found {iso!r}")
-        try:
-            parts = get("partitions")
-            parts = int(parts) if parts is not None else None
-            max_records = int(get("maxRecordsPerBatch", 100000))
-            read_timeout = float(get("readTimeoutSeconds", 120))
-        except ValueError as e:
-            raise SourceError(f"{NAME} topic {topic}: {e}") from e
+            raise SourceError(f"{NAME}: role 'table' needs option 'key_columns'", topic=topic)
+        iso = choice("isolationLevel", "read_committed", ("read_committed", "read_uncommitted"))
+        numbers = (("partitions", int, None), ("maxRecordsPerBatch", int, 100000),
+                   ("readTimeoutSeconds", float, 120))
+        values = {}
+        for name, kind, default in numbers:
+            v = get(name, default)
+            try:
+                values[name] = kind(v) if v is not None else None
+            except ValueError:
+                raise SourceError(f"{NAME}: option '{name}' is not a number", topic=topic,
+                                  expected=f"{'an integer' if kind is int else 'a number'}",
+                                  found=repr(v)) from None
+        parts, max_records = values["partitions"], values["maxRecordsPerBatch"]
+        read_timeout = values["readTimeoutSeconds"]
         kafka_conf = tuple(sorted((k[6:], str(v)) for k, v in options.items()
                                   if k.lower().startswith("kafka.") and v is not None))
         return cls(bootstrap=bootstrap, topic=topic, partitions=parts, format=fmt, schema=schema,
                    max_records=max_records, store=get("store"), query=get("query"),
                    starting=starting, role=role, key_columns=keys, read_timeout=read_timeout,
-                   isolation=iso, kafka_conf=kafka_conf)
+                   isolation=iso, kafka_conf=kafka_conf, node=get("node"))
 
     def consumer_conf(self) -> dict:
         conf = {
@@ -215,15 +225,21 @@ def _admin(opts: SourceOptions):
 
 
 def _kafka_partitions(opts: SourceOptions, timeout: float = 15.0) -> list[int]:
-    md = _admin(opts).list_topics(opts.topic, timeout=timeout)
-    t = md.topics.get(opts.topic)
-    if t is None or t.error is not None or not t.partitions:
-        raise SourceError(f"{NAME}: topic {opts.topic!r} not readable: "
-                          f"{t.error if t is not None else 'not found'}")
-    parts = sorted(t.partitions)
+    from compat.errors import BrokerError, DeadlineExceeded
+    from gates.broker import partitions
+
+    try:
+        parts = partitions(_admin(opts), opts.topic, timeout)
+    except BrokerError as e:
+        raise SourceError(f"{NAME}: {e.message}", topic=opts.topic, expected=e.expected,
+                          found=e.found) from e
+    except DeadlineExceeded as e:  # the metadata call timed out
+        raise SourceError(f"{NAME}: the broker did not answer within {timeout:g} s",
+                          topic=opts.topic, found=opts.bootstrap) from e
     if opts.partitions is not None and len(parts) < opts.partitions:
-        raise SourceError(f"{NAME}: topic {opts.topic!r} has {len(parts)} partitions, "
-                          f"the plan expects {opts.partitions}")
+        raise SourceError(f"{NAME}: the topic has fewer partitions than the plan says",
+                          topic=opts.topic, expected=f"{opts.partitions} partitions",
+                          found=f"{len(parts)}")
     return parts
 
 
@@ -240,7 +256,11 @@ def _list_offsets(opts: SourceOptions, parts: list[int], which: str,
     futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=timeout)
     out = {}
     for tp, fut in futs.items():
-        out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
+        try:
+            out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
+        except Exception as e:  # KafkaException, or the future's own TimeoutError
+            raise SourceError(f"{NAME}: cannot list the {which} offset: {e}",
+                              topic=opts.topic, partition=tp.partition) from e
     return dict(sorted(out.items()))
 
 
@@ -253,8 +273,9 @@ def _from_offset(topic: str, doc: Mapping | None) -> dict[int, int]:
         return {}
     parts = doc.get(topic)
     if parts is None:
-        raise SourceError(f"{NAME}: offset {json.dumps(doc)} has no entry for topic {topic!r} "
-                          "(was the checkpoint written for another topic?)")
+        raise SourceError(f"{NAME}: the checkpoint's offset has no entry for the topic (was "
+                          "the checkpoint written for another topic?)", topic=topic,
+                          expected=f"an entry for '{topic}'", found=json.dumps(doc))
     return {int(p): int(o) for p, o in parts.items()}
 
 
@@ -437,7 +458,9 @@ def _converter(dt: DataType):
                 return None
             return {n: c(v.get(n)) for n, c in fields}
         return conv
-    raise SourceError(f"{NAME}: unsupported column type {dt.simpleString()}")
+    raise SourceError(f"{NAME}: unsupported column type", expected="a type the gated source "
+                      "reads (numbers, strings, booleans, dates, timestamps, binary, decimal, "
+                      "arrays, maps, structs)", found=dt.simpleString())
 
 
 # Types whose raw JSON values pyarrow can take directly (a mismatch raises, then we convert).
@@ -571,7 +594,12 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
         last_progress = time.monotonic()
         while pos < end:
             # Returns as soon as the rest of the range (or a chunk) is in, or an EOF event.
-            msgs = c.consume(num_messages=max(1, min(_CHUNK, end - pos)), timeout=0.5)
+            try:
+                msgs = c.consume(num_messages=max(1, min(_CHUNK, end - pos)), timeout=0.5)
+            except KafkaException as e:
+                raise SourceError(f"{NAME}: cannot read the partition: {e}", topic=rng.topic,
+                                  partition=rng.partition, expected=f"records [{start}, {end})",
+                                  found=f"an error at offset {pos}") from e
             out = []
             for m in msgs:
                 err = m.error()
@@ -582,7 +610,10 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
                         continue
                     if err.retriable():
                         continue
-                    raise KafkaException(err)
+                    raise SourceError(f"{NAME}: cannot read the partition: {err.str()}",
+                                      topic=rng.topic, partition=rng.partition,
+                                      expected=f"records [{start}, {end})",
+                                      found=f"an error at offset {pos}")
                 off = m.offset()
                 if off >= end:
                     pos = end
@@ -595,8 +626,9 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > opts.read_timeout:
                 raise SourceError(
-                    f"{NAME}: {rng.topic}[{rng.partition}] made no progress for "
-                    f"{opts.read_timeout:.0f}s at offset {pos} (reading [{start}, {end}))")
+                    f"{NAME}: no progress for {opts.read_timeout:.0f} s (readTimeoutSeconds)",
+                    topic=rng.topic, partition=rng.partition,
+                    expected=f"records [{start}, {end})", found=f"nothing from offset {pos}")
     finally:
         c.close()
 
@@ -682,12 +714,41 @@ def _read_table_partition(opts: SourceOptions, builder: _ArrowBuilder, rng: Kafk
 
 # --------------------------------------------------------------------------- readers
 
+def _reader_name(opts: SourceOptions) -> str:
+    """This source's name in its query's acknowledgements (:func:`gates.state.write_ack`
+    refuses an acknowledgement that goes back against the same name, which must therefore
+    be stable across restarts and differ between two sources of one plan reading the same
+    topic, as a self-join does): the ``node`` option, else the topic when the query's plan
+    (``<store>/queries/<query>/plan.json``, as ``theseus run`` records it) reads the topic
+    through one stream source only, else a name of this reader alone (its acknowledgements
+    are then checked against its own only)."""
+    if opts.node:
+        return opts.node
+    if opts.store and opts.query:
+        from pathlib import Path
+
+        try:
+            doc = json.loads((Path(opts.store) / "queries" / opts.query / "plan.json")
+                             .read_text(encoding="utf-8"))
+            readers = [n for n in doc.get("nodes", []) if isinstance(n, dict) and
+                       n.get("step") == "source" and n.get("topic") == opts.topic and
+                       n.get("role", "stream") == "stream"]
+            if len(readers) == 1:
+                return opts.topic
+        except (OSError, ValueError, AttributeError):
+            pass
+    import uuid
+
+    return f"{opts.topic}#{uuid.uuid4().hex[:12]}"
+
+
 class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
         self._target: dict[int, int] | None = None  # availableNow end
         self._last_ack: tuple | None = None
+        self._reader = _reader_name(opts)
 
     # -- driver side
     def initialOffset(self) -> dict:
@@ -720,7 +781,8 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                tuple(sorted(state.cap.get(self.opts.topic, {}).items())))
         if key == self._last_ack:
             return
-        write_ack(self.opts.store, self.opts.query, self.opts.topic, start, state)
+        write_ack(self.opts.store, self.opts.query, self.opts.topic, start, state,
+                  reader=self._reader)
         self._last_ack = key
 
     def _pass_cut(self, state: GateState, begin: dict[int, int]) -> GateState:
@@ -766,11 +828,16 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             take = spread_limit({p: end[p] - begin[p] for p in end}, int(limit.max_rows))
             end = {p: begin[p] + take[p] for p in end}
-        if end == begin and not newp:
-            return start  # unchanged: same JSON as Spark's start
-        if state is not None and state.mode == "capped" and topic in state.cap and \
-                all(end.get(p, 0) >= c for p, c in state.cap[topic].items()):
-            write_pending(self.opts.store, self.opts.query, topic, end, state)
+        unchanged = end == begin and not newp
+        if state is not None and not unchanged and state.mode == "capped" and \
+                topic in state.cap and all(end.get(p, 0) >= c
+                                           for p, c in state.cap[topic].items()):
+            write_pending(self.opts.store, self.opts.query, topic, end, state,
+                          reader=self._reader)
+        elif state is not None:
+            drop_pending(self.opts.store, self.opts.query, topic)
+        if unchanged:
+            return start  # same JSON as Spark's start
         return _to_offset(topic, end)
 
     def reportLatestOffset(self):
@@ -838,8 +905,8 @@ class TheseusKafkaSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if self.opts.role == "table":
-            raise SourceError(f"{NAME} topic {self.opts.topic}: a 'table' source is read with "
-                              "spark.read (latest value per key), not spark.readStream")
+            raise SourceError(f"{NAME}: a 'table' source is read with spark.read (latest "
+                              "value per key), not spark.readStream", topic=self.opts.topic)
         return TheseusKafkaStreamReader(self.opts, schema)
 
 

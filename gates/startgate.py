@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from compat.errors import GateStateError
+from gates.files import atomic_write_json
 from gates.state import handed_over, is_acked, offsets_to_json, vetoed
 
 
@@ -31,27 +32,28 @@ def write_start_gate(store: str | os.PathLike[str], instance: str, is_open: bool
     """``from_offsets``: closed, but open for every batch that starts at or beyond them (the
     cut C; the gated source acknowledges a batch's start offsets before the batch runs) once
     the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C)."""
-    path = start_gate_path(store, instance)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        doc: dict[str, Any] = {"open": is_open, "migration": migration}
-        if from_offsets:
-            doc["from"] = offsets_to_json(from_offsets)
-        if follow:
-            doc["follow"] = follow
-            doc["follow_from"] = offsets_to_json(follow_offsets or {})
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    doc: dict[str, Any] = {"open": is_open, "migration": migration}
+    if from_offsets:
+        doc["from"] = offsets_to_json(from_offsets)
+    if follow:
+        doc["follow"] = follow
+        doc["follow_from"] = offsets_to_json(follow_offsets or {})
+    atomic_write_json(start_gate_path(store, instance), doc, indent=None)
 
 
 def read_start_gate(store: str | os.PathLike[str], instance: str) -> dict[str, Any]:
+    path = start_gate_path(store, instance)
     try:
-        return json.loads(start_gate_path(store, instance).read_text())
+        doc = json.loads(path.read_text())
     except FileNotFoundError:
         return {"open": True}
+    except ValueError as e:
+        raise GateStateError("unreadable start gate", file=str(path),
+                             expected="a JSON object", found=str(e)) from None
+    if not isinstance(doc, dict):
+        raise GateStateError("malformed start gate", file=str(path), pointer="",
+                             expected="a JSON object", found=type(doc).__name__)
+    return doc
 
 
 class StartGate:

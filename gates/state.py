@@ -21,15 +21,17 @@ A source writes its topic's entry whenever Spark asks it for a new batch (``late
 with ``start``): Spark asks only after the previous batch is committed, sink included, so
 every offset below ``start`` has been fully processed. ``at_cap`` says ``start`` reached the
 cap in every partition of the cap (``mode == capped``), or the source is paused.
-All writes are atomic (temp file + ``os.replace``); ack updates are merged under a file lock
-because several sources of one query share the file.
+All writes are atomic (:func:`gates.files.atomic_write`); ack updates are merged under a file
+lock because several sources of one query share the file.  An acknowledged offset never moves
+back: a write that would lower one raises :class:`~compat.errors.OffsetRegression` (a bug, a
+topic deleted and created again, or a query restarted from an older checkpoint) instead of
+keeping the larger offset.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -37,28 +39,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compat.errors import GateStateError, OffsetRegression
+from gates.deadline import Deadline
+from gates.files import atomic_write_json
+
 MODES = ("open", "paused", "capped")
 Offsets = dict[str, dict[int, int]]
 
 
-class GateStateError(ValueError):
-    """A gate or ack file is unreadable or malformed."""
-
-
-def _norm_offsets(doc: Any, where: str) -> Offsets:
+def _norm_offsets(doc: Any, file: str | None, pointer: str) -> Offsets:
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):
-        raise GateStateError(f"{where}: expected an object of topics, found {type(doc).__name__}")
+        raise GateStateError("malformed offsets", file=file, pointer=pointer,
+                             expected="an object of topics", found=type(doc).__name__)
     out: Offsets = {}
     for topic, parts in doc.items():
         if not isinstance(parts, Mapping):
-            raise GateStateError(f"{where}/{topic}: expected an object of partitions")
+            raise GateStateError("malformed offsets", file=file, pointer=f"{pointer}/{topic}",
+                                 expected="an object of partitions",
+                                 found=type(parts).__name__)
         try:
             out[str(topic)] = {int(p): int(o) for p, o in parts.items()}
-        except (TypeError, ValueError) as e:
-            raise GateStateError(f"{where}/{topic}: partition and offset must be integers") from e
+        except (TypeError, ValueError):
+            raise GateStateError("malformed offsets", file=file, pointer=f"{pointer}/{topic}",
+                                 expected="integer partitions and offsets",
+                                 found=json.dumps(parts)) from None
     return out
+
+
+def check_forward(before: Mapping[str, Mapping[int, int]],
+                  after: Mapping[str, Mapping[int, int]], what: str, *,
+                  file: str | None = None) -> None:
+    """Raise :class:`OffsetRegression` when an offset of ``after`` is below the same
+    partition's offset in ``before``: offsets only move forward.  ``what`` names them."""
+    for topic, parts in after.items():
+        old = before.get(topic, {})
+        for p, o in sorted(parts.items()):
+            if int(p) in old and int(o) < int(old[int(p)]):
+                raise OffsetRegression(
+                    f"{what} went backwards (a bug, the topic deleted and created again, or a "
+                    "query restarted from an older checkpoint)", topic=topic,
+                    partition=int(p), file=file, expected=f"offset {old[int(p)]} or later",
+                    found=f"offset {o}")
 
 
 def offsets_to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
@@ -84,7 +107,8 @@ class GateState:
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise GateStateError(f"gate mode must be one of {MODES}, found {self.mode!r}")
+            raise GateStateError("unknown gate mode", pointer="/mode",
+                                 expected=" | ".join(MODES), found=repr(self.mode))
 
     def limit(self, topic: str, partition: int) -> int | None:
         """Highest admissible end offset (exclusive) for a partition; None = unlimited.
@@ -107,18 +131,27 @@ class GateState:
         return doc
 
     @classmethod
-    def from_dict(cls, doc: Mapping, where: str = "gate") -> GateState:
+    def from_dict(cls, doc: Mapping, where: str | None = None, pointer: str = "") -> GateState:
+        """``where`` names the file, ``pointer`` the place of ``doc`` in it."""
         if not isinstance(doc, Mapping):
-            raise GateStateError(f"{where}: expected a JSON object")
+            raise GateStateError("malformed gate state", file=where, pointer=pointer,
+                                 expected="a JSON object", found=type(doc).__name__)
         try:
             epoch = int(doc.get("epoch", 0))
-        except (TypeError, ValueError) as e:
-            raise GateStateError(f"{where}/epoch: expected an integer") from e
+        except (TypeError, ValueError):
+            raise GateStateError("malformed gate state", file=where,
+                                 pointer=f"{pointer}/epoch", expected="an integer",
+                                 found=repr(doc.get("epoch"))) from None
         follow, retire = doc.get("follow"), doc.get("retire")
-        return cls(mode=str(doc.get("mode", "open")),
-                   cap=_norm_offsets(doc.get("cap"), f"{where}/cap"), epoch=epoch,
-                   follow=str(follow) if follow else None,
-                   retire=str(retire) if retire else None)
+        try:
+            return cls(mode=str(doc.get("mode", "open")),
+                       cap=_norm_offsets(doc.get("cap"), where, f"{pointer}/cap"), epoch=epoch,
+                       follow=str(follow) if follow else None,
+                       retire=str(retire) if retire else None)
+        except GateStateError as e:
+            if e.pointer == "/mode":
+                e.pointer = f"{pointer}/mode"
+            raise e.with_location(file=where) from None
 
 
 OPEN = GateState()
@@ -136,23 +169,6 @@ def ack_path(store: str | os.PathLike, query: str) -> Path:
     return gates_dir(store) / f"{query}.ack.json"
 
 
-def _atomic_write_json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def read_gate(store: str | os.PathLike, query: str) -> GateState:
     """The query's gate state; ``open`` when no file exists. Raises GateStateError if corrupt."""
     p = gate_path(store, query)
@@ -160,15 +176,12 @@ def read_gate(store: str | os.PathLike, query: str) -> GateState:
         text = p.read_text()
     except FileNotFoundError:
         return OPEN
-    try:
-        return GateState.from_dict(json.loads(text), str(p))
-    except ValueError as e:
-        raise GateStateError(f"{p}: {e}") from e
+    return GateState.from_dict(_parse(text, p), str(p))
 
 
 def write_gate(store: str | os.PathLike, query: str, state: GateState) -> None:
     """Atomically replace the query's gate state."""
-    _atomic_write_json(gate_path(store, query), state.to_dict())
+    atomic_write_json(gate_path(store, query), state.to_dict())
 
 
 def clear_gate(store: str | os.PathLike, query: str) -> None:
@@ -183,15 +196,26 @@ def read_ack(store: str | os.PathLike, query: str) -> dict:
     """The raw ack document (``{"query", "topics": {...}}``); empty topics when none yet."""
     p = ack_path(store, query)
     try:
-        doc = json.loads(p.read_text())
+        doc = _parse(p.read_text(), p)
     except FileNotFoundError:
         return {"query": query, "topics": {}}
-    except ValueError as e:
-        raise GateStateError(f"{p}: {e}") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("topics", {}), dict):
-        raise GateStateError(f"{p}: malformed ack document")
+    if not isinstance(doc, dict):
+        raise GateStateError("malformed acknowledgements", file=str(p), pointer="",
+                             expected="a JSON object", found=type(doc).__name__)
+    if not isinstance(doc.get("topics", {}), dict):
+        raise GateStateError("malformed acknowledgements", file=str(p), pointer="/topics",
+                             expected="an object of topics",
+                             found=type(doc["topics"]).__name__)
     doc.setdefault("topics", {})
     return doc
+
+
+def _parse(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise GateStateError("unreadable JSON", file=str(path), expected="a JSON document",
+                             found=str(e)) from None
 
 
 def acked_offsets(store: str | os.PathLike, query: str) -> Offsets:
@@ -216,9 +240,14 @@ def _ack_lock(store: str | os.PathLike, query: str) -> Iterator[None]:
 
 def write_ack(
     store: str | os.PathLike, query: str, topic: str, offsets: Mapping[int, int],
-    state: GateState,
+    state: GateState, *, reader: str | None = None,
 ) -> None:
-    """Record (merging with other topics' entries) that ``topic`` is done below ``offsets``."""
+    """Record (merging with other topics' entries) that ``topic`` is done below ``offsets``.
+
+    Raises :class:`OffsetRegression` when an offset is below what the topic's entry says and
+    that entry was written by the same ``reader`` (the gated source that reads the topic; a
+    plan may read one topic through two sources, whose positions differ): the query is
+    behind what it acknowledged before."""
     offs = {int(p): int(o) for p, o in offsets.items()}
     if state.mode == "paused":
         at_cap = True
@@ -229,14 +258,22 @@ def write_ack(
         at_cap = False
     entry = {"offsets": offsets_to_json({topic: offs})[topic], "mode": state.mode,
              "epoch": state.epoch, "at_cap": at_cap, "time": round(time.time(), 3)}
+    if reader is not None:
+        entry["reader"] = reader
+    path = ack_path(store, query)
     with _ack_lock(store, query):
         try:
             doc = read_ack(store, query)
         except GateStateError:
             doc = {"query": query, "topics": {}}
+        before = doc["topics"].get(topic)
+        if isinstance(before, Mapping) and before.get("reader") == reader:
+            have = _norm_offsets({topic: before.get("offsets", {})}, str(path), "/topics")
+            check_forward(have, {topic: offs}, f"query '{query}': the acknowledged offset",
+                          file=str(path))
         doc["query"] = query
         doc["topics"][topic] = entry
-        _atomic_write_json(ack_path(store, query), doc)
+        atomic_write_json(path, doc)
 
 
 def pending_path(store: str | os.PathLike, query: str) -> Path:
@@ -244,44 +281,70 @@ def pending_path(store: str | os.PathLike, query: str) -> Path:
     return gates_dir(store) / f".{query}.pending.json"
 
 
+def _read_pending(p: Path) -> dict:
+    try:
+        doc = json.loads(p.read_text())
+    except (FileNotFoundError, ValueError):  # a torn file cannot be: written atomically
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def write_pending(store: str | os.PathLike, query: str, topic: str,
-                  offsets: Mapping[int, int], state: GateState) -> None:
+                  offsets: Mapping[int, int], state: GateState, *,
+                  reader: str | None = None) -> None:
     """The batch Spark is about to run takes ``topic`` up to its cap (``offsets``): the sink
     acknowledges it as soon as that batch commits (:func:`promote_pending`), instead of the
     source at the next trigger."""
     with _ack_lock(store, query):
         p = pending_path(store, query)
-        try:
-            doc = json.loads(p.read_text())
-        except (FileNotFoundError, ValueError):
-            doc = {}
+        doc = _read_pending(p)
         doc[topic] = {"offsets": offsets_to_json({topic: offsets})[topic],
-                      "state": state.to_dict()}
-        _atomic_write_json(p, doc)
+                      "state": state.to_dict(), "reader": reader}
+        atomic_write_json(p, doc)
+
+
+def drop_pending(store: str | os.PathLike, query: str, topic: str) -> None:
+    """Forget ``topic``'s pending offsets: Spark asks a source for a new batch only after the
+    previous batch committed, and its sink promoted what was pending then, so what is still
+    pending now belongs to a batch that was planned but never run (the query stopped in
+    between).  Promoted later, it would acknowledge offsets that no batch processed.  (Two
+    sources of one topic may drop each other's: that only delays the acknowledgement to the
+    source's next trigger.)"""
+    p = pending_path(store, query)
+    if not p.exists():
+        return
+    with _ack_lock(store, query):
+        doc = _read_pending(p)
+        if topic not in doc:
+            return
+        del doc[topic]
+        if doc:
+            atomic_write_json(p, doc)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def promote_pending(store: str | os.PathLike, query: str) -> bool:
     """Called by the sink after a batch committed: acknowledge what :func:`write_pending`
     recorded for it. Spark plans a batch only after the previous one committed, so the
-    pending offsets are those of the batch that just committed. Never moves an ack back.
+    pending offsets are those of the batch that just committed: an acknowledgement beyond
+    them raises :class:`OffsetRegression` (:func:`write_ack`), never papered over.
     Returns whether anything was pending (the batch reached a cap)."""
     p = pending_path(store, query)
-    try:
-        doc = json.loads(p.read_text())
-    except (FileNotFoundError, ValueError):
+    doc = _read_pending(p)
+    if not doc:
         return False
-    done = acked_offsets(store, query)
+    done = read_ack(store, query)["topics"]
     for topic, e in doc.items():
         offs = {int(k): int(v) for k, v in e.get("offsets", {}).items()}
-        have = done.get(topic, {})
-        if all(have.get(k, -1) >= v for k, v in offs.items()):
-            continue
-        write_ack(store, query, topic, {k: max(v, have.get(k, v)) for k, v in offs.items()},
-                  GateState.from_dict(e.get("state", {}), f"{p}/{topic}/state"))
-    try:
-        p.unlink()
-    except FileNotFoundError:
-        pass
+        before = done.get(topic, {})
+        have = {int(k): int(v) for k, v in before.get("offsets", {}).items()}
+        if have == offs and before.get("reader") == e.get("reader"):
+            continue  # acknowledged already (the source asked for the next batch first)
+        write_ack(store, query, topic, offs,
+                  GateState.from_dict(e.get("state", {}), str(p), f"/{topic}/state"),
+                  reader=e.get("reader"))
+    p.unlink(missing_ok=True)
     return True
 
 
@@ -356,18 +419,15 @@ def veto(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, in
         if _acked_in(doc, cap):
             return False
         doc["veto"] = migration
-        _atomic_write_json(ack_path(store, query), doc)
+        atomic_write_json(ack_path(store, query), doc)
         return True
 
 
 def wait_for_ack(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
-                 *, epoch: int | None = None, timeout: float = 60.0,
-                 interval: float = 0.1) -> bool:
-    """Poll :func:`is_acked` until true or ``timeout`` seconds pass; return the last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if is_acked(store, query, cap, epoch):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
+                 deadline: Deadline | float, *, epoch: int | None = None,
+                 interval: float = 0.1) -> None:
+    """Poll :func:`is_acked` until true; raises :class:`~compat.errors.DeadlineExceeded`
+    when ``deadline`` (a :class:`~gates.deadline.Deadline` or seconds) runs out first."""
+    deadline = Deadline.of(deadline)
+    while not is_acked(store, query, cap, epoch):
+        deadline.sleep(interval, f"'{query}' to acknowledge {offsets_to_json(cap)}")

@@ -2,8 +2,8 @@
 share nothing but the broker.
 
 Every process that opens the store keeps a local mirror directory with exactly the layout of
-:class:`~migrate.store.DirectoryStore` (so the gated source and sink, which read and write
-plain files, work unchanged) and a sync thread that
+``migrate.store.DirectoryStore`` (so the gated source and sink, which read and write plain
+files, work unchanged) and a sync thread that
 
 * consumes the topic (key = the file's path under the store root, value = its text, a
   tombstone for a deleted file) and writes what other processes published into the mirror;
@@ -20,6 +20,9 @@ store blocks until the mirror has caught up with the topic.
 Checkpoints and logs stay local (``checkpoints/``, ``logs/``): a Spark checkpoint belongs to the
 host that runs the query instance. The mirror lives under ``$THESEUS_LOCAL_DIR`` (default
 ``.theseus/``) in ``kafka-<host>_<port>-<topic>/``.
+
+``migrate.store`` imports this module, never the other way round; both write files through
+:func:`gates.files.atomic_write`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import uuid
 from pathlib import Path
 
 from compat.errors import RuntimeFailure
+from gates.files import atomic_write
 
 _SPEC = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-\[\]:]+):(?P<port>\d+)/(?P<topic>[A-Za-z0-9._\-]+)$")
 LOCAL_ONLY = ("checkpoints", "logs")
@@ -165,8 +169,6 @@ class KafkaMirror:
                     path.unlink(missing_ok=True)
                 self.known[key] = None
                 return
-            from migrate.store import atomic_write
-
             atomic_write(path, text)
             os.utime(path, ns=(mtime, mtime))
             self.known[key] = _digest(text)

@@ -1,20 +1,28 @@
 """Live migrations: swap a running query for a new plan at one exact cut in its input.
 
-The protocol is DESIGN.md's "Migrating live"; the step numbers below are its numbers.
+The protocol is DESIGN.md's "Migrating live"; the step numbers below are its numbers, and
+:data:`PHASES` is the one table of the phases with their numbers on both paths.
 Every phase is written to the store *before* it acts, and every phase is idempotent, so a
 migrator killed anywhere resumes (``theseus migrate resume``) or rolls back
 (``theseus migrate abort``) without loss.  All coordination goes through the store: the old
-query may run in another process on another host.
+query may run in another process on another host.  One :class:`~gates.deadline.Deadline`
+(``--timeout``) bounds every wait and every Kafka call of a run; running out raises one
+:class:`~compat.errors.DeadlineExceeded` naming what was awaited.  A failure of a step (a
+broker that does not answer, a control record not delivered) ends the run with one
+:class:`~compat.errors.MigrationError` naming the step, the phase stays recorded, and
+``resume`` retries it.
 
 1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
-             same checkpoint (unless ``--strategy shadow``).
+             same checkpoint (unless ``--strategy shadow``): the in-place path, below.
 2. Shadow    start the new plan as a new instance (fresh checkpoint, earliest offsets) with
              its start gate closed: its output is discarded while it backfills.
 3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
              row), cap both queries at the high watermarks H and wait until both
              acknowledge H.
 4. Cut       write one control event into every partition of every source topic; their
-             offsets are the cut C (``--cut offsets``: C = H, nothing is written).  Both
+             offsets are the cut C (``--cut offsets``: C = H, nothing is written).  C is
+             checked to be at or beyond H in every partition (a topic deleted and
+             created again since the pause would put it behind).  Both
              gates now admit data up to C; the shadow's cap *follows* the old query: it
              reads on past C by itself, and its start gate opens *from C*, holding the
              first batch from C until the old query acknowledged C (all its output
@@ -25,6 +33,13 @@ query may run in another process on another host.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
 7. Finish    record the new plan and instance as the query's; the migration is done.
+
+The in-place path (DESIGN.md's step 1 carried out) has its own numbers:
+
+1. Check     as above; the verdict is ``in_place`` (or ``identical``).
+2. In place  stop the query between batches, restart it on the same checkpoint with the
+             new plan (skipped when resumed after it already runs the new plan).
+3. Finish    record the new plan as the query's; the migration is done.
 
 ``abort`` before the cutover vetoes the hand-over atomically with the old query's
 acknowledgements (one lock, one file) and refuses when the old query already acknowledged
@@ -45,9 +60,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compat.check import check_plans, load_plan
-from compat.errors import MigrationError
+from compat.errors import DeadlineExceeded, MigrationError, RuntimeFailure, StoreError
 from compat.model import Plan
 from compat.steps import Source
+from gates.broker import client_conf, watermarks
+from gates.deadline import Deadline
+from gates.files import atomic_write
 from gates.startgate import StartGate, write_start_gate
 from gates.state import (
     GateState,
@@ -60,10 +78,31 @@ from gates.state import (
     veto,
     write_gate,
 )
-from migrate.store import DirectoryStore, atomic_write
+from migrate.store import DirectoryStore, read_json
 
-PHASES = ("check", "shadow", "pause", "cut", "align", "cutover", "finish", "done")
+# Every phase of both paths, in the order they run, with its step number on each path
+# (None: not on that path).  The shadow path's numbers are DESIGN.md's steps; the in-place
+# path is DESIGN's step 1 carried out (a graceful stop and a restart on the checkpoint).
+#          phase        shadow  in place
+PHASES: dict[str, tuple[int | None, int | None]] = {
+    "check": (1, 1),
+    "in_place": (None, 2),
+    "shadow": (2, None),
+    "pause": (3, None),
+    "cut": (4, None),
+    "align": (5, None),
+    "cutover": (6, None),
+    "finish": (7, 3),
+    "done": (8, 4),
+}
 TERMINAL = ("done", "aborted", "refused")
+
+
+def step_number(kind: str, phase: str) -> int | None:
+    """The number of ``phase`` on the path ``kind`` (``shadow``, ``in_place``, or "" while
+    undecided), None for a phase that is not a step (``aborted``, ``refused``)."""
+    shadow, in_place = PHASES.get(phase, (None, None))
+    return in_place if kind == "in_place" else shadow
 
 
 @dataclass
@@ -90,18 +129,24 @@ class Migration:
     trigger: str = "1 second"
     error: str | None = None
 
-    def save(self, store: DirectoryStore) -> None:
+    def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
         atomic_write(store.query_dir(self.query) / "migration", self.id)
-        store.flush()  # recorded where every host reads it, before anyone acts on it
+        store.flush(deadline)  # recorded where every host reads it, before anyone acts on it
 
     @classmethod
     def load(cls, store: DirectoryStore, migration_id: str) -> Migration:
         path = store.migration_path(migration_id)
-        if not path.exists():
+        try:
+            doc = read_json(path, "migration record")
+        except FileNotFoundError:
             raise MigrationError(f"no migration '{migration_id}' in the store",
-                                 file=str(store.root))
-        return cls(**json.loads(path.read_text()))
+                                 file=str(store.root)) from None
+        try:
+            return cls(**doc)
+        except TypeError as e:
+            raise StoreError("malformed migration record", file=str(path),
+                             expected="the fields of a migration", found=str(e)) from None
 
 
 def current(store: DirectoryStore, query: str) -> Migration:
@@ -119,6 +164,26 @@ def _offsets_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int
 
 def _offsets(doc: dict[str, dict[str, int]]) -> dict[str, dict[int, int]]:
     return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc.items()}
+
+
+def check_cut(high: dict[str, dict[int, int]], cut: dict[str, dict[int, int]]) -> None:
+    """The cut C must cover every partition of the high watermarks H, at or beyond H: both
+    queries were paused at H, and a control event lands after everything written before it.
+    A cut behind H means the topic was deleted and created again since the pause (or a bug):
+    refuse, naming the topic, the partition and both offsets."""
+    for t, parts in sorted(high.items()):
+        for p, h in sorted(parts.items()):
+            c = cut.get(t, {}).get(p)
+            if c is None:
+                raise MigrationError(f"topic '{t}' partition {p}: the cut C misses a "
+                                     "partition of the high watermarks H",
+                                     expected=f"C at offset {h} or later (H)", found="none")
+            if c < h:
+                raise MigrationError(f"topic '{t}' partition {p}: the cut C is behind the "
+                                     "high watermark H (the topic was deleted and created "
+                                     "again since the pause?)",
+                                     expected=f"C at offset {h} or later (H)",
+                                     found=f"C at offset {c}")
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -142,36 +207,44 @@ class Migrator:
 
     def __init__(self, store: DirectoryStore, m: Migration,
                  echo: Callable[[str], None] = print, timeout: float = 600.0,
-                 lag_threshold: int = 2000, steady_batches: int = 6) -> None:
+                 lag_threshold: int = 2000, steady_batches: int = 6,
+                 deadline: Deadline | None = None) -> None:
         self.store = store
         self.m = m
         self.echo = echo
         # One time budget shared by every Kafka/Spark wait of this run.
-        self.deadline = time.monotonic() + timeout
+        self.deadline = deadline or Deadline(timeout, hint=self.resume_hint())
         self.lag_threshold = lag_threshold
         self.steady_batches = steady_batches
 
     # -- helpers --------------------------------------------------------------------------
+    def resume_hint(self) -> str:
+        q = self.m.query
+        return (f"theseus migrate resume {q} continues from here; theseus migrate abort {q} "
+                "rolls back")
+
+    def save(self) -> None:
+        self.m.save(self.store, self.deadline)
+
+    def flush(self) -> None:
+        self.store.flush(self.deadline)
+
     def enter(self, phase: str) -> None:
         """Record a phase before acting on it."""
         self.m.phase = phase
         self.m.history.append([phase, round(time.time(), 3)])
-        self.m.save(self.store)
-        self.echo(f"[{self.m.id}] {PHASES.index(phase) + 1 if phase in PHASES else '-'}. "
-                  f"{phase}")
+        self.save()
+        n = step_number(self.m.kind, phase)
+        self.echo(f"[{self.m.id}] {phase}" if n is None else f"[{self.m.id}] {n}. {phase}")
         fault = os.environ.get("THESEUS_FAULT")  # tests: die right after recording a phase
         if fault == f"after:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
 
     def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2) -> None:
+        """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded."""
         while not cond():
             self.check_alive()
-            if time.monotonic() > self.deadline:
-                raise MigrationError(f"timed out waiting for {what}",
-                                     file=str(self.store.root),
-                                     hint="theseus migrate resume continues from here; "
-                                          "theseus migrate abort rolls back")
-            time.sleep(interval)
+            self.deadline.sleep(interval, what)
 
     def check_alive(self) -> None:
         """A shadow that failed will never catch up: say so now, with its log."""
@@ -201,44 +274,18 @@ class Migrator:
                        if isinstance(n, Source) and n.role != "table"})
 
     def high_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.m.bootstrap, "group.id": "theseus-migrator",
-                      "enable.auto.commit": False})
-        try:
-            out: dict[str, dict[int, int]] = {}
-            for t in topics:
-                parts = c.list_topics(t, timeout=30).topics[t].partitions
-                out[t] = {}
-                for p in sorted(parts):
-                    lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=30)
-                    out[t][p] = hi
-            return out
-        finally:
-            c.close()
+        return watermarks(self.m.bootstrap, topics, self.deadline)
 
     def low_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.m.bootstrap, "group.id": "theseus-migrator",
-                      "enable.auto.commit": False})
-        try:
-            out: dict[str, dict[int, int]] = {}
-            for t in topics:
-                parts = c.list_topics(t, timeout=30).topics[t].partitions
-                out[t] = {p: c.get_watermark_offsets(TopicPartition(t, p), timeout=30)[0]
-                          for p in sorted(parts)}
-            return out
-        finally:
-            c.close()
+        return watermarks(self.m.bootstrap, topics, self.deadline, low=True)
 
     def set_gate(self, instance: str, mode: str, cap: dict[str, dict[int, int]] | None = None,
                  follow: str | None = None, retire: str | None = None) -> int:
         self.m.epoch += 1
-        self.m.save(self.store)
+        self.save()
         write_gate(self.store.root, instance,
                    GateState(mode, cap or {}, self.m.epoch, follow, retire))
-        self.store.flush()
+        self.flush()
         return self.m.epoch
 
     def spawn(self, plan_path: str, instance: str, generation: int, gated: bool) -> int:
@@ -264,16 +311,27 @@ class Migrator:
         return f"{self.plans()[1].sink.topic}.shadow"
 
     def ensure_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.m.bootstrap})
-        if topic in admin.list_topics(timeout=30).topics:
-            return
-        fut = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
+        admin = AdminClient(client_conf(self.m.bootstrap))
+        what = f"the broker {self.m.bootstrap} to list its topics"
         try:
-            fut.result(30)
+            if topic in admin.list_topics(timeout=self.deadline.timeout(what)).topics:
+                return
+        except KafkaException as e:
+            self.deadline.check(what)
+            raise MigrationError(f"cannot list the broker's topics: {e}",
+                                 file=self.m.new_plan, found=self.m.bootstrap) from None
+        what = f"the comparison topic '{topic}' to be created"
+        timeout = self.deadline.timeout(what)
+        fut = admin.create_topics([NewTopic(topic, partitions, 1)],
+                                  request_timeout=timeout)[topic]
+        try:
+            fut.result(timeout)
         except Exception as e:  # created concurrently (a resumed run) is fine
             if "TOPIC_ALREADY_EXISTS" not in str(e):
+                self.deadline.check(what)
                 raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
                                      file=self.m.new_plan) from None
 
@@ -302,14 +360,31 @@ class Migrator:
 
     # -- the protocol -------------------------------------------------------------------
     def run(self) -> Migration:
-        steps = {"check": self.step_check, "shadow": self.step_shadow,
-                 "pause": self.step_pause, "cut": self.step_cut, "align": self.step_align,
-                 "cutover": self.step_cutover, "finish": self.step_finish}
+        steps = {"check": self.step_check, "in_place": self.step_in_place,
+                 "shadow": self.step_shadow, "pause": self.step_pause, "cut": self.step_cut,
+                 "align": self.step_align, "cutover": self.step_cutover,
+                 "finish": self.step_finish}
+        if self.m.kind == "in_place" and self.m.phase == "cutover":
+            self.m.phase = "in_place"  # recorded before the in-place path had its own phase
         while self.m.phase not in TERMINAL:
-            if self.m.kind == "in_place" and self.m.phase != "check":
-                self.step_in_place()
-                continue
-            steps[self.m.phase]()
+            phase = self.m.phase
+            try:
+                steps[phase]()
+            except DeadlineExceeded as e:
+                n = step_number(self.m.kind, phase)
+                e.message = f"step {n} ({phase}) of migration {self.m.id}: {e.message}"
+                e.args = (e.render(),)
+                raise
+            except MigrationError:
+                raise
+            except RuntimeFailure as e:
+                # Kafka, the store or a gate failed under this step: one message that says
+                # which step, what failed, and that the recorded phase can be resumed.
+                n = step_number(self.m.kind, phase)
+                self.m.error = e.render()
+                self.save()
+                raise MigrationError(f"step {n} ({phase}) of migration {self.m.id} failed: "
+                                     f"{e.render()}", hint=self.resume_hint()) from e
         return self.m
 
     def step_check(self) -> None:
@@ -322,7 +397,7 @@ class Migrator:
             self.m.phase = "refused"
             self.m.error = "; ".join(f"[{f.code}] {f.message}" for f in report.findings
                                      if f.effect == "unsupported")
-            self.m.save(self.store)
+            self.save()
             raise MigrationError("the checker says this upgrade is unsupported: " +
                                  self.m.error, file=self.m.new_plan,
                                  hint="see theseus check for every finding")
@@ -336,7 +411,7 @@ class Migrator:
         if shadow:
             self.require_history(new)
         self.m.phase = "shadow" if shadow else "in_place"
-        self.m.save(self.store)
+        self.save()
 
     def require_history(self, new: Plan) -> None:
         """A stateful shadow recomputes its state from the earliest offsets: refuse when
@@ -351,25 +426,44 @@ class Migrator:
                               for t, ps in lost.items())
             self.m.phase = "refused"
             self.m.error = f"history deleted by retention (earliest available: {shown})"
-            self.m.save(self.store)
+            self.save()
             raise MigrationError("the new plan is stateful and needs the source history "
                                  "from offset 0, but retention deleted part of it",
                                  file=self.m.new_plan, expected="earliest offsets 0",
                                  found=f"earliest available offsets: {shown}")
 
     def step_in_place(self) -> None:
-        """Step 1 (in place). Graceful stop, then a restart on the same checkpoint."""
-        self.enter("cutover")
-        old = self.m.old_instance
-        self.store.request_stop(old)
-        self.wait(f"'{old}' to stop", lambda: self.stopped(old))
-        gen = int(self.store.status(old).get("generation", 0))
-        self.store.clear_stop(old)
-        self.spawn(self.m.new_plan, old, gen, gated=False)
-        self.wait(f"'{old}' to restart on the new plan", lambda: self.running(old))
-        self.enter("finish")
-        self.store.put_plan(self.m.query, open(self.m.new_plan).read())
-        self.enter("done")
+        """Step 2 (in place). Stop the query between batches, restart it on the same
+        checkpoint with the new plan."""
+        self.enter("in_place")
+        q = self.m.old_instance
+        # Resumed after a crash: a restart this step began may still be starting up (it
+        # clears stop requests as it starts), or may already run the new plan.
+        self.wait(f"'{q}' to finish starting", lambda: not self.starting(q))
+        if not (self.running(q) and self.runs_new_plan(q)):
+            self.store.request_stop(q)
+            self.wait(f"'{q}' to stop", lambda: self.stopped(q))
+            gen = int(self.store.status(q).get("generation", 0))
+            self.store.clear_stop(q)
+            self.spawn(self.m.new_plan, q, gen, gated=False)
+        self.wait(f"'{q}' to restart on the new plan", lambda: self.running(q))
+        self.m.phase = "finish"
+        self.save()
+
+    def starting(self, instance: str) -> bool:
+        st = self.store.status(instance)
+        return st.get("status") == "starting" and _pid_alive(st.get("pid"))
+
+    def runs_new_plan(self, instance: str) -> bool:
+        """The plan ``instance`` records it runs is the new plan (``theseus run`` records
+        the plan it loaded, serialized)."""
+        from compat.serde import dumps
+
+        try:
+            running = self.store.plan_path(instance).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return False
+        return running == dumps(load_plan(self.m.new_plan))
 
     def step_shadow(self) -> None:
         """Step 2. Start the shadow: new instance, fresh checkpoint, start gate closed."""
@@ -384,7 +478,7 @@ class Migrator:
         self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
         self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
         self.m.phase = "pause"
-        self.m.save(self.store)
+        self.save()
 
     def instance_topics(self) -> dict[str, list[str]]:
         old, new = self.plans()
@@ -414,7 +508,7 @@ class Migrator:
                 if not any(h[0] == "caught_up" for h in self.m.history):
                     # the backfill ends here
                     self.m.history.append(["caught_up", round(time.time(), 3)])
-                    self.m.save(self.store)
+                    self.save()
                 at = json.dumps(done, sort_keys=True)
                 if total == 0 or at != steady["at"]:  # a new batch, or idle at the head
                     steady.update(batches=steady["batches"] + 1, at=at)
@@ -428,7 +522,7 @@ class Migrator:
         self.m.history.append(["steady", round(time.time(), 3)])
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
-        self.m.save(self.store)
+        self.save()
         first = self.m.epoch + 1
         for q, ts in per.items():
             self.set_gate(q, "capped", {t: high[t] for t in ts})
@@ -437,24 +531,27 @@ class Migrator:
             self.wait(f"'{q}' to reach H", lambda q=q, cap=cap: is_acked(
                 self.store.root, q, cap, first))
         self.m.phase = "cut"
-        self.m.save(self.store)
+        self.save()
 
     def step_cut(self) -> None:
         """Step 4. Write the control events; their offsets are the cut C."""
         self.enter("cut")
         topics = sorted(_offsets(self.m.high))
+        high = _offsets(self.m.high)
         if self.m.cut_mode == "offsets":
-            cut = _offsets(self.m.high)
+            cut = high
         else:
             from gates.control import write_control_events
 
-            cut = write_control_events(self.m.bootstrap, topics, self.m.id)
+            cut = write_control_events(self.m.bootstrap, topics, self.m.id,
+                                       deadline=self.deadline)
+        check_cut(high, cut)
         self.m.cut = _offsets_json(cut)
-        self.m.save(self.store)
+        self.save()
         self.echo("  cut C = " + json.dumps(self.m.cut))
         self.arm(cut)
         self.m.phase = "align"
-        self.m.save(self.store)
+        self.save()
 
     def arm(self, cut: dict[str, dict[int, int]]) -> None:
         """Cap both queries at C. The shadow's cap follows the old query: its source passes C
@@ -468,7 +565,7 @@ class Migrator:
         theirs = {t: cut[t] for t in per[old]}
         write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
                          follow=old, follow_offsets=theirs)
-        self.store.flush()
+        self.flush()
         self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
 
@@ -489,7 +586,7 @@ class Migrator:
             self.wait(f"'{q}' to reach the cut",
                       lambda q=q, cut=cut: is_acked(self.store.root, q, cut))
         self.m.phase = "cutover"
-        self.m.save(self.store)
+        self.save()
 
     def step_cutover(self) -> None:
         """Step 6. Open the shadow's start gate and lift its cap; stop the old query.
@@ -502,18 +599,18 @@ class Migrator:
         old, inst = self.m.old_instance, self.m.new_instance
         self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
         write_start_gate(self.store.root, inst, True, self.m.id)
-        self.store.flush()
+        self.flush()
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
         # the shadow's first batches. Let the shadow commit a batch past the cut first.
         cut = _offsets(self.m.cut)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not self.past(inst, cut):
-            time.sleep(0.2)
+        courtesy = self.deadline.within(30)
+        while not courtesy.expired() and not self.past(inst, cut):
+            time.sleep(min(0.2, courtesy.remaining()))
         self.store.request_stop(old)
         self.wait(f"'{old}' to stop", lambda: self.stopped(old))
         self.m.phase = "finish"
-        self.m.save(self.store)
+        self.save()
 
     def switched(self, instance: str) -> bool:
         """The shadow's start gate is open (it writes the output from the cut on)."""
@@ -532,11 +629,21 @@ class Migrator:
         return False
 
     def step_finish(self) -> None:
-        """Step 7. The new plan is the query's plan; its instance is the live one."""
+        """Step 7 (3 in place). The new plan is the query's plan; after a shadow migration
+        its instance is the live one."""
         self.enter("finish")
-        self.store.set_live(self.m.query, self.m.new_instance)
-        self.store.put_plan(self.m.query, open(self.m.new_plan).read())
+        if self.m.kind == "shadow":
+            self.store.set_live(self.m.query, self.m.new_instance)
+        self.store.put_plan(self.m.query, self.new_plan_text())
         self.enter("done")
+
+    def new_plan_text(self) -> str:
+        try:
+            with open(self.m.new_plan, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise StoreError(f"cannot read the migration's new plan: {e.strerror or e}",
+                             file=self.m.new_plan) from None
 
     # -- rollback -----------------------------------------------------------------------
     def abort(self) -> Migration:
@@ -563,10 +670,10 @@ class Migrator:
                 raise MigrationError("the old query finished the input before the cut: the "
                                      "shadow takes over from there", file=str(self.store.root),
                                      hint="theseus migrate resume finishes the migration")
-            self.store.flush()
+            self.flush()
             self.set_gate(inst, "paused")
             write_start_gate(self.store.root, inst, False, self.m.id)
-            self.store.flush()
+            self.flush()
         write_gate(self.store.root, old, GateState("open", {}, self.m.epoch + 1))
         if inst and inst != old:
             self.store.request_stop(inst)
@@ -574,7 +681,7 @@ class Migrator:
         self.m.epoch += 1
         self.enter("aborted")
         self.m.phase = "aborted"
-        self.m.save(self.store)
+        self.save()
         return self.m
 
 
@@ -609,8 +716,9 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
                   new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                   cut_mode=cut_mode, require=list(require or []), compare=compare,
                   bootstrap=bootstrap, master=master, trigger=trigger)
-    m.save(store)
-    return Migrator(store, m, echo, timeout).run()
+    migrator = Migrator(store, m, echo, timeout)  # the time budget starts here
+    migrator.save()
+    return migrator.run()
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,

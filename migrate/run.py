@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import RuntimeFailure
+from compat.errors import RuntimeFailure, TheseusError
 from compat.model import Plan
 from compat.serde import dumps
 from migrate.store import DirectoryStore, open_store
@@ -56,6 +57,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
                     .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                     .getOrCreate())
         _SESSION.sparkContext.setLogLevel("ERROR")
+        _quiet_query_failures(_SESSION)
     _SESSION.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return _SESSION
 
@@ -146,8 +148,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 echo(progress_line(p))
         exc = query.exception()
         if exc is not None:
-            store.set_status(name, status="failed", error=str(exc)[:2000])
-            raise RuntimeFailure(f"the query failed: {str(exc).splitlines()[0]}",
+            store.set_status(name, status="failed", error=str(exc)[:8000])
+            raise RuntimeFailure(f"the query failed: {failure_message(str(exc))}",
                                  file=plan_path, node=None)
         store.set_status(name, status="stopped", last_batch=seen,
                          handed_over=handed_over.is_set())
@@ -168,6 +170,43 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         signal.signal(signal.SIGTERM, old_term)
         if query.isActive:
             query.stop()
+
+
+def _quiet_query_failures(spark: Any) -> None:
+    """Spark logs a failed query's whole JVM stack trace at ERROR before the host can say
+    what failed: the host reports it in one line (:func:`failure_message`) and records the
+    whole text in the store's status, so that log is left out."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception:  # another logging backend: keep Spark's log
+        pass
+
+
+def _error_names() -> set[str]:
+    names, todo = set(), [TheseusError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
+
+
+def failure_message(text: str) -> str:
+    """What a failed query's error says went wrong, in one line.  Spark wraps an error raised
+    in Python (the gated source, the sink) in its own message that carries the Python
+    traceback; its last ``<module>.<Class>: message`` line of a Theseus error says it best,
+    else the last Python exception line, else Spark's first line."""
+    lines = text.splitlines()
+    names = "|".join(sorted(_error_names()))
+    theseus = re.compile(rf"^(?:[\w.]+\.)?(?:{names}): (.+)$")
+    python = re.compile(r"^[\w.]*(?:Error|Exception): (.+)$")
+    for pattern in (theseus, python):
+        found = [m.group(1) for m in map(pattern.match, lines) if m]
+        if found:
+            return found[-1].strip()
+    return (lines[0] if lines else text).strip()
 
 
 def stop_after_batch(query: Any, timeout: float = 10.0) -> None:

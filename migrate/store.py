@@ -14,30 +14,34 @@ half-written record behind.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from compat.errors import RuntimeFailure
+from compat.errors import RuntimeFailure, StoreError
+from gates.deadline import Deadline
+from gates.files import atomic_write
+from migrate.kafkastore import KafkaMirror, local_dir
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path``, or StoreError naming the file (``what`` says what it
+    should hold)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise StoreError(f"unreadable {what}", file=str(path), expected="JSON",
+                         found=str(e)) from None
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise StoreError(f"cannot read the {what}: {e.strerror or e}",
+                         file=str(path)) from None
+
 
 
 class DirectoryStore:
@@ -53,8 +57,9 @@ class DirectoryStore:
     def __str__(self) -> str:
         return str(self.root)
 
-    def flush(self) -> None:
-        """Make every write so far durable where other hosts read it (files: already)."""
+    def flush(self, deadline: Deadline | None = None) -> None:
+        """Make every write so far durable where other hosts read it (files: already);
+        a migration passes its :class:`~gates.deadline.Deadline`."""
 
     # queries --------------------------------------------------------------------------
     def query_dir(self, query: str) -> Path:
@@ -68,9 +73,14 @@ class DirectoryStore:
 
     def status(self, query: str) -> dict[str, Any]:
         p = self.query_dir(query) / "status.json"
-        if not p.exists():
+        try:
+            doc = read_json(p, "query status")
+        except FileNotFoundError:
             return {}
-        return json.loads(p.read_text())
+        if not isinstance(doc, dict):
+            raise StoreError("malformed query status", file=str(p), pointer="",
+                             expected="a JSON object", found=type(doc).__name__)
+        return doc
 
     def set_status(self, query: str, **fields: Any) -> dict[str, Any]:
         cur = self.status(query)
@@ -116,17 +126,14 @@ class KafkaStore(DirectoryStore):
     :mod:`migrate.kafkastore`); ``spec`` is ``kafka://HOST:PORT/TOPIC``."""
 
     def __init__(self, spec: str) -> None:
-        import atexit
-
-        from migrate.kafkastore import KafkaMirror, local_dir
-
         super().__init__(local_dir(spec))
         self.spec = spec
         self.mirror = KafkaMirror(spec, self.root)
         atexit.register(self._final_flush)
 
-    def flush(self) -> None:
-        self.mirror.flush()
+    def flush(self, deadline: Deadline | None = None) -> None:
+        self.mirror.flush(30.0 if deadline is None else
+                          deadline.timeout("the store's records to reach Kafka"))
 
     def _final_flush(self) -> None:
         try:

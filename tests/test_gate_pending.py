@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from compat.errors import OffsetRegression
 from gates.state import (
     GateState,
     acked_offsets,
@@ -26,11 +29,15 @@ def test_pending_becomes_the_ack_when_the_batch_commits(tmp_path):
     assert acked_offsets(tmp_path, "q") == {"t": {0: 10, 1: 7}}
 
 
-def test_promotion_never_moves_an_ack_back(tmp_path):
+def test_promotion_behind_the_ack_is_reported_not_papered_over(tmp_path):
+    # issue 11: promotion used to keep the larger offset per partition ({0: 12, 1: 7})
     write_pending(tmp_path, "q", "t", {0: 10, 1: 7}, CAP)
     write_ack(tmp_path, "q", "t", {0: 12, 1: 5}, GateState())
-    promote_pending(tmp_path, "q")
-    assert acked_offsets(tmp_path, "q") == {"t": {0: 12, 1: 7}}
+    with pytest.raises(OffsetRegression) as e:
+        promote_pending(tmp_path, "q")
+    assert (e.value.topic, e.value.partition) == ("t", 0)
+    assert "12" in e.value.expected and "10" in e.value.found
+    assert acked_offsets(tmp_path, "q") == {"t": {0: 12, 1: 5}}  # nothing written
 
 
 def test_pending_topics_merge(tmp_path):

@@ -1,0 +1,50 @@
+"""Files that other processes read while they are being written: every write is atomic.
+
+One function for the whole project (the store's records, gate state and acknowledgements,
+start gates, the Kafka store's mirror): write a temporary file in the same directory, fsync
+it, rename it over the target.  A reader sees the old content or the new, never half of it;
+a crash leaves at most a temporary dot file (``.<name>.<random>.tmp``), which readers and the
+Kafka store's mirror ignore.
+
+Standard library and ``compat.errors`` only, so that ``gates`` and ``migrate`` both import it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from compat.errors import StoreError
+
+
+def atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically; raises StoreError naming the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise StoreError(f"cannot write the file: {e.strerror or e}", file=str(path)) from e
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise StoreError(f"cannot write the file: {e.strerror or e}",
+                             file=str(path)) from e
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike[str], doc: Any, indent: int | None = 1) -> None:
+    """:func:`atomic_write` of ``doc`` as JSON (serialized first: a document that is not
+    JSON fails before any file is touched)."""
+    atomic_write(path, json.dumps(doc, indent=indent) + "\n")

@@ -1,0 +1,145 @@
+"""Issue 11: the migrator's steps without services: both paths' phases in one numbered
+table (an in-place restart no longer prints "6. cutover"), resume of the in-place path, and
+a cut C behind the high watermarks H refused."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from compat.check import load_plan
+from compat.errors import MigrationError
+from compat.serde import dumps
+from migrate import migration
+from migrate.migration import PHASES, TERMINAL, Migration, Migrator, check_cut, step_number
+from migrate.store import DirectoryStore
+from tests.conftest import FIXTURES
+
+SHIP_LOAD = str(FIXTURES / "plans" / "ship_load.json")
+
+
+def test_every_phase_the_migrator_runs_is_in_the_table():
+    steps = {name[len("step_"):] for name in dir(Migrator) if name.startswith("step_")}
+    assert steps <= set(PHASES)
+    assert "in_place" in PHASES and not set(TERMINAL) & (set(PHASES) - {"done"})
+
+
+def test_each_path_is_numbered_one_to_n_in_order():
+    for kind, column in (("shadow", 0), ("in_place", 1)):
+        numbers = [n[column] for n in PHASES.values() if n[column] is not None]
+        assert numbers == list(range(1, len(numbers) + 1)), kind
+    assert [p for p, n in PHASES.items() if n[1]] == ["check", "in_place", "finish", "done"]
+    assert step_number("shadow", "cutover") == 6 and step_number("in_place", "cutover") is None
+    assert step_number("", "check") == 1  # undecided yet
+    assert step_number("shadow", "aborted") is None
+
+
+class FakeHost:
+    """The query host as the in-place step sees it through the store: ``spawn`` restarts
+    the instance on the new plan (recording it as ``theseus run`` does)."""
+
+    def __init__(self, store: DirectoryStore, instance: str) -> None:
+        self.store, self.instance, self.spawned = store, instance, []
+
+    def install(self, monkeypatch) -> None:
+        store = self.store
+
+        def spawn(mig, plan_path, instance, generation, gated):
+            self.spawned.append((plan_path, instance, generation, gated))
+            store.put_plan(instance, dumps(load_plan(plan_path)))
+            store.set_status(instance, status="running", pid=os.getpid())
+            return os.getpid()
+
+        def stopped(mig, instance):
+            return store.stop_requested(instance)  # the host obeys at once
+
+        monkeypatch.setattr(Migrator, "spawn", spawn)
+        monkeypatch.setattr(Migrator, "stopped", stopped)
+
+
+def in_place_store(tmp_path, phase: str, kind: str = "in_place"):
+    store = DirectoryStore(tmp_path)
+    store.put_plan("ship_load", "{}")  # the old plan (not read by these steps)
+    store.set_status("ship_load", status="running", pid=os.getpid(), generation=3)
+    m = Migration(id="m1", query="ship_load", new_plan=SHIP_LOAD, old_instance="ship_load",
+                  new_instance="ship_load.g4", generation=4, kind=kind, phase=phase,
+                  verdict="in_place")
+    m.save(store)
+    return store, m
+
+
+def test_an_in_place_restart_prints_its_own_steps(tmp_path, monkeypatch):
+    store, m = in_place_store(tmp_path, "in_place")
+    host = FakeHost(store, "ship_load")
+    host.install(monkeypatch)
+    lines: list[str] = []
+    done = Migrator(store, m, echo=lines.append, timeout=60).run()
+    assert lines == ["[m1] 2. in_place", "[m1] 3. finish", "[m1] 4. done"]
+    assert done.phase == "done"
+    assert host.spawned == [(SHIP_LOAD, "ship_load", 3, False)]  # same checkpoint
+    assert store.live_instance("ship_load") == "ship_load"  # no new instance in place
+    assert [h[0] for h in done.history] == ["in_place", "finish", "done"]
+
+
+def test_resumed_after_the_restart_it_does_not_restart_again(tmp_path, monkeypatch):
+    store, m = in_place_store(tmp_path, "in_place")
+    store.put_plan("ship_load", dumps(load_plan(SHIP_LOAD)))  # already on the new plan
+    host = FakeHost(store, "ship_load")
+    host.install(monkeypatch)
+    lines: list[str] = []
+    migration.resume(store, "ship_load", echo=lines.append, timeout=60)
+    assert host.spawned == [] and not store.stop_requested("ship_load")
+    assert lines[0] == "[m1] 2. in_place"
+
+
+def test_a_record_from_before_the_in_place_phase_resumes_on_its_path(tmp_path, monkeypatch):
+    """Records written when the in-place restart was recorded as phase "cutover"."""
+    store, _ = in_place_store(tmp_path, "cutover")
+    FakeHost(store, "ship_load").install(monkeypatch)
+    lines: list[str] = []
+    migration.resume(store, "ship_load", echo=lines.append, timeout=60)
+    assert lines == ["[m1] 2. in_place", "[m1] 3. finish", "[m1] 4. done"]
+
+
+# ------------------------------------------------------------------------- C >= H
+
+def test_a_cut_at_or_beyond_the_high_watermarks_passes():
+    check_cut({"t": {0: 10, 1: 5}}, {"t": {0: 10, 1: 9}})
+    check_cut({"t": {0: 10}}, {"t": {0: 10}, "u": {0: 1}})
+
+
+def test_a_cut_behind_the_high_watermarks_names_topic_partition_and_both_offsets():
+    with pytest.raises(MigrationError) as e:
+        check_cut({"t": {0: 10, 1: 5}}, {"t": {0: 11, 1: 4}})
+    text = str(e.value)
+    assert "topic 't' partition 1" in text
+    assert "offset 5" in text and "offset 4" in text
+
+
+def test_a_cut_missing_a_partition_is_refused():
+    with pytest.raises(MigrationError) as e:
+        check_cut({"t": {0: 10, 1: 5}}, {"t": {0: 11}})
+    assert "topic 't' partition 1" in str(e.value)
+
+
+def test_step_cut_refuses_control_events_behind_h_and_records_no_cut(tmp_path, monkeypatch):
+    """A topic deleted and created again between the pause and the cut: the control events
+    land behind H.  The step refuses before arming any gate."""
+    import gates.control
+
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q",
+                  new_instance="q.g1", kind="shadow", phase="cut", bootstrap="b:9092",
+                  high={"packages": {"0": 120, "1": 80}})
+    m.save(store)
+    monkeypatch.setattr(gates.control, "write_control_events",
+                        lambda *a, **k: {"packages": {0: 3, 1: 2}})
+    mig = Migrator(store, m, echo=lambda s: None, timeout=60)
+    with pytest.raises(MigrationError) as e:
+        mig.run()
+    assert "topic 'packages' partition 0" in str(e.value)
+    assert "offset 120" in str(e.value) and "offset 3" in str(e.value)
+    again = migration.current(store, "q")
+    assert again.phase == "cut" and again.cut == {}
+    assert not (store.root / "gates").exists()  # no gate was armed
