@@ -247,18 +247,25 @@ class Migrator:
             self.deadline.sleep(interval, what)
 
     def check_alive(self) -> None:
-        """A shadow that failed will never catch up: say so now, with its log."""
-        inst = self.m.new_instance
-        if self.m.kind != "shadow" or not inst or self.m.phase not in (
+        """A query that failed will never reach H or C: say so now, with its error and log,
+        instead of waiting for the deadline."""
+        if self.m.kind != "shadow" or not self.m.new_instance or self.m.phase not in (
                 "shadow", "pause", "cut", "align"):
             return
-        st = self.store.status(inst)
-        if st.get("status") == "failed":
-            log = self.store.log_path(inst)
-            first = (str(st.get("error") or "see its log").splitlines() or [""])[0][:300]
-            raise MigrationError(f"the shadow query '{inst}' failed: {first}", file=str(log),
-                                 hint="fix the cause, then theseus migrate abort (the old "
-                                      "query keeps running) and start again")
+        from migrate.run import failure_message
+
+        q = self.m.query
+        for inst, which, hint in (
+                (self.m.new_instance, "shadow", "fix the cause, then theseus migrate abort "
+                 f"{q} (the old query keeps running) and start again"),
+                (self.m.old_instance, "old", "fix the cause, restart it with theseus run (its "
+                 f"checkpoint keeps its place), then theseus migrate resume {q}; or theseus "
+                 f"migrate abort {q}")):
+            st = self.store.status(inst)
+            if st.get("status") == "failed":
+                first = failure_message(str(st.get("error") or "see its log"))[:500]
+                raise MigrationError(f"the {which} query '{inst}' failed: {first}",
+                                     file=str(self.store.log_path(inst)), hint=hint)
 
     def plans(self) -> tuple[Plan, Plan]:
         old = load_plan(str(self.store.plan_path(self.m.old_instance)))

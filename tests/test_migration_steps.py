@@ -143,3 +143,26 @@ def test_step_cut_refuses_control_events_behind_h_and_records_no_cut(tmp_path, m
     again = migration.current(store, "q")
     assert again.phase == "cut" and again.cut == {}
     assert not (store.root / "gates").exists()  # no gate was armed
+
+
+# ------------------------------------------------------------------------- failed queries
+
+@pytest.mark.parametrize("which", ["old", "shadow"])
+def test_a_failed_query_ends_the_wait_with_its_error(tmp_path, which):
+    """A query that failed (the old one, or the shadow) never reaches H: the migrator says
+    so at once, with the Theseus error line of Spark's failure, instead of at the
+    deadline."""
+    from tests.test_runtime_errors import SPARK_FAILURE
+
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q",
+                  new_instance="q.g1", kind="shadow", phase="pause")
+    store.set_status("q" if which == "old" else "q.g1", status="failed",
+                     error=SPARK_FAILURE)
+    mig = Migrator(store, m, echo=lambda s: None, timeout=600)
+    with pytest.raises(MigrationError) as e:
+        mig.wait("'q' to reach H", lambda: False)
+    text = str(e.value)
+    assert f"the {which} query" in text
+    assert "the topic has fewer partitions than the plan says" in text
+    assert "SQLSTATE" not in text and "theseus migrate abort q" in text
