@@ -85,13 +85,20 @@ class InferContext:
 
     def expr_type(self, node: Node, field: str, text: str, scope: E.Scope, *,
                   ptr: str | None = None, allow_aggregate: bool = False) -> str:
+        return self.typed(node, field, text, scope, ptr=ptr,
+                          allow_aggregate=allow_aggregate)[0]
+
+    def typed(self, node: Node, field: str, text: str, scope: E.Scope, *,
+              ptr: str | None = None, allow_aggregate: bool = False
+              ) -> tuple[str, E.ExprInfo]:
+        """The type of an expression over ``scope``, and what ``compat.expr`` made of it."""
         try:
             info = E.analyze(text)
             if not allow_aggregate and info.has_aggregate:
                 raise ExpressionError(
                     f"aggregate function in '{text}' outside an aggregate step",
                     expected="a row-level expression", found=text)
-            return E.type_of(info, scope)
+            return E.type_of(info, scope), info
         except ExpressionError as e:
             pointer = ptr if ptr is not None else self.pointer(node.id, field)
             raise e.with_location(file=self.file, node=node.id, pointer=pointer) from None
@@ -135,8 +142,9 @@ def analyze(plan: Plan, reuse: Plan | None = None) -> dict[str, NodeInfo]:
     """Validate ``plan`` semantically and return the inferred NodeInfo per node id.
 
     With ``reuse`` (an analysed plan that ``plan`` was loaded against), a node that is the
-    very same object there and whose inputs got the very same infos gets its old info:
-    by induction its whole upstream is identical, so validation would say the same.
+    very same object there and whose inputs got equal infos gets its old info: its
+    inference reads nothing else (``Node.infers_from_inputs``), so it would say the same.
+    A change far upstream thus costs only the nodes whose inputs it really changes.
     """
     sink_mode = plan.sink.mode  # type: ignore[attr-defined]
     ctx = InferContext(plan.file, plan.nodes, plan.pointers, sink_mode)
@@ -147,8 +155,8 @@ def analyze(plan: Plan, reuse: Plan | None = None) -> dict[str, NodeInfo]:
     old_nodes = reuse.nodes if reuse is not None else {}
     old_infos = reuse.info if reuse is not None else {}
     for nid, node in plan.nodes.items():
-        if old_nodes.get(nid) is node and \
-                all(infos[i] is old_infos[i] for i in node.inputs):
+        if old_nodes.get(nid) is node and node.infers_from_inputs and \
+                all(infos[i] == old_infos[i] for i in node.inputs):
             infos[nid] = old_infos[nid]
             continue
         infos[nid] = infer_step(node, ctx, [infos[i] for i in node.inputs])

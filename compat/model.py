@@ -183,6 +183,9 @@ class Node:
     klass: ClassVar[str] = PASSIVE
     min_inputs: ClassVar[int] = 1
     max_inputs: ClassVar[int | None] = 1
+    #: the step's inference reads the step and its inputs' infos only (with the plan's sink
+    #: mode): equal inputs give an equal result, which a check reuses
+    infers_from_inputs: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -280,14 +283,7 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
         by_id[node.id] = node
     dependents: dict[str, list[str]] = {nid: [] for nid in by_id}
     for node in nodes:
-        n_in = len(node.inputs)
-        lo, hi = node.min_inputs, node.max_inputs
-        if n_in < lo or (hi is not None and n_in > hi):
-            want = (f"exactly {lo}" if lo == hi else
-                    f"at least {lo}" if hi is None else f"{lo} to {hi}")
-            raise PlanError(f"a {node.step} step takes {want} input(s)", file=file,
-                            node=node.id, pointer=pointers.get(node.id, "") + "/inputs",
-                            expected=f"{want} input(s)", found=f"{n_in}")
+        check_arity(node, file, pointers)
         for i, dep in enumerate(node.inputs):
             if dep not in by_id:
                 close = difflib.get_close_matches(dep, list(by_id), n=1, cutoff=0.6)
@@ -309,14 +305,22 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
     return {nid: by_id[nid] for nid in order}, dependents
 
 
+def check_arity(node: Node, file: str, pointers: Mapping[str, str]) -> None:
+    n_in = len(node.inputs)
+    lo, hi = node.min_inputs, node.max_inputs
+    if n_in < lo or (hi is not None and n_in > hi):
+        want = (f"exactly {lo}" if lo == hi else
+                f"at least {lo}" if hi is None else f"{lo} to {hi}")
+        raise PlanError(f"a {node.step} step takes {want} input(s)", file=file,
+                        node=node.id, pointer=pointers.get(node.id, "") + "/inputs",
+                        expected=f"{want} input(s)", found=f"{n_in}")
+
+
 def topological_order(inputs: Mapping[str, tuple[str, ...] | list[str]]) -> list[str]:
-    """Ids with their inputs first; among ready nodes, the order of ``inputs`` (so the same
-    graph always gives the same order).  Raises ``graphlib.CycleError`` naming a cycle."""
-    ts: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
-    for nid in inputs:  # nodes in the given order first, then their edges
-        ts.add(nid)
-    for nid, ins in inputs.items():
-        ts.add(nid, *ins)
+    """Ids with their inputs first; nodes that become ready together keep the order in
+    which ``inputs`` first mentions them (so the same graph always gives the same order).
+    Raises ``graphlib.CycleError`` naming a cycle."""
+    ts = graphlib.TopologicalSorter(inputs)
     ts.prepare()
     order: list[str] = []
     while ts.is_active():

@@ -19,7 +19,16 @@ from typing import Any
 import compat.steps  # noqa: F401  (registers every step type)
 from compat import schema_check
 from compat.errors import PlanError
-from compat.model import STEPS, Node, Plan, build_graph, json_key, required, step_fields
+from compat.model import (
+    STEPS,
+    Node,
+    Plan,
+    build_graph,
+    check_arity,
+    json_key,
+    required,
+    step_fields,
+)
 
 FORMAT = "theseus.plan/1"
 
@@ -107,7 +116,17 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
             documents[nid] = d
     except PlanError as e:
         raise e.with_location(file=file) from None
-    by_id, dependents = build_graph(nodes, file, pointers)
+    if old_docs and _same_graph(doc["nodes"], old_docs):
+        # Same ids with the same inputs in the same order: the same graph, the same order.
+        assert reuse is not None
+        new_by_id = {n.id: n for n in nodes}
+        for n in nodes:
+            if n is not old_nodes.get(n.id):
+                check_arity(n, file, pointers)
+        by_id = {nid: new_by_id[nid] for nid in reuse.nodes}
+        dependents = reuse.dependents
+    else:
+        by_id, dependents = build_graph(nodes, file, pointers)
     sinks = [n.id for n in nodes if n.step == "sink"]
     if len(sinks) != 1:
         found = ", ".join(f"'{s}' at {pointers[s]}" for s in sinks) or "none"
@@ -123,19 +142,50 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
     return plan
 
 
+def _same_graph(docs: list[dict[str, Any]], old_docs: dict[str, Any]) -> bool:
+    """The nodes have the ids and inputs of the old plan's, in the same order."""
+    return len(docs) == len(old_docs) and all(
+        d["id"] == oid and d.get("inputs") == od.get("inputs")
+        for d, (oid, od) in zip(docs, old_docs.items()))
+
+
 # -- reading nodes ---------------------------------------------------------------------------
 #
-# Each class gets its reader once: per field, the JSON key, a converter from the JSON value
-# (None: taken as it is) and whether the value holds nodes (a recursive step's body).
+# Each class gets its reader once: its fields' defaults, and per field present in JSON the
+# JSON key and a converter from the JSON value (None: taken as it is; _NODES: a recursive
+# step's body).  Objects are made as pickle makes them, without calling ``__init__``: the
+# document was validated against the schema the same classes generate, and a check builds
+# tens of thousands of them.
 
 _NODES = "nodes"
+_NO_EXTRAS: dict[str, Any] = {}  # shared by nodes without x-* keys; never mutated
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reader:
+    cls: type
+    defaults: dict[str, Any]
+    fields: tuple[tuple[str, str, Any], ...]
+    #: every field a scalar under its own name: the document's dict is the object's
+    plain: bool
 
 
 @cache
-def _reader(cls: type) -> tuple[tuple[str, str, Any], ...]:
+def _reader(cls: type) -> _Reader:
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, json_key(f), _converter(hints[f.name]))
-                 for f in _own_fields(cls))
+    own = _own_fields(cls)
+    defaults = {f.name: f.default for f in own if not required(f)}
+    if issubclass(cls, Node):
+        defaults.update(description=None, extras=_NO_EXTRAS)
+    fields = tuple((f.name, json_key(f), _converter(hints[f.name])) for f in own)
+    plain = all(conv is None and name == key for name, key, conv in fields)
+    return _Reader(cls, defaults, fields, plain)
+
+
+def _make(cls: type, values: dict[str, Any]) -> Any:
+    obj = object.__new__(cls)
+    obj.__dict__.update(values)
+    return obj
 
 
 def _own_fields(cls: type) -> tuple[dataclasses.Field, ...]:
@@ -161,9 +211,12 @@ def _converter(t: Any) -> Any:
             return None
         return lambda v: None if v is None else conv(v)
     if dataclasses.is_dataclass(t):
-        fields = _reader(t)
-        return lambda v: t(**{name: (v[key] if conv is None else conv(v[key]))
-                              for name, key, conv in fields if key in v})
+        r = _reader(t)
+        if r.plain:
+            return lambda v: _make(t, {**r.defaults, **v})
+        return lambda v: _make(t, {**r.defaults, **{
+            name: (v[key] if conv is None else conv(v[key]))
+            for name, key, conv in r.fields if key in v}})
     return None  # str, int, bool: as in the document
 
 
@@ -180,29 +233,36 @@ def _node(d: dict[str, Any], ptr: str, pointers: dict[str, str], prefix: str = "
                         expected="ids unique within the plan",
                         found=f"'{nid}' already used at {pointers[key]}")
     pointers[key] = ptr
-    cls = STEPS[d["step"]]
-    kw: dict[str, Any] = {"id": nid, "version": d["version"],
-                          "inputs": tuple(d.get("inputs", ()))}
-    if "description" in d:
-        kw["description"] = d["description"]
-    extras = {k: v for k, v in d.items() if k[:2] == "x-"}
-    if extras:
-        kw["extras"] = extras
-    for name, k, conv in _reader(cls):
+    r = _reader(STEPS[d["step"]])
+    vals = dict(r.defaults)
+    vals["id"] = nid
+    vals["version"] = d["version"]
+    vals["inputs"] = tuple(d["inputs"]) if "inputs" in d else ()
+    read = 4 if "inputs" in d else 3  # id, step, version, inputs
+    for name, k, conv in r.fields:
         if k in d:
+            read += 1
             v = d[k]
-            if conv is _NODES:
-                kw[name] = tuple(_node(b, f"{ptr}/{k}/{j}", pointers, prefix=f"{key}/")
-                                 for j, b in enumerate(v))
+            if conv is None:
+                vals[name] = v
+            elif conv is _NODES:
+                vals[name] = tuple(_node(b, f"{ptr}/{k}/{j}", pointers, prefix=f"{key}/")
+                                   for j, b in enumerate(v))
             else:
-                kw[name] = v if conv is None else conv(v)
-    return cls(**kw)
+                vals[name] = conv(v)
+    if len(d) > read:  # a description or x-* keys
+        if "description" in d:
+            vals["description"] = d["description"]
+        extras = {k: v for k, v in d.items() if k[:2] == "x-"}
+        if extras:
+            vals["extras"] = extras
+    return _make(r.cls, vals)
 
 
 def _nested_pointers(node: Node, d: dict[str, Any], ptr: str,
                      pointers: dict[str, str]) -> None:
     """Pointers of the nodes inside a reused node (a recursive step's body)."""
-    for name, k, conv in _reader(type(node)):
+    for name, k, conv in _reader(type(node)).fields:
         if conv is _NODES:
             for j, (b, bd) in enumerate(zip(getattr(node, name), d[k])):
                 pointers.setdefault(f"{node.id}/{b.id}", f"{ptr}/{k}/{j}")

@@ -32,15 +32,15 @@ register_codes({"filter-changed": ("in_place", "info", "data_selection", RESTART
 @infer_step.register
 def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
-    t = ctx.expr_type(node, "predicate", node.predicate, scope(src))
+    t, info = ctx.typed(node, "predicate", node.predicate, scope(src))
     if t not in ("boolean", T.UNKNOWN, "void"):
         raise ctx.err(node, "predicate", "a filter predicate must be a condition",
                       expected="boolean", found=t)
     # Dropping an update from an upsert stream would leave the old row visible downstream,
     # so, as in Flink, a filter over updates emits retractions.
     mode = RETRACT if src.mode != INSERT else INSERT
-    det = E.analyze(node.predicate).deterministic
-    return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, det, src.names)
+    return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, info.deterministic,
+                    src.names)
 
 
 @compare.register

@@ -36,13 +36,13 @@ def _infer(node: Project, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     marks = set()
     det = True
     for i, c in enumerate(node.columns):
-        t = ctx.expr_type(node, f"columns/{i}/expr", c.expr, sc)
-        cols.append((c.name.lower(), t))
-        info = E.analyze(c.expr)
+        t, info = ctx.typed(node, f"columns/{i}/expr", c.expr, sc)
+        name = c.name.lower()
+        cols.append((name, t))
         det = det and info.deterministic
         ast = info.ast
         if ast[0] == "col" and len(ast[1]) == 1 and ast[1][0] in src.watermarks:
-            marks.add(c.name.lower())
+            marks.add(name)
     ctx.unique(node, [c.name for c in node.columns], "columns")
     return NodeInfo(tuple(cols), src.mode, src.stream, False, frozenset(marks), det,
                     tuple(c.name for c in node.columns))

@@ -28,6 +28,7 @@ class Sink(Node):
     delivery: str = prop(schema=enum("exactly_once", "at_least_once"))
     step: ClassVar[str] = "sink"
     klass: ClassVar[str] = ENFORCING
+    infers_from_inputs: ClassVar[bool] = False  # complete mode looks for an aggregate upstream
 
 
 register_codes({
