@@ -212,3 +212,24 @@ def test_align_pairs_as_difflib_for_one_edit_of_distinct_steps(a, data):
     _valid(a, b, ops)
     expected = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
     assert _matched(ops) == _matched(expected)
+
+
+def test_the_new_plan_infers_only_what_a_change_reaches(monkeypatch):
+    """A changed filter changes no column: what follows it keeps its old info, so only the
+    changed steps (and the sink, whose inference looks further than its input) are
+    inferred again, wherever in the chain the change is."""
+    from compat import infer as I
+    from compat.serde import from_doc as load_doc
+
+    old_doc, new_doc = chain(2000), chain(2000, {0, 1000, 1998})
+    old = _plan(old_doc)
+    calls = []
+    infer_step = I.infer_step
+    monkeypatch.setattr(I, "infer_step", lambda n, *a: calls.append(n.id) or infer_step(n, *a))
+    new = load_doc(new_doc, reuse=old)
+    analyze(new, old)
+    assert sorted(calls) == ["n0", "n1000", "n1998", "out"]
+    # and what was reused is what inferring again would give
+    fresh = from_doc(new_doc)
+    monkeypatch.setattr(I, "infer_step", infer_step)
+    assert analyze(fresh) == new.info
