@@ -40,7 +40,7 @@ EXPR = {"type": "string", "minLength": 1, "description": "a Spark SQL expression
 TYPE = {"type": "string", "minLength": 1, "description": "a Spark SQL type"}
 DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[A-Za-z]+\s*$",
             "description": "a duration such as '10 minutes'"}
-FORMAT = {"enum": ["json", "string"]}
+RECORD_FORMAT = {"enum": ["json", "string"]}
 
 
 def enum(*values: str) -> dict[str, Any]:
@@ -198,6 +198,11 @@ class Node:
     def describe(self) -> str:
         """What the step does, in a few words, for findings' messages."""
         return self.step
+
+    def canonical(self) -> tuple[Any, ...]:
+        """What the step computes in a form where formatting does not matter (steps with
+        expressions compare them in canonical form: ``a+b`` equals ``A + b``)."""
+        return (self.step, self.content())
 
     def traits(self) -> frozenset[str]:
         """What this step adds to the query characteristics of the upgrade taxonomy

@@ -21,13 +21,12 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from compat import expr as E
 from compat.findings import Finding
 from compat.model import ENFORCING, Node, Plan
 from compat.rules import RuleContext
 from compat.rules.common import check_version
 from compat.rules.passive import check_passive
-from compat.steps import Explode, Filter, Project, Source, StartGate, StopGate, Union
+from compat.steps import Source, StartGate, StopGate
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
 #: a step of the walk: yields the walks of the pairs behind it (see ``Walk.visit``)
@@ -278,15 +277,7 @@ class Walk:
 
 
 def _passive_key(node: Node) -> tuple:
-    if isinstance(node, Filter):
-        return ("filter", E.canonical(node.predicate))
-    if isinstance(node, Project):
-        return ("project", tuple((c.name.lower(), E.canonical(c.expr)) for c in node.columns))
-    if isinstance(node, Explode):
-        return ("explode", E.canonical(node.expr), node.alias.lower(), node.outer)
-    if isinstance(node, Union):
-        return ("union", len(node.inputs))
-    return (node.step, node.content())
+    return node.canonical()
 
 
 Opcode = tuple[str, int, int, int, int]

@@ -27,6 +27,9 @@ class Explode(Node):
     def describe(self) -> str:
         return f"{'outer ' if self.outer else ''}explode {self.expr} as {self.alias}"
 
+    def canonical(self) -> tuple:
+        return ("explode", E.canonical(self.expr), self.alias.lower(), self.outer)
+
 
 register_codes({"explode-changed": ("in_place", "info", "data_selection", RESTART)})
 

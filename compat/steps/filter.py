@@ -25,6 +25,9 @@ class Filter(Node):
     def describe(self) -> str:
         return f"keeps rows where {self.predicate}"
 
+    def canonical(self) -> tuple:
+        return ("filter", E.canonical(self.predicate))
+
 
 register_codes({"filter-changed": ("in_place", "info", "data_selection", RESTART)})
 

@@ -24,6 +24,9 @@ class Project(Node):
     def describe(self) -> str:
         return "columns " + ", ".join(c.name for c in self.columns)
 
+    def canonical(self) -> tuple:
+        return ("project", tuple((c.name.lower(), E.canonical(c.expr)) for c in self.columns))
+
 
 register_codes({"project-changed": ("in_place", "info", "schema_evolution", RESTART)})
 

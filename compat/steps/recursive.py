@@ -7,15 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from compat import expr as E
 from compat import types as T
 from compat.errors import PlanError
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, infer_step
 from compat.model import ENFORCING, ID, Node, build_graph, prop, topological_order
 from compat.rules import RuleContext, compare
-from compat.steps.filter import Filter
-from compat.steps.project import Project
 from compat.steps.sink import Sink
 from compat.steps.source import Source
 
@@ -138,14 +135,6 @@ def _body_key(rec: Recursive) -> tuple:
     for bid in _body_order(rec):
         b = body[bid]
         order[bid] = len(order)
-        items.append((b.step, b.version, tuple(order[i] for i in b.inputs), _content(b),
+        items.append((b.version, tuple(order[i] for i in b.inputs), b.canonical(),
                       bid == rec.body_output))
     return tuple(items)
-
-
-def _content(n: Node) -> tuple:
-    if isinstance(n, Filter):
-        return (E.canonical(n.predicate),)
-    if isinstance(n, Project):
-        return tuple((c.name.lower(), E.canonical(c.expr)) for c in n.columns)
-    return n.content()

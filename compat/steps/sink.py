@@ -11,7 +11,7 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import NEW_OUTPUT, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, UPSERT, InferContext, NodeInfo, infer_step
-from compat.model import ENFORCING, FORMAT, NAME, Node, enum, prop
+from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, enum, prop
 from compat.rules import RuleContext, compare
 
 
@@ -22,7 +22,7 @@ class Sink(Node):
     transaction and skips a batch already written."""
 
     topic: str = prop(schema=NAME)
-    format: str = prop(schema=FORMAT)
+    format: str = prop(schema=RECORD_FORMAT)
     key_columns: tuple[str, ...] = prop(items=NAME)
     mode: str = prop(schema=enum("append", "update", "complete"))
     delivery: str = prop(schema=enum("exactly_once", "at_least_once"))

@@ -10,7 +10,7 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, UPSERT, InferContext, NodeInfo, infer_step
-from compat.model import ENFORCING, FORMAT, NAME, Column, EventTime, Node, enum, prop
+from compat.model import ENFORCING, NAME, RECORD_FORMAT, Column, EventTime, Node, enum, prop
 from compat.rules import RuleContext, compare
 
 
@@ -21,7 +21,7 @@ class Source(Node):
 
     topic: str = prop(schema=NAME)
     partitions: int = prop(schema={"type": "integer", "minimum": 1})
-    format: str = prop(schema=FORMAT)
+    format: str = prop(schema=RECORD_FORMAT)
     role: str = prop(schema=enum("stream", "table"))
     schema: tuple[Column, ...] = prop(min_items=1)
     key_columns: tuple[str, ...] = prop((), items=NAME)

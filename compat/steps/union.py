@@ -22,6 +22,9 @@ class Union(Node):
     min_inputs: ClassVar[int] = 2
     max_inputs: ClassVar[int | None] = None
 
+    def canonical(self) -> tuple:
+        return ("union", len(self.inputs))
+
 
 @infer_step.register
 def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
