@@ -1,0 +1,166 @@
+"""Plan -> Spark: builds the Structured Streaming query a plan describes.
+
+The same plan always builds the same query: nodes are built once each (a node feeding two
+consumers is one DataFrame), in the plan's topological order, and Spark numbers stateful
+operators by the shape of the logical plan, which only the graph decides.  Expressions reach
+Spark only after ``compat`` validated them (syntax, columns, types, no Java-calling
+functions); ``F.expr`` is then given the user's text, never anything built from it by string
+formatting except qualified column names.
+
+Each step type registers how it is built with ``build_step`` (``functools.singledispatch``
+on the step class) in its module of this package.
+
+Retractions (Flink's changelog modes): a filter over an upsert stream does not drop a row
+that stops matching; it marks it ``_theseus_op = 'D'`` so the sink writes a tombstone for its
+key.  ``top_n`` emits the same marker for rows that fall out of the top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+from compat.errors import RuntimeFailure
+from compat.infer import NodeInfo
+from compat.model import Node, Plan
+
+OP = "_theseus_op"  # 'U' (insert or update) or 'D' (retract the row's key)
+SOURCE_FORMAT = "theseus_kafka"
+
+
+@dataclass
+class BuildOptions:
+    bootstrap: str
+    store: str | None = None
+    query: str | None = None  # name used for gate state and transactional ids
+    max_records_per_batch: int = 100_000
+    available_now: bool = False
+    trigger_interval: str = "1 second"
+    checkpoint: str | None = None
+    start_gate: Any = None  # passed to the sink writer (a later issue opens and closes it)
+    output_topic: str | None = None  # override (comparison runs write elsewhere)
+    shadow_topic: str | None = None  # where a closed start gate sends output (--compare)
+    on_retire: Any = None  # called once the query handed its output over to a migration
+
+
+def q(name: str) -> str:
+    """A column name quoted for Spark."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def ddl(columns: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> str:
+    return ", ".join(f"{q(n)} {t.upper() if '<' not in t else t}"
+                     for n, (_, t) in zip(names, columns))
+
+
+@singledispatch
+def build_step(node: Node, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
+    """The DataFrame of ``node`` from its inputs' DataFrames.  Every step type registers its
+    own (``@build_step.register``)."""
+    raise RuntimeFailure(f"no Spark builder is registered for step '{node.step}'",
+                         file=b.plan.file, node=node.id, pointer=b.plan.pointer(node.id))
+
+
+class Builder:
+    def __init__(self, spark: Any, plan: Plan, opts: BuildOptions) -> None:
+        if not plan.info:
+            from compat.infer import analyze
+            analyze(plan)
+        self.spark = spark
+        self.plan = plan
+        self.opts = opts
+        self.frames: dict[str, Any] = {}
+        from pyspark.sql import functions as F  # noqa: N812
+
+        self.F = F
+        from gates.source import register
+
+        register(spark)
+
+    # -- entry points -------------------------------------------------------------------
+    def dataframe(self, node_id: str | None = None) -> Any:
+        """The DataFrame of a node (the rows the sink writes when ``node_id`` is None)."""
+        target = node_id or self.plan.sink_id
+        for nid, node in self.plan.nodes.items():
+            if nid in self.frames:
+                continue
+            self.frames[nid] = self._build(node)
+            if nid == target:
+                break
+        return self.frames[target]
+
+    def _on_done(self) -> Any:
+        """After each committed batch: acknowledge a cap the batch reached (gates.state);
+        when that hands the output over to a migration, tell the host (``on_retire``)."""
+        store, query, on_retire = self.opts.store, self.opts.query, self.opts.on_retire
+        if not (store and query):
+            return None
+        from gates.state import promote_pending, retired
+
+        def done(batch_id: int) -> None:
+            # only a batch that reached a cap can have handed the output over
+            if promote_pending(store, query) and on_retire is not None and \
+                    retired(store, query):
+                on_retire()
+
+        return done
+
+    def _retired(self) -> Any:
+        store, query = self.opts.store, self.opts.query
+        if not (store and query):
+            return None
+        from gates.state import retired
+
+        return lambda: retired(store, query)
+
+    def start(self) -> Any:
+        """Start the streaming query writing to the sink; returns the StreamingQuery."""
+        sink = self.plan.sink
+        df = self.dataframe()
+        from gates.sink import make_writer
+
+        writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
+                             list(sink.key_columns), self.opts.query or self.plan.query,
+                             sink.delivery, start_gate=self.opts.start_gate,
+                             shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
+                             retired=self._retired())
+        w = df.writeStream.queryName(self.opts.query or self.plan.query) \
+            .outputMode(sink.mode).foreachBatch(writer)
+        if self.opts.checkpoint:
+            w = w.option("checkpointLocation", self.opts.checkpoint)
+        if self.opts.available_now:
+            w = w.trigger(availableNow=True)
+        else:
+            w = w.trigger(processingTime=self.opts.trigger_interval)
+        return w.start()
+
+    def _build(self, node: Node) -> Any:
+        try:
+            return build_step(node, self, [self.frames[i] for i in node.inputs],
+                              self.plan.info[node.id])
+        except RuntimeFailure:
+            raise
+        except Exception as e:  # Spark's analysis errors, with the node they belong to
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RuntimeFailure(f"Spark cannot build this step: {msg}",
+                                 file=self.plan.file, node=node.id,
+                                 pointer=self.plan.pointer(node.id)) from None
+
+    def watermarks_read(self) -> bool:
+        """Whether a stateful step of the plan reads an event-time watermark: a window, a
+        grouping key on a watermarked column, a stream-stream join, a deduplication, a
+        top-N (any stateful step but a plain aggregate counts, to be safe). When none does,
+        the sources' watermarks are left out: they would change no output, only make Spark
+        run an empty batch each time a watermark advances with no new input (state
+        eviction that has nothing to evict), taking CPU from the batches that carry data."""
+        for nid, node in self.plan.nodes.items():
+            if not self.plan.info[nid].stateful:
+                continue
+            if node.step != "aggregate" or node.window is not None:  # type: ignore[attr-defined]
+                return True
+            marks = self.plan.info[node.inputs[0]].watermarks
+            if any(m in g.expr.lower() for g in node.group_by  # type: ignore[attr-defined]
+                   for m in marks):
+                return True
+        return False

@@ -1,0 +1,35 @@
+"""``source``: the gated Kafka source (``gates.source``), a stream or, for a table, a
+batch read in full at every micro-batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compat.infer import NodeInfo
+from compat.steps import Source
+from migrate.build.core import SOURCE_FORMAT, Builder, build_step, ddl
+
+
+@build_step.register
+def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
+    opts = {
+        "bootstrap": b.opts.bootstrap, "topic": node.topic,
+        "partitions": str(node.partitions), "format": node.format,
+        "schema": ddl(info.columns, info.names), "role": node.role,
+        "startingOffsets": node.starting_offsets,
+        "maxRecordsPerBatch": str(b.opts.max_records_per_batch),
+        "node": node.id,  # names the source's acknowledgements (two may read one topic)
+    }
+    if node.key_columns:
+        opts["key_columns"] = ",".join(node.key_columns)
+    if b.opts.store:
+        opts["store"] = b.opts.store
+        opts["query"] = b.opts.query or b.plan.query
+    if node.role == "table":
+        # A table is read in full (latest value per key) at every micro-batch: Spark
+        # re-plans the static side of a stream-static join each time.
+        return b.spark.read.format(SOURCE_FORMAT).options(**opts).load()
+    df = b.spark.readStream.format(SOURCE_FORMAT).options(**opts).load()
+    if node.event_time and b.watermarks_read():
+        df = df.withWatermark(node.event_time.column, node.event_time.watermark)
+    return df
