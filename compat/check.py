@@ -64,7 +64,7 @@ class Report:
             "exit_code": self.exit_code,
             "old": {"file": self.old.file, "query": self.old.query},
             "new": {"file": self.new.file, "query": self.new.query},
-            "findings": [f.to_json() for f in self.findings],
+            "findings": [self._finding_json(f) for f in self.findings],
             "upgrade_types": self.upgrade_types,
             "characteristics": {"old": characteristics(self.old),
                                 "new": characteristics(self.new)},
@@ -72,6 +72,19 @@ class Report:
             "schema_compat": self.schema_compat,
             "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
         }
+
+
+    def _finding_json(self, f: Finding) -> dict[str, Any]:
+        doc = f.to_json()
+        # A SQL plan's findings say where they were written (its pointers are into the
+        # compiled JSON, which nobody wrote).
+        for side, plan in (("old", self.old), ("new", self.new)):
+            loc = doc[side]
+            if plan.positions and (loc["node"] or loc["pointer"] is not None):
+                pos = plan.position(loc["pointer"], loc["node"])
+                if pos is not None:
+                    loc["line"], loc["column"] = pos.line, pos.col
+        return doc
 
 
 def parse_require(text: str | None) -> list[str]:
@@ -86,9 +99,21 @@ def parse_require(text: str | None) -> list[str]:
     return sorted(set(items))
 
 
+def is_sql(path: str) -> bool:
+    """A ``.sql`` file is a Spark SQL script, compiled into a plan when it is loaded."""
+    return path.lower().endswith(".sql")
+
+
 def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
-    """Load and validate a plan; ``reuse`` shares the identical nodes of a plan loaded
-    before (the old side of a check), which then need no second validation."""
+    """Load and validate a plan, from JSON or from a SQL script (``.sql``, compiled on the
+    fly); ``reuse`` shares the identical nodes of a JSON plan loaded before (the old side of
+    a check), which then need no second validation.  ``raw`` gives the file's bytes when
+    they do not come from disk (a file at a git ref)."""
+    if is_sql(path):
+        # sqlglot is imported only for SQL: a check of JSON plans does not pay for it.
+        from compat.sql.load import load_sql_plan
+
+        return load_sql_plan(path, raw)
     plan = load(path, reuse, raw)
     analyze(plan, reuse)
     return plan
@@ -209,4 +234,5 @@ def _verdict(findings: list[Finding]) -> str:
     return {0: "identical", 1: "in_place", 2: "migrate", 3: "unsupported"}[worst]
 
 
-__all__ = ["Report", "check_files", "check_plans", "check_version", "parse_require"]
+__all__ = ["Report", "check_files", "check_plans", "check_version", "is_sql", "load_plan",
+           "parse_require"]

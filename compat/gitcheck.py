@@ -5,12 +5,13 @@ worst outcome (an invalid plan counts as worst: nothing can be said about it).""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compat.check import Report, check_plans, load_plan
+from compat.check import Report, check_plans, is_sql, load_plan
 from compat.errors import CheckError, TheseusError
 
 #: outcome -> (rank, exit code)
@@ -34,7 +35,18 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
                          found="no git") from None
 
 
-def _is_plan_text(raw: bytes) -> bool:
+#: plan files: JSON documents and Spark SQL scripts (compiled on the fly)
+SUFFIXES = (".json", ".sql")
+#: a Theseus SQL script declares its topics as Kafka tables
+_KAFKA_TABLE = re.compile(rb"\busing\s+kafka\b", re.IGNORECASE)
+
+
+def _is_plan_text(raw: bytes, name: str) -> bool:
+    """Whether a file under the checked paths is a plan: a JSON document of the plan
+    format, or a SQL script that declares a Kafka table (other JSON and SQL files, such as
+    reference data or batch jobs, are not plans and are left alone)."""
+    if is_sql(name):
+        return bool(_KAFKA_TABLE.search(raw))
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -47,7 +59,8 @@ def collect(paths: list[str]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            out.extend(sorted(path.rglob("*.json")))
+            out.extend(sorted(f for f in path.rglob("*")
+                              if f.suffix.lower() in SUFFIXES and f.is_file()))
         elif path.exists():
             out.append(path)
     return out
@@ -69,7 +82,7 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     seen: set[str] = set()
     for path in current:
         raw_new = path.read_bytes()
-        if not _is_plan_text(raw_new):
+        if not _is_plan_text(raw_new, path.name):
             continue
         rel = path.resolve().relative_to(root).as_posix()
         seen.add(rel)
@@ -79,9 +92,11 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                 load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
-            if not _is_plan_text(old.stdout):
+            if not _is_plan_text(old.stdout, rel):
+                load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
+            # Both revisions are compiled when they are SQL: the old one from git's copy.
             old_plan = load_plan(f"{ref}:{rel}", raw=old.stdout)
             new_plan = load_plan(str(path), reuse=old_plan)
             report = check_plans(old_plan, new_plan, require=require,
@@ -98,9 +113,10 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             continue
         listing = _git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
         for name in listing.stdout.decode().splitlines():
-            if name.endswith(".json") and name not in seen and not (root / name).exists():
+            if name.lower().endswith(SUFFIXES) and name not in seen and \
+                    not (root / name).exists():
                 blob = _git(["show", f"{ref}:{name}"], root).stdout
-                if _is_plan_text(blob):
+                if _is_plan_text(blob, name):
                     seen.add(name)
                     entries.append(Entry(name, "removed"))
     return entries

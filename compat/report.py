@@ -1,5 +1,7 @@
 """Report rendering: text for people, JSON for tools, Markdown for PR comments, SARIF and
-GitHub workflow annotations for CI.  Line numbers come from the JSON source itself."""
+GitHub workflow annotations for CI.  Positions come from the source the plan was written in:
+a JSON plan's lines from the JSON text itself, a SQL plan's lines and columns from where the
+compiler found each part (``Plan.positions``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 from compat.check import Report
 from compat.findings import Finding
 from compat.infer import characteristics
+from compat.model import Plan
 
 _VERDICT_TEXT = {
     "identical": "the plans compute the same thing; nothing to do",
@@ -39,12 +42,17 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_json(), indent=2) + "\n"
 
 
-def _loc(f: Finding) -> str:
+def _loc(report: Report, f: Finding) -> str:
     parts = []
-    if f.old_node or f.old_pointer:
-        parts.append(f"old {f.old_node or ''}{' ' + f.old_pointer if f.old_pointer else ''}")
-    if f.new_node or f.new_pointer:
-        parts.append(f"new {f.new_node or ''}{' ' + f.new_pointer if f.new_pointer else ''}")
+    for side, plan, node, pointer in (("old", report.old, f.old_node, f.old_pointer),
+                                      ("new", report.new, f.new_node, f.new_pointer)):
+        if not (node or pointer):
+            continue
+        if plan.positions:  # a SQL plan: its compiled JSON pointers mean nothing to a reader
+            line, col = where(plan, pointer, node)
+            parts.append(f"{side} {node + ' ' if node else ''}({plan.file}:{line}:{col})")
+        else:
+            parts.append(f"{side} {node or ''}{' ' + pointer if pointer else ''}")
     return "; ".join(p.replace("  ", " ") for p in parts)
 
 
@@ -66,7 +74,7 @@ def render_text(report: Report) -> str:
     for f in findings:
         lines.append("")
         lines.append(f"{_SEVERITY_MARK[f.severity]} [{f.code}] {f.effect}: {f.message}")
-        loc = _loc(f)
+        loc = _loc(report, f)
         if loc:
             lines.append(f"    at {loc}")
         lines.append(f"    what to do: {f.hint}")
@@ -183,21 +191,40 @@ def line_of(path: str, pointer: str | None) -> int:
     return 1
 
 
-def _primary(report: Report, f: Finding) -> tuple[str, int]:
+def where(plan: Plan, pointer: str | None, node: str | None = None) -> tuple[int, int | None]:
+    """1-based line and column (None for a JSON plan: its lines are whole values) of a
+    pointer in the file the plan was written in."""
+    if plan.positions:
+        pos = plan.position(pointer, node)
+        return (pos.line, pos.col) if pos is not None else (1, 1)
+    return line_of(plan.file, pointer), None
+
+
+def _primary(report: Report, f: Finding) -> tuple[Plan, str | None, str | None]:
     if f.new_pointer is not None:
-        return report.new.file, line_of(report.new.file, f.new_pointer)
-    return report.old.file, line_of(report.old.file, f.old_pointer)
+        return report.new, f.new_pointer, f.new_node
+    return report.old, f.old_pointer, f.old_node
+
+
+def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int]:
+    pos = plan.position(pointer, node)
+    if pos is None:
+        return {"startLine": where(plan, pointer, node)[0]}
+    return {"startLine": pos.line, "startColumn": pos.col, "endLine": pos.end_line,
+            "endColumn": pos.end_col}
 
 
 def render_github(report: Report) -> str:
     level = {"error": "error", "warning": "warning", "info": "notice"}
     out = []
     for f in report.findings:
-        file, line = _primary(report, f)
+        plan, pointer, node = _primary(report, f)
+        line, col = where(plan, pointer, node)
+        at = f"file={plan.file},line={line}" + (f",col={col}" if col is not None else "")
         msg = f"{f.message}. {f.hint}".replace("%", "%25").replace("\r", "%0D") \
             .replace("\n", "%0A")
         title = f"theseus {f.code} ({f.effect})".replace(",", "%2C").replace("::", "%3A%3A")
-        out.append(f"::{level[f.severity]} file={file},line={line},title={title}::{msg}")
+        out.append(f"::{level[f.severity]} {at},title={title}::{msg}")
     out.append(f"::notice title=theseus verdict::{report.verdict} — "
                f"{_VERDICT_TEXT[report.verdict]}")
     return "\n".join(out) + "\n"
@@ -215,9 +242,9 @@ def render_sarif(report: Report) -> str:
              for c in codes]
     results = []
     for f in report.findings:
-        file, line = _primary(report, f)
-        locs = [{"physicalLocation": {"artifactLocation": {"uri": file},
-                                      "region": {"startLine": line}},
+        plan, pointer, node = _primary(report, f)
+        locs = [{"physicalLocation": {"artifactLocation": {"uri": plan.file},
+                                      "region": _region(plan, pointer, node)},
                  "logicalLocations": [{"name": f.new_node or f.old_node or "plan",
                                        "fullyQualifiedName": f.new_pointer or f.old_pointer
                                        or "/"}]}]
@@ -226,8 +253,8 @@ def render_sarif(report: Report) -> str:
             related.append({"id": 1, "message": {"text": "in the old plan"},
                             "physicalLocation": {
                                 "artifactLocation": {"uri": report.old.file},
-                                "region": {"startLine": line_of(report.old.file,
-                                                                f.old_pointer)}}})
+                                "region": _region(report.old, f.old_pointer,
+                                                  f.old_node)}})
         res = {"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": level[f.severity],
                "message": {"text": f"{f.message}. {f.hint}"}, "locations": locs,
                "properties": {"effect": f.effect, "upgrade_type": f.upgrade_type}}
