@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from compat.check import Report
@@ -15,7 +16,7 @@ from compat.findings import Finding
 from compat.infer import characteristics
 from compat.model import Plan
 
-_VERDICT_TEXT = {
+VERDICT_TEXT = {
     "identical": "the plans compute the same thing; nothing to do",
     "in_place": "the new plan can restart from the old checkpoint",
     "migrate": "the state is incompatible: deploy with a live migration",
@@ -57,7 +58,7 @@ def _loc(report: Report, f: Finding) -> str:
 
 
 def render_text(report: Report) -> str:
-    lines = [f"verdict: {report.verdict} — {_VERDICT_TEXT[report.verdict]} "
+    lines = [f"verdict: {report.verdict} — {VERDICT_TEXT[report.verdict]} "
              f"(exit {report.exit_code})",
              f"  old: {report.old.file}   new: {report.new.file}"]
     if report.upgrade_types:
@@ -84,13 +85,13 @@ def render_text(report: Report) -> str:
 def render_markdown(report: Report) -> str:
     icon = {"identical": "✅", "in_place": "✅", "migrate": "⚠️", "unsupported": "⛔"}
     out = [f"### {icon[report.verdict]} Theseus: `{report.verdict}`",
-           "", _VERDICT_TEXT[report.verdict] + ".", "",
+           "", VERDICT_TEXT[report.verdict] + ".", "",
            f"`{report.old.file}` → `{report.new.file}`", ""]
     if report.findings:
         out += ["| | code | effect | where | finding | what to do |",
                 "|---|---|---|---|---|---|"]
         for f in report.findings:
-            where = _md(f.new_node or f.old_node or "plan")
+            where = _md(at(report, f))
             out.append(f"| {_SEVERITY_MARK[f.severity]} | `{f.code}` | {f.effect} | {where} "
                        f"| {_md(f.message)} | {_md(f.hint)} |")
     else:
@@ -104,6 +105,16 @@ def render_markdown(report: Report) -> str:
 
 def _md(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
+
+
+def at(report: Report, f: Finding) -> str:
+    """The step a finding is about, with its SQL position when the plan is a script."""
+    plan, pointer, node = _primary(report, f)
+    name = f.new_node or f.old_node or "plan"
+    if not plan.positions:
+        return name
+    line, col = where(plan, pointer, node)
+    return f"{name} ({plan.file}:{line}:{col})"
 
 
 # -- positions in the source -------------------------------------------------------------
@@ -214,7 +225,9 @@ def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int]
             "endColumn": pos.end_col}
 
 
-def render_github(report: Report) -> str:
+def render_github(report: Report, verdict: bool = True) -> str:
+    """Workflow annotations, one per finding, and (with ``verdict``) a notice of the
+    verdict."""
     level = {"error": "error", "warning": "warning", "info": "notice"}
     out = []
     for f in report.findings:
@@ -225,9 +238,10 @@ def render_github(report: Report) -> str:
             .replace("\n", "%0A")
         title = f"theseus {f.code} ({f.effect})".replace(",", "%2C").replace("::", "%3A%3A")
         out.append(f"::{level[f.severity]} {at},title={title}::{msg}")
-    out.append(f"::notice title=theseus verdict::{report.verdict} — "
-               f"{_VERDICT_TEXT[report.verdict]}")
-    return "\n".join(out) + "\n"
+    if verdict:
+        out.append(f"::notice title=theseus verdict::{report.verdict} — "
+                   f"{VERDICT_TEXT[report.verdict]}")
+    return "\n".join(out) + "\n" if out else ""
 
 
 def render_sarif(report: Report) -> str:
@@ -264,8 +278,7 @@ def render_sarif(report: Report) -> str:
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "theseus", "informationUri":
-                                      "https://theseus.dev", "rules": rules}},
+        "runs": [{"tool": {"driver": _driver(rules)},
                   "results": results,
                   "properties": {"verdict": report.verdict}}],
     }
@@ -275,6 +288,54 @@ def render_sarif(report: Report) -> str:
 def render_sarif_empty() -> str:
     return json.dumps({"$schema": "https://json.schemastore.org/sarif-2.1.0.json",
                        "version": "2.1.0",
-                       "runs": [{"tool": {"driver": {"name": "theseus", "informationUri":
-                                                     "https://theseus.dev", "rules": []}},
-                                 "results": []}]})
+                       "runs": [{"tool": {"driver": _driver([])}, "results": []}]})
+
+
+def _driver(rules: list[dict[str, Any]]) -> dict[str, Any]:
+    driver: dict[str, Any] = {"name": "theseus"}
+    url = project_url()
+    if url:
+        driver["informationUri"] = url
+    driver["rules"] = rules
+    return driver
+
+
+#: the labels of ``[project.urls]`` that say where the project lives, best first
+URL_LABELS = ("homepage", "repository", "source")
+
+
+@lru_cache(maxsize=1)
+def project_url() -> str | None:
+    """The project's own URL, from ``[project.urls]`` of its ``pyproject.toml``: read from
+    the checkout when Theseus runs from one, else from the installed distribution's metadata
+    (which carries the same table as ``Project-URL`` lines)."""
+    return _url_from_pyproject(Path(__file__).resolve().parent.parent / "pyproject.toml") \
+        or _url_from_metadata()
+
+
+def _pick(urls: dict[str, str]) -> str | None:
+    by_label = {k.strip().lower(): v.strip() for k, v in urls.items()}
+    return next((by_label[k] for k in URL_LABELS if by_label.get(k)), None)
+
+
+def _url_from_pyproject(path: Path) -> str | None:
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    if project.get("name") != "theseus":
+        return None
+    return _pick(project.get("urls", {}))
+
+
+def _url_from_metadata() -> str | None:
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        entries = metadata("theseus").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    return _pick(dict(e.split(",", 1) for e in entries if "," in e))

@@ -12,6 +12,7 @@ import sys
 import click
 
 from compat.errors import TheseusError
+from compat.legend import LEGEND
 
 FORMATS = ("text", "json", "markdown", "sarif", "github")
 
@@ -26,10 +27,15 @@ Verdicts and exit codes:
   (invalid)    2  unreadable file, malformed JSON, schema violation, dangling input, cycle...
 
 \b
+OLD and NEW are JSON plans or Spark SQL scripts (.sql, compiled on the fly; findings
+then point at the SQL line and column).
+
+\b
 With --against REF, every plan file under PATH... is compared with its version at the
 git ref REF: new plans are reported as new, deleted ones as removed (exit 1: the query
 must be stopped by hand), and the exit code is the worst outcome over all files (an
-invalid plan, 2, counts as the worst).
+invalid plan, 2, counts as the worst).  The report starts with a one-line summary and
+lists only the plans that changed.
 
 \b
 --require takes a comma-separated list of environment requirements:
@@ -38,7 +44,9 @@ invalid plan, 2, counts as the worst).
   exactly_once  the new sink must deliver exactly once
   ordered       one offset vector separates old and new output
   live          no output stall beyond a few trigger intervals
-"""
+
+\b
+""" + LEGEND
 
 
 class TheseusGroup(click.Group):
@@ -200,7 +208,8 @@ def plan_diff(old: str, new: str, html_out: str | None, require: str,
 @plan.command("show")
 @click.argument("path", type=click.Path())
 def plan_show(path: str) -> None:
-    """Print the plan as a tree, sink at the top, with each step's class and changelog mode."""
+    """Print the plan as a tree, sink at the top, with each step's class and changelog mode
+    (the legend under the tree says what the marks mean)."""
     from compat.check import load_plan
     from compat.infer import characteristics
 
@@ -224,6 +233,8 @@ def plan_show(path: str) -> None:
             show(inp, child_indent, i == len(node.inputs) - 1)
 
     show(pl.sink_id, "", True)
+    click.echo("")
+    click.echo(LEGEND, nl=False)
 
 
 @main.command()
