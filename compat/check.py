@@ -48,6 +48,9 @@ class Report:
     require: list[str]
     schema_compat: str
     requirements: list[dict[str, Any]] = field(default_factory=list)
+    #: passive steps paired by the walk (old id, new id, step): only when asked for
+    #: (``check_plans(..., pair_passive=True)``, as ``plan diff`` does)
+    passive_alignment: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -120,7 +123,7 @@ def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) ->
 
 
 def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
     # A check builds many small objects and frees nothing until it ends: the cyclic
     # garbage collector would only rescan them, over and over (it doubles the cost).
     was_enabled = gc.isenabled()
@@ -128,14 +131,17 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
     try:
         old = load_plan(old_path)
         new = load_plan(new_path, reuse=old)
-        return check_plans(old, new, require=require, schema_compat=schema_compat)
+        return check_plans(old, new, require=require, schema_compat=schema_compat,
+                           pair_passive=pair_passive)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
+    """The check of ``new`` against ``old``; ``pair_passive`` also records which passive
+    steps the walk paired (``Report.passive_alignment``), for ``plan diff``."""
     require = sorted(set(require or []))
     if schema_compat not in SCHEMA_COMPAT:
         raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
@@ -147,7 +153,7 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
-    walk = Walk(old, new, ctx, RULES)
+    walk = Walk(old, new, ctx, RULES, passive=[] if pair_passive else None)
     walk.run()
     findings = find_moves(list(walk.findings), ctx, walk.alignment)
     # Step 3: plan-level settings.
@@ -161,7 +167,7 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     findings = _dedupe(findings)
     verdict = _verdict(findings)
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
-                  requirements)
+                  requirements, list(dict.fromkeys(walk.passive or ())))
 
 
 def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,

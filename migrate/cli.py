@@ -181,27 +181,32 @@ def plan_freeze(cases: tuple[str, ...], history: str, check: bool) -> None:
 @plan.command("diff")
 @click.argument("old", type=click.Path())
 @click.argument("new", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
+              show_default=True,
+              help="text: each step paired, with the fields that changed, then the check's "
+                   "report; json: the same for tools; html: a page drawing both plans.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the diff to a file instead of stdout.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
-              help="Write a self-contained page drawing both plans side by side.")
+              help="Also write the HTML page to this file (as --format html -o FILE).")
 @click.option("--require", "require", default="", metavar="LIST")
 @click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
               default="forward")
-def plan_diff(old: str, new: str, html_out: str | None, require: str,
-              schema_compat: str) -> None:
-    """Compare two plans; --html draws them (enforcing and passive steps, matched pairs,
-    findings on their nodes).  Exit code as for check."""
+def plan_diff(old: str, new: str, fmt: str, output: str | None, html_out: str | None,
+              require: str, schema_compat: str) -> None:
+    """Compare two plans (JSON or SQL) step by step: every pair of steps the check matched
+    (enforcing and passive) with the fields that changed, old -> new, and the steps added
+    and removed; then the check's findings.  Exit code as for check."""
+    from compat import plandiff
     from compat.check import check_files, parse_require
-    from compat.report import render_text
 
     report = check_files(old, new, require=parse_require(require),
-                         schema_compat=schema_compat)
+                         schema_compat=schema_compat, pair_passive=True)
+    d = plandiff.diff(report)
     if html_out:
-        from compat.htmldiff import render_html
-
-        with open(html_out, "w", encoding="utf-8") as f:
-            f.write(render_html(report))
+        _emit(plandiff.render(d, "html"), html_out)
         click.echo(f"wrote {html_out}")
-    click.echo(render_text(report), nl=False)
+    _emit(plandiff.render(d, fmt), output)
     sys.exit(report.exit_code)
 
 
