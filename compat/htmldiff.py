@@ -138,14 +138,8 @@ def render_html(report: Report, diff: PlanDiff | None = None) -> str:
     old_status: dict[str, str] = {}
     new_status: dict[str, str] = {}
     if diff is not None:
-        for nid in report.old.nodes:
-            st = diff.status("old", nid)
-            if st and st != "unchanged":
-                old_status[nid] = st
-        for nid in report.new.nodes:
-            st = diff.status("new", nid)
-            if st and st != "unchanged":
-                new_status[nid] = st
+        old_status = {k: v for k, v in diff.statuses("old").items() if v != "unchanged"}
+        new_status = {k: v for k, v in diff.statuses("new").items() if v != "unchanged"}
     old_marks: dict[str, str] = {}
     new_marks: dict[str, str] = {}
     for f in report.findings:

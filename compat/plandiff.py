@@ -86,11 +86,16 @@ class PlanDiff:
     #: the plan's own fields (``query``, ``config``; metadata is not compared)
     plan: tuple[FieldChange, ...] = ()
 
-    def status(self, side: str, node_id: str) -> str | None:
-        """The status of a step of the old or the new plan (``changed`` wins over
+    def statuses(self, side: str) -> dict[str, str]:
+        """The status of every step of the old or the new plan (``changed`` wins over
         ``unchanged`` when a step is paired twice)."""
-        found = [s.status for s in self.steps if getattr(s, side) == node_id]
-        return min(found, key=list(STATUS_MARK).index) if found else None
+        rank = list(STATUS_MARK).index
+        out: dict[str, str] = {}
+        for s in self.steps:
+            nid = getattr(s, side)
+            if nid is not None and (nid not in out or rank(s.status) < rank(out[nid])):
+                out[nid] = s.status
+        return out
 
     def to_json(self) -> dict[str, Any]:
         r = self.report
@@ -113,10 +118,15 @@ def diff(report: Report) -> PlanDiff:
     for a, b in pairs:
         by_new.setdefault(b, []).append(a)
     paired_old = {a for a, _ in pairs}
+    on: dict[tuple[str | None, str | None], list[int]] = {}
+    for i, f in enumerate(report.findings):
+        on.setdefault((f.old_node, None), []).append(i)
+        on.setdefault((None, f.new_node), []).append(i)
+
     def count(oid: str | None, nid: str | None) -> int:
-        return sum(1 for f in report.findings
-                   if (oid is not None and f.old_node == oid) or
-                   (nid is not None and f.new_node == nid))
+        """Findings on either step (a finding on both counts once)."""
+        return len(set(on.get((oid, None), []) if oid is not None else []) |
+                   set(on.get((None, nid), []) if nid is not None else []))
 
     out = PlanDiff(report, plan=tuple(field_changes(
         {"query": old.query, "config": old.config}, {"query": new.query, "config": new.config})))
@@ -125,7 +135,9 @@ def diff(report: Report) -> PlanDiff:
         node = new.nodes[nid]
         for oid in by_new.get(nid, []):
             onode = old.nodes[oid]
-            changes = tuple(field_changes(_doc(old, oid), _doc(new, nid)))
+            # a node shared by both plans (its document was equal) needs no comparing
+            changes = () if onode is node else tuple(field_changes(_doc(old, oid),
+                                                                   _doc(new, nid)))
             step = node.step if onode.step == node.step else f"{onode.step}->{node.step}"
             out.steps.append(StepDiff("changed" if changes else "unchanged", oid, nid, step,
                                       node.klass, changes, count(oid, nid)))
@@ -150,6 +162,8 @@ def _doc(plan: Plan, node_id: str) -> dict[str, Any]:
 
 def field_changes(old: dict[str, Any], new: dict[str, Any]) -> list[FieldChange]:
     """What differs between two step documents, field by field (``deepdiff``)."""
+    if old == new:
+        return []
     a, b = _keyed(old), _keyed(new)
     tree = DeepDiff(a, b, view="tree", verbose_level=2)
     out: list[FieldChange] = []
