@@ -96,6 +96,7 @@ def test_json_report_of_a_sql_pair_carries_lines_and_columns():
     ("group_by_key_changed", "lower(customer_id)"),       # an aggregate: its GROUP BY
     ("source_topic_changed", "topic 'orders_v2'"),       # a source option
     ("scaling_state_partitions_stateful", "spark.sql.shuffle.partitions = 16"),  # SET
+    ("config_other_key_changed", "spark.sql.shuffle.partitions = 8"),  # /config: 1st SET
     ("sink_key_changed", "key 'customer_id'"),           # a sink option
     ("source_column_widened_under_aggregate", "quantity BIGINT"),  # a declared column
 ])

@@ -80,6 +80,9 @@ def positions(src: SqlText, compiled: Compiled) -> dict[str, Position]:
     for name in script.settings:
         if name.startswith("theseus.config."):
             setting("/config/" + name[len("theseus.config."):], name)
+    config = [p for k, p in out.items() if k.startswith("/config/")]
+    if config:  # the config as a whole: its first SET
+        out["/config"] = min(config)
     # Sources and the sink are declared tables: their fields come from OPTIONS and the
     # column list, each written somewhere of its own.
     for nid, node in plan.nodes.items():
