@@ -48,6 +48,9 @@ class Report:
     require: list[str]
     schema_compat: str
     requirements: list[dict[str, Any]] = field(default_factory=list)
+    #: passive steps paired by the walk (old id, new id, step): only when asked for
+    #: (``check_plans(..., pair_passive=True)``, as ``plan diff`` does)
+    passive_alignment: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -64,7 +67,7 @@ class Report:
             "exit_code": self.exit_code,
             "old": {"file": self.old.file, "query": self.old.query},
             "new": {"file": self.new.file, "query": self.new.query},
-            "findings": [f.to_json() for f in self.findings],
+            "findings": [self._finding_json(f) for f in self.findings],
             "upgrade_types": self.upgrade_types,
             "characteristics": {"old": characteristics(self.old),
                                 "new": characteristics(self.new)},
@@ -72,6 +75,19 @@ class Report:
             "schema_compat": self.schema_compat,
             "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
         }
+
+
+    def _finding_json(self, f: Finding) -> dict[str, Any]:
+        doc = f.to_json()
+        # A SQL plan's findings say where they were written (its pointers are into the
+        # compiled JSON, which nobody wrote).
+        for side, plan in (("old", self.old), ("new", self.new)):
+            loc = doc[side]
+            if plan.positions and (loc["node"] or loc["pointer"] is not None):
+                pos = plan.position(loc["pointer"], loc["node"])
+                if pos is not None:
+                    loc["line"], loc["column"] = pos.line, pos.col
+        return doc
 
 
 def parse_require(text: str | None) -> list[str]:
@@ -86,16 +102,28 @@ def parse_require(text: str | None) -> list[str]:
     return sorted(set(items))
 
 
+def is_sql(path: str) -> bool:
+    """A ``.sql`` file is a Spark SQL script, compiled into a plan when it is loaded."""
+    return path.lower().endswith(".sql")
+
+
 def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
-    """Load and validate a plan; ``reuse`` shares the identical nodes of a plan loaded
-    before (the old side of a check), which then need no second validation."""
+    """Load and validate a plan, from JSON or from a SQL script (``.sql``, compiled on the
+    fly); ``reuse`` shares the identical nodes of a JSON plan loaded before (the old side of
+    a check), which then need no second validation.  ``raw`` gives the file's bytes when
+    they do not come from disk (a file at a git ref)."""
+    if is_sql(path):
+        # sqlglot is imported only for SQL: a check of JSON plans does not pay for it.
+        from compat.sql.load import load_sql_plan
+
+        return load_sql_plan(path, raw)
     plan = load(path, reuse, raw)
     analyze(plan, reuse)
     return plan
 
 
 def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
     # A check builds many small objects and frees nothing until it ends: the cyclic
     # garbage collector would only rescan them, over and over (it doubles the cost).
     was_enabled = gc.isenabled()
@@ -103,14 +131,17 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
     try:
         old = load_plan(old_path)
         new = load_plan(new_path, reuse=old)
-        return check_plans(old, new, require=require, schema_compat=schema_compat)
+        return check_plans(old, new, require=require, schema_compat=schema_compat,
+                           pair_passive=pair_passive)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
+    """The check of ``new`` against ``old``; ``pair_passive`` also records which passive
+    steps the walk paired (``Report.passive_alignment``), for ``plan diff``."""
     require = sorted(set(require or []))
     if schema_compat not in SCHEMA_COMPAT:
         raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
@@ -122,7 +153,7 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
-    walk = Walk(old, new, ctx, RULES)
+    walk = Walk(old, new, ctx, RULES, passive=[] if pair_passive else None)
     walk.run()
     findings = find_moves(list(walk.findings), ctx, walk.alignment)
     # Step 3: plan-level settings.
@@ -136,7 +167,7 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     findings = _dedupe(findings)
     verdict = _verdict(findings)
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
-                  requirements)
+                  requirements, list(dict.fromkeys(walk.passive or ())))
 
 
 def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,
@@ -209,4 +240,5 @@ def _verdict(findings: list[Finding]) -> str:
     return {0: "identical", 1: "in_place", 2: "migrate", 3: "unsupported"}[worst]
 
 
-__all__ = ["Report", "check_files", "check_plans", "check_version", "parse_require"]
+__all__ = ["Report", "check_files", "check_plans", "check_version", "is_sql", "load_plan",
+           "parse_require"]

@@ -5,12 +5,13 @@ worst outcome (an invalid plan counts as worst: nothing can be said about it).""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compat.check import Report, check_plans, load_plan
+from compat.check import Report, check_plans, is_sql, load_plan
 from compat.errors import CheckError, TheseusError
 
 #: outcome -> (rank, exit code)
@@ -34,7 +35,18 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
                          found="no git") from None
 
 
-def _is_plan_text(raw: bytes) -> bool:
+#: plan files: JSON documents and Spark SQL scripts (compiled on the fly)
+SUFFIXES = (".json", ".sql")
+#: a Theseus SQL script declares its topics as Kafka tables
+_KAFKA_TABLE = re.compile(rb"\busing\s+kafka\b", re.IGNORECASE)
+
+
+def _is_plan_text(raw: bytes, name: str) -> bool:
+    """Whether a file under the checked paths is a plan: a JSON document of the plan
+    format, or a SQL script that declares a Kafka table (other JSON and SQL files, such as
+    reference data or batch jobs, are not plans and are left alone)."""
+    if is_sql(name):
+        return bool(_KAFKA_TABLE.search(raw))
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -47,7 +59,8 @@ def collect(paths: list[str]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            out.extend(sorted(path.rglob("*.json")))
+            out.extend(sorted(f for f in path.rglob("*")
+                              if f.suffix.lower() in SUFFIXES and f.is_file()))
         elif path.exists():
             out.append(path)
     return out
@@ -69,7 +82,7 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     seen: set[str] = set()
     for path in current:
         raw_new = path.read_bytes()
-        if not _is_plan_text(raw_new):
+        if not _is_plan_text(raw_new, path.name):
             continue
         rel = path.resolve().relative_to(root).as_posix()
         seen.add(rel)
@@ -79,9 +92,11 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                 load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
-            if not _is_plan_text(old.stdout):
+            if not _is_plan_text(old.stdout, rel):
+                load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
+            # Both revisions are compiled when they are SQL: the old one from git's copy.
             old_plan = load_plan(f"{ref}:{rel}", raw=old.stdout)
             new_plan = load_plan(str(path), reuse=old_plan)
             report = check_plans(old_plan, new_plan, require=require,
@@ -98,9 +113,10 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             continue
         listing = _git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
         for name in listing.stdout.decode().splitlines():
-            if name.endswith(".json") and name not in seen and not (root / name).exists():
+            if name.lower().endswith(SUFFIXES) and name not in seen and \
+                    not (root / name).exists():
                 blob = _git(["show", f"{ref}:{name}"], root).stdout
-                if _is_plan_text(blob):
+                if _is_plan_text(blob, name):
                     seen.add(name)
                     entries.append(Entry(name, "removed"))
     return entries
@@ -113,12 +129,44 @@ def exit_code(entries: list[Entry]) -> int:
     return OUTCOMES[worst.outcome][1]
 
 
+#: the outcomes in the order the summary counts them, with the words it uses
+SUMMARY = (("identical", "identical"), ("in_place", "in place"), ("migrate", "migrate"),
+           ("unsupported", "unsupported"), ("new", "new"), ("removed", "removed"),
+           ("invalid", "invalid"))
+_ICON = {"identical": "✅", "in_place": "✅", "new": "🆕", "removed": "🗑️", "migrate": "⚠️",
+         "unsupported": "⛔", "invalid": "❌"}
+
+
+#: what a plan without a report means
+NOTE = {"new": "a new plan, nothing to compare it with (theseus run deploys it)",
+        "removed": "the plan is gone: its running query must be stopped by hand"}
+
+
+def counts(entries: list[Entry]) -> dict[str, int]:
+    return {k: sum(1 for e in entries if e.outcome == k) for k, _ in SUMMARY}
+
+
+def summary(entries: list[Entry], ref: str) -> str:
+    """One line for all plans: ``N plans against REF: k identical, k in place, ...``."""
+    n = counts(entries)
+    return (f"{len(entries)} plan{'' if len(entries) == 1 else 's'} against {ref}: " +
+            ", ".join(f"{n[k]} {word}" for k, word in SUMMARY))
+
+
+def changed(entries: list[Entry]) -> list[Entry]:
+    """The entries worth a reader's time: every plan but the identical ones."""
+    return [e for e in entries if e.outcome != "identical"]
+
+
 def render(entries: list[Entry], ref: str, fmt: str) -> str:
+    """All plans' outcomes: a one-line summary first, then only the plans that changed (JSON
+    lists every plan for tools; SARIF has results for findings only)."""
     from compat import report as R
 
     if fmt == "json":
         doc: dict[str, Any] = {"format": "theseus.multireport/1", "against": ref,
-                               "exit_code": exit_code(entries), "files": []}
+                               "exit_code": exit_code(entries), "summary": counts(entries),
+                               "files": []}
         for e in entries:
             item: dict[str, Any] = {"path": e.path, "outcome": e.outcome}
             if e.report:
@@ -138,25 +186,65 @@ def render(entries: list[Entry], ref: str, fmt: str) -> str:
             for res in base["runs"][0]["results"]:
                 res["ruleIndex"] = ids.index(res["ruleId"])
         return json.dumps(base, indent=2) + "\n"
-    out = []
     if fmt == "markdown":
-        out.append(f"## Theseus: plans against `{ref}`\n")
-        out.append("| plan | outcome |\n|---|---|")
-        out.extend(f"| `{e.path}` | {e.outcome} |" for e in entries)
+        return _markdown(entries, ref)
+    line = summary(entries, ref)
+    if fmt == "github":
+        out = [f"::notice title=theseus::{line}"]
+        for e in changed(entries):
+            if e.report:
+                out.append(f"::notice file={e.path},title=theseus {e.outcome}::{e.path}: "
+                           f"{e.outcome} — {R.VERDICT_TEXT[e.outcome]}")
+                out.append(R.render_github(e.report, verdict=False).rstrip("\n"))
+            else:
+                level = "error" if e.outcome == "invalid" else "notice"
+                msg = (e.error or NOTE[e.outcome]).replace("%", "%25") \
+                    .replace("\r", "%0D").replace("\n", "%0A")
+                out.append(f"::{level} file={e.path}::{msg}")
+        return "\n".join(x for x in out if x) + "\n"
+    out = [line]
+    for e in changed(entries):
         out.append("")
-    for e in entries:
+        out.append(f"== {e.path} ({e.outcome})" + (f": {NOTE[e.outcome]}"
+                                                    if e.outcome in NOTE else ""))
         if e.report:
-            text = R.render(e.report, fmt)
-        elif fmt == "github":
-            level = "error" if e.outcome == "invalid" else "notice"
-            text = f"::{level} file={e.path}::{e.error or 'plan ' + e.outcome}\n"
-        else:
-            text = f"{e.path}: {e.outcome}{' — ' + e.error if e.error else ''}\n"
-        if fmt == "text":
-            out.append(f"== {e.path} ({e.outcome})")
-        out.append(text)
-    if fmt == "text":
-        out.append(f"{len(entries)} plan(s) against {ref}: " + ", ".join(
-            f"{k} {sum(1 for e in entries if e.outcome == k)}"
-            for k in OUTCOMES if any(e.outcome == k for e in entries)))
+            out.append(R.render(e.report, "text").rstrip("\n"))
+        elif e.error:
+            out.append(e.error)
     return "\n".join(out) + "\n"
+
+
+def _markdown(entries: list[Entry], ref: str) -> str:
+    """A pull-request comment: the summary, ONE table of the plans that changed, and each
+    plan's findings folded under it."""
+    from html import escape
+
+    from compat import report as R
+
+    todo = changed(entries)
+    out = [f"## Theseus: plans against `{ref}`", "", summary(entries, ref) + ".", ""]
+    if not todo:
+        out += ["No plan changed.", ""]
+        return "\n".join(out)
+    out += ["| plan | outcome | findings |", "|---|---|---|"]
+    for e in todo:
+        n = len(e.report.findings) if e.report else "—"
+        note = f": {NOTE[e.outcome]}" if e.outcome in NOTE else ""
+        out.append(f"| `{R._md(e.path)}` | {_ICON[e.outcome]} {e.outcome}{note} | {n} |")
+    out.append("")
+    for e in todo:
+        if not (e.report and e.report.findings) and not e.error:
+            continue
+        what = (f"{len(e.report.findings)} finding{'' if len(e.report.findings) == 1 else 's'}"
+                if e.report else "error")
+        out += [f"<details><summary><code>{escape(e.path)}</code>: {e.outcome}, {what}"
+                "</summary>", ""]
+        if e.report:
+            for f in e.report.findings:
+                out.append(f"- {R._SEVERITY_MARK[f.severity]} **{f.effect}** `{f.code}` at "
+                           f"{R._md(R.at(e.report, f))}: {R._md(f.message)}. "
+                           f"*What to do:* {R._md(f.hint)}")
+        else:
+            out += ["```", e.error or "", "```"]
+        out += ["", "</details>", ""]
+    return "\n".join(out)

@@ -1,24 +1,33 @@
-"""``theseus plan diff OLD NEW --html out.html``: both plans side by side in one
+"""``theseus plan diff OLD NEW --format html``: both plans side by side in one
 self-contained page (inline SVG and CSS, no scripts, no network).
 
 Each plan is drawn as layers from the sink (top) to the sources (bottom).  Enforcing steps
-are dark boxes, passive steps light ones; a matched enforcing pair carries the same number
-in both drawings; a node with a finding gets a coloured border (red: unsupported, orange:
-migrate, blue: in place) and its findings are listed under the drawings.
+are dark boxes, passive steps light ones; a matched pair carries the same number in both
+drawings (enforcing pairs first, then passive ones, in a lighter badge); a step whose fields
+changed, or that only one plan has, carries a mark (~ changed, + added, - removed; added and
+removed steps are dashed); a node with a finding gets a coloured border (red: unsupported,
+orange: migrate, blue: in place).  Under the drawings, every changed, added or removed step
+with its fields old -> new (``compat.plandiff``), then the findings.
 """
 
 from __future__ import annotations
 
 import html
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
 from compat.check import Report
 from compat.model import ENFORCING, Plan
+
+if TYPE_CHECKING:
+    from compat.plandiff import PlanDiff
 
 BOX_W, BOX_H, GAP_X, GAP_Y = 190, 54, 24, 46
 EFFECT_COLOUR = {"unsupported": "#d32f2f", "migrate": "#f57c00", "in_place": "#1976d2",
                  "none": "#9e9e9e"}
 RANK = {"none": 0, "in_place": 1, "migrate": 2, "unsupported": 3}
+STATUS_COLOUR = {"changed": "#7b1fa2", "added": "#2e7d32", "removed": "#c62828"}
+STATUS_MARK = {"changed": "~", "added": "+", "removed": "−"}
 
 
 def _layers(plan: Plan) -> dict[str, int]:
@@ -33,7 +42,11 @@ def _layers(plan: Plan) -> dict[str, int]:
             for nid in layer}
 
 
-def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str]) -> str:
+def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str],
+         passive_badges: dict[str, int] | None = None,
+         status: dict[str, str] | None = None) -> str:
+    passive_badges = passive_badges or {}
+    status = status or {}
     depth = _layers(plan)
     rows: dict[int, list[str]] = {}
     for nid in plan.nodes:
@@ -66,14 +79,18 @@ def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str]) -
         fill = "#263238" if enforcing else "#eceff1"
         text = "#ffffff" if enforcing else "#263238"
         effect = marks.get(nid)
-        stroke = EFFECT_COLOUR[effect] if effect else ("#263238" if enforcing else "#b0bec5")
-        sw = 4 if effect else 1.5
+        st = status.get(nid, "")
+        stroke = EFFECT_COLOUR[effect] if effect else STATUS_COLOUR.get(
+            st if st != "changed" else "", "#263238" if enforcing else "#b0bec5")
+        sw = 4 if effect else 2.5 if st in ("added", "removed") else 1.5
+        dash = ' stroke-dasharray="7 4"' if st in ("added", "removed") else ""
         mode = f" [{info.mode}]" if info else ""
-        title = f"{nid}: {node.step} ({node.klass}){mode}"
+        title = f"{nid}: {node.step} ({node.klass}){mode}{' — ' + st if st else ''}"
         parts.append(f'<g class="node {node.klass}" data-id="{html.escape(nid)}" '
-                     f'data-effect="{effect or ""}"><title>{html.escape(title)}</title>'
+                     f'data-effect="{effect or ""}" data-status="{st}">'
+                     f'<title>{html.escape(title)}</title>'
                      f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="8" '
-                     f'fill="{fill}" stroke="{stroke}" stroke-width="{sw}"/>'
+                     f'fill="{fill}" stroke="{stroke}" stroke-width="{sw}"{dash}/>'
                      f'<text x="{x + 10:.0f}" y="{y + 22:.0f}" fill="{text}" '
                      f'font-weight="bold">{html.escape(nid[:22])}</text>'
                      f'<text x="{x + 10:.0f}" y="{y + 42:.0f}" fill="{text}" '
@@ -84,17 +101,45 @@ def _svg(plan: Plan, side: str, badges: dict[str, int], marks: dict[str, str]) -
                          f'<text class="badge" x="{bx:.0f}" y="{by + 4:.0f}" '
                          f'text-anchor="middle" font-size="12" fill="#000">{badges[nid]}'
                          '</text>')
+        elif nid in passive_badges:
+            bx, by = x + BOX_W - 16, y + 16
+            parts.append(f'<circle cx="{bx:.0f}" cy="{by:.0f}" r="11" fill="#fff8e1" '
+                         f'stroke="#ffca28" stroke-width="2"/>'
+                         f'<text class="badge passive" x="{bx:.0f}" y="{by + 4:.0f}" '
+                         f'text-anchor="middle" font-size="12" fill="#000">'
+                         f'{passive_badges[nid]}</text>')
+        if st:
+            sx, sy = x + BOX_W - 16, y + BOX_H - 14
+            parts.append(f'<rect class="status" x="{sx - 10:.0f}" y="{sy - 9:.0f}" '
+                         f'width="20" height="18" rx="4" fill="{STATUS_COLOUR[st]}"/>'
+                         f'<text x="{sx:.0f}" y="{sy + 5:.0f}" text-anchor="middle" '
+                         f'font-size="14" font-weight="bold" fill="#fff">{STATUS_MARK[st]}'
+                         '</text>')
         parts.append("</g>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def render_html(report: Report) -> str:
+def render_html(report: Report, diff: PlanDiff | None = None) -> str:
+    """The page; ``diff`` (``compat.plandiff.diff`` of the report) adds the passive pairs,
+    the marks of changed, added and removed steps and their fields."""
     old_badges: dict[str, int] = {}
     new_badges: dict[str, int] = {}
     for k, (a, b, _) in enumerate(report.alignment, start=1):
         old_badges.setdefault(a, k)
         new_badges.setdefault(b, k)
+    old_passive: dict[str, int] = {}
+    new_passive: dict[str, int] = {}
+    k = len(report.alignment)
+    for a, b, _ in report.passive_alignment:
+        if a not in old_passive and b not in new_passive:
+            k += 1
+            old_passive[a] = new_passive[b] = k
+    old_status: dict[str, str] = {}
+    new_status: dict[str, str] = {}
+    if diff is not None:
+        old_status = {k: v for k, v in diff.statuses("old").items() if v != "unchanged"}
+        new_status = {k: v for k, v in diff.statuses("new").items() if v != "unchanged"}
     old_marks: dict[str, str] = {}
     new_marks: dict[str, str] = {}
     for f in report.findings:
@@ -108,6 +153,9 @@ def render_html(report: Report) -> str:
         f"<td>{html.escape(f.hint)}</td></tr>" for f in report.findings)
     legend = "".join(f'<span class="chip" style="border-color:{c}">{e}</span>'
                      for e, c in EFFECT_COLOUR.items() if e != "none")
+    marks = "".join(f'<span class="mark" style="background:{STATUS_COLOUR[st]}">'
+                    f"{STATUS_MARK[st]}</span> {st} " for st in STATUS_COLOUR)
+    steps = _steps_table(diff) if diff is not None else ""
     doc: Any = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>theseus plan diff: {html.escape(report.verdict)}</title>
@@ -124,18 +172,69 @@ table {{ border-collapse: collapse; margin-top: 20px; }}
 td, th {{ border-bottom: 1px solid #eceff1; padding: 6px 10px; text-align: left;
   vertical-align: top; font-size: 13px; }}
 .chip {{ border: 3px solid; border-radius: 6px; padding: 1px 6px; margin-right: 8px; }}
+.mark {{ color: white; font-weight: bold; border-radius: 4px; padding: 0 6px; }}
+del {{ background: #ffebee; color: #b71c1c; }} ins {{ background: #e8f5e9; color: #1b5e20;
+  text-decoration: none; }}
+.changes {{ margin: 0; padding-left: 18px; }} .changes li {{ font-family: ui-monospace,
+  monospace; font-size: 12px; }}
+h2.section {{ font-size: 17px; margin-top: 24px; }}
 </style></head><body>
 <h1>theseus plan diff — <span class="verdict">{html.escape(report.verdict)}</span></h1>
-<p>Dark boxes: enforcing steps; light: passive. Numbers pair the matched enforcing steps.
+<p>Dark boxes: enforcing steps; light: passive. Numbers pair the matched steps (enforcing
+in yellow, passive in a pale badge). Marks: {marks}(dashed: only in one plan).
 Borders: {legend}</p>
 <div class="panes">
 <div class="pane"><h2>old: {html.escape(report.old.file)}</h2>
-{_svg(report.old, "old", old_badges, old_marks)}</div>
+{_svg(report.old, "old", old_badges, old_marks, old_passive, old_status)}</div>
 <div class="pane"><h2>new: {html.escape(report.new.file)}</h2>
-{_svg(report.new, "new", new_badges, new_marks)}</div>
+{_svg(report.new, "new", new_badges, new_marks, new_passive, new_status)}</div>
 </div>
+{steps}<h2 class="section">Findings</h2>
 <table><tr><th>code</th><th>effect</th><th>old → new</th><th>finding</th><th>what to do</th></tr>
 {rows or '<tr><td colspan="5">no findings</td></tr>'}</table>
 </body></html>
 """
     return doc
+
+
+def _steps_table(diff: PlanDiff) -> str:
+    """Every step that changed, was added or removed, with its fields old -> new."""
+    rows = []
+    for s in diff.steps:
+        if s.status == "unchanged":
+            continue
+        ids = html.escape(s.old if s.new is None else s.new if s.old in (None, s.new)
+                          else f"{s.old} → {s.new}")
+        items = "".join(f"<li>{_change(c)}</li>" for c in s.changes)
+        rows.append(f'<tr class="step {s.status}" data-old="{html.escape(s.old or "")}" '
+                    f'data-new="{html.escape(s.new or "")}"><td><span class="mark" '
+                    f'style="background:{STATUS_COLOUR[s.status]}">'
+                    f"{STATUS_MARK[s.status]}</span> {s.status}</td><td><b>{ids}</b></td>"
+                    f"<td>{html.escape(s.step)} ({s.klass})</td><td>{s.findings or '—'}</td>"
+                    f'<td><ul class="changes">{items}</ul></td></tr>')
+    if diff.plan:
+        items = "".join(f"<li>{_change(c)}</li>" for c in diff.plan)
+        rows.insert(0, f'<tr class="step changed" data-old="" data-new=""><td><span '
+                       f'class="mark" style="background:{STATUS_COLOUR["changed"]}">'
+                       f'{STATUS_MARK["changed"]}</span> changed</td><td><b>the plan</b></td>'
+                       f'<td>query, config</td><td></td><td><ul class="changes">{items}</ul>'
+                       '</td></tr>')
+    same = sum(1 for s in diff.steps if s.status == "unchanged")
+    body = "".join(rows) or '<tr><td colspan="5">no step changed</td></tr>'
+    return (f'<h2 class="section">What changed</h2><p>{same} paired step(s) unchanged.</p>'
+            f'<table class="steps"><tr><th></th><th>step</th><th>type</th><th>findings</th>'
+            f"<th>fields (old → new)</th></tr>{body}</table>\n")
+
+
+def _change(c: Any) -> str:
+    def show(v: Any) -> str:
+        return html.escape(json.dumps(v, ensure_ascii=False, separators=(", ", ": ")))
+
+    path = f"<code>{html.escape(c.path)}</code>"
+    if c.kind == "added":
+        return f"{path}: added <ins>{show(c.new)}</ins>"
+    if c.kind == "removed":
+        return f"{path}: removed <del>{show(c.old)}</del>"
+    if c.kind == "reordered":
+        return f"{path}: order <del>{show(c.old)}</del> → <ins>{show(c.new)}</ins>"
+    return f"{path}: <del>{show(c.old)}</del> → <ins>{show(c.new)}</ins>"

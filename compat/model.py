@@ -25,7 +25,7 @@ import difflib
 import graphlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from compat.errors import PlanError
 
@@ -241,6 +241,16 @@ def step_class(name: str) -> type[Node]:
 # -- plans --------------------------------------------------------------------------------------
 
 
+class Position(NamedTuple):
+    """Where a part of a plan was written in a source that is not its JSON (a SQL script):
+    1-based line and column of its first character and of the character after its end."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
 @dataclass
 class Plan:
     """A validated plan: nodes by id in topological order (sources first)."""
@@ -260,6 +270,10 @@ class Plan:
     #: the node documents the plan was read from, by id: a plan loaded against this one
     #: reuses the nodes whose documents are equal (opaque to everything but ``serde``)
     documents: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: for a plan compiled from SQL, where its parts were written, by JSON pointer (a node's
+    #: ``/nodes/<i>``, some of its fields, ``/config/<key>``, ``/query``; ``""`` is the
+    #: query): reports point there instead of at the compiled JSON.  Empty for a JSON plan.
+    positions: dict[str, Position] = field(default_factory=dict, repr=False)
 
     @property
     def state_partitions(self) -> int | None:
@@ -273,6 +287,18 @@ class Plan:
     def pointer(self, node_id: str, field_name: str | None = None) -> str:
         base = self.pointers.get(node_id, "")
         return base + ("/" + field_name if field_name else "")
+
+    def position(self, pointer: str | None, node_id: str | None = None) -> Position | None:
+        """Where a SQL plan's part was written: the pointer's (``node_id``'s without one),
+        else its closest ancestor's, else the query's; None for a JSON plan."""
+        if not self.positions:
+            return None
+        p = pointer if pointer is not None else self.pointers.get(node_id or "", "")
+        while True:
+            pos = self.positions.get(p)
+            if pos is not None or not p:
+                return pos
+            p = p.rsplit("/", 1)[0]
 
 
 def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],

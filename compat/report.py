@@ -1,18 +1,22 @@
 """Report rendering: text for people, JSON for tools, Markdown for PR comments, SARIF and
-GitHub workflow annotations for CI.  Line numbers come from the JSON source itself."""
+GitHub workflow annotations for CI.  Positions come from the source the plan was written in:
+a JSON plan's lines from the JSON text itself, a SQL plan's lines and columns from where the
+compiler found each part (``Plan.positions``)."""
 
 from __future__ import annotations
 
 import gc
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from compat.check import Report
 from compat.findings import Finding
 from compat.infer import characteristics
+from compat.model import Plan
 
-_VERDICT_TEXT = {
+VERDICT_TEXT = {
     "identical": "the plans compute the same thing; nothing to do",
     "in_place": "the new plan can restart from the old checkpoint",
     "migrate": "the state is incompatible: deploy with a live migration",
@@ -39,17 +43,22 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_json(), indent=2) + "\n"
 
 
-def _loc(f: Finding) -> str:
+def _loc(report: Report, f: Finding) -> str:
     parts = []
-    if f.old_node or f.old_pointer:
-        parts.append(f"old {f.old_node or ''}{' ' + f.old_pointer if f.old_pointer else ''}")
-    if f.new_node or f.new_pointer:
-        parts.append(f"new {f.new_node or ''}{' ' + f.new_pointer if f.new_pointer else ''}")
+    for side, plan, node, pointer in (("old", report.old, f.old_node, f.old_pointer),
+                                      ("new", report.new, f.new_node, f.new_pointer)):
+        if not (node or pointer):
+            continue
+        if plan.positions:  # a SQL plan: its compiled JSON pointers mean nothing to a reader
+            line, col = where(plan, pointer, node)
+            parts.append(f"{side} {node + ' ' if node else ''}({plan.file}:{line}:{col})")
+        else:
+            parts.append(f"{side} {node or ''}{' ' + pointer if pointer else ''}")
     return "; ".join(p.replace("  ", " ") for p in parts)
 
 
 def render_text(report: Report) -> str:
-    lines = [f"verdict: {report.verdict} — {_VERDICT_TEXT[report.verdict]} "
+    lines = [f"verdict: {report.verdict} — {VERDICT_TEXT[report.verdict]} "
              f"(exit {report.exit_code})",
              f"  old: {report.old.file}   new: {report.new.file}"]
     if report.upgrade_types:
@@ -66,7 +75,7 @@ def render_text(report: Report) -> str:
     for f in findings:
         lines.append("")
         lines.append(f"{_SEVERITY_MARK[f.severity]} [{f.code}] {f.effect}: {f.message}")
-        loc = _loc(f)
+        loc = _loc(report, f)
         if loc:
             lines.append(f"    at {loc}")
         lines.append(f"    what to do: {f.hint}")
@@ -76,13 +85,13 @@ def render_text(report: Report) -> str:
 def render_markdown(report: Report) -> str:
     icon = {"identical": "✅", "in_place": "✅", "migrate": "⚠️", "unsupported": "⛔"}
     out = [f"### {icon[report.verdict]} Theseus: `{report.verdict}`",
-           "", _VERDICT_TEXT[report.verdict] + ".", "",
+           "", VERDICT_TEXT[report.verdict] + ".", "",
            f"`{report.old.file}` → `{report.new.file}`", ""]
     if report.findings:
         out += ["| | code | effect | where | finding | what to do |",
                 "|---|---|---|---|---|---|"]
         for f in report.findings:
-            where = _md(f.new_node or f.old_node or "plan")
+            where = _md(at(report, f))
             out.append(f"| {_SEVERITY_MARK[f.severity]} | `{f.code}` | {f.effect} | {where} "
                        f"| {_md(f.message)} | {_md(f.hint)} |")
     else:
@@ -96,6 +105,16 @@ def render_markdown(report: Report) -> str:
 
 def _md(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
+
+
+def at(report: Report, f: Finding) -> str:
+    """The step a finding is about, with its SQL position when the plan is a script."""
+    plan, pointer, node = _primary(report, f)
+    name = f.new_node or f.old_node or "plan"
+    if not plan.positions:
+        return name
+    line, col = where(plan, pointer, node)
+    return f"{name} ({plan.file}:{line}:{col})"
 
 
 # -- positions in the source -------------------------------------------------------------
@@ -183,24 +202,46 @@ def line_of(path: str, pointer: str | None) -> int:
     return 1
 
 
-def _primary(report: Report, f: Finding) -> tuple[str, int]:
+def where(plan: Plan, pointer: str | None, node: str | None = None) -> tuple[int, int | None]:
+    """1-based line and column (None for a JSON plan: its lines are whole values) of a
+    pointer in the file the plan was written in."""
+    if plan.positions:
+        pos = plan.position(pointer, node)
+        return (pos.line, pos.col) if pos is not None else (1, 1)
+    return line_of(plan.file, pointer), None
+
+
+def _primary(report: Report, f: Finding) -> tuple[Plan, str | None, str | None]:
     if f.new_pointer is not None:
-        return report.new.file, line_of(report.new.file, f.new_pointer)
-    return report.old.file, line_of(report.old.file, f.old_pointer)
+        return report.new, f.new_pointer, f.new_node
+    return report.old, f.old_pointer, f.old_node
 
 
-def render_github(report: Report) -> str:
+def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int]:
+    pos = plan.position(pointer, node)
+    if pos is None:
+        return {"startLine": where(plan, pointer, node)[0]}
+    return {"startLine": pos.line, "startColumn": pos.col, "endLine": pos.end_line,
+            "endColumn": pos.end_col}
+
+
+def render_github(report: Report, verdict: bool = True) -> str:
+    """Workflow annotations, one per finding, and (with ``verdict``) a notice of the
+    verdict."""
     level = {"error": "error", "warning": "warning", "info": "notice"}
     out = []
     for f in report.findings:
-        file, line = _primary(report, f)
+        plan, pointer, node = _primary(report, f)
+        line, col = where(plan, pointer, node)
+        at = f"file={plan.file},line={line}" + (f",col={col}" if col is not None else "")
         msg = f"{f.message}. {f.hint}".replace("%", "%25").replace("\r", "%0D") \
             .replace("\n", "%0A")
         title = f"theseus {f.code} ({f.effect})".replace(",", "%2C").replace("::", "%3A%3A")
-        out.append(f"::{level[f.severity]} file={file},line={line},title={title}::{msg}")
-    out.append(f"::notice title=theseus verdict::{report.verdict} — "
-               f"{_VERDICT_TEXT[report.verdict]}")
-    return "\n".join(out) + "\n"
+        out.append(f"::{level[f.severity]} {at},title={title}::{msg}")
+    if verdict:
+        out.append(f"::notice title=theseus verdict::{report.verdict} — "
+                   f"{VERDICT_TEXT[report.verdict]}")
+    return "\n".join(out) + "\n" if out else ""
 
 
 def render_sarif(report: Report) -> str:
@@ -215,9 +256,9 @@ def render_sarif(report: Report) -> str:
              for c in codes]
     results = []
     for f in report.findings:
-        file, line = _primary(report, f)
-        locs = [{"physicalLocation": {"artifactLocation": {"uri": file},
-                                      "region": {"startLine": line}},
+        plan, pointer, node = _primary(report, f)
+        locs = [{"physicalLocation": {"artifactLocation": {"uri": plan.file},
+                                      "region": _region(plan, pointer, node)},
                  "logicalLocations": [{"name": f.new_node or f.old_node or "plan",
                                        "fullyQualifiedName": f.new_pointer or f.old_pointer
                                        or "/"}]}]
@@ -226,8 +267,8 @@ def render_sarif(report: Report) -> str:
             related.append({"id": 1, "message": {"text": "in the old plan"},
                             "physicalLocation": {
                                 "artifactLocation": {"uri": report.old.file},
-                                "region": {"startLine": line_of(report.old.file,
-                                                                f.old_pointer)}}})
+                                "region": _region(report.old, f.old_pointer,
+                                                  f.old_node)}})
         res = {"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": level[f.severity],
                "message": {"text": f"{f.message}. {f.hint}"}, "locations": locs,
                "properties": {"effect": f.effect, "upgrade_type": f.upgrade_type}}
@@ -237,8 +278,7 @@ def render_sarif(report: Report) -> str:
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "theseus", "informationUri":
-                                      "https://theseus.dev", "rules": rules}},
+        "runs": [{"tool": {"driver": _driver(rules)},
                   "results": results,
                   "properties": {"verdict": report.verdict}}],
     }
@@ -248,6 +288,54 @@ def render_sarif(report: Report) -> str:
 def render_sarif_empty() -> str:
     return json.dumps({"$schema": "https://json.schemastore.org/sarif-2.1.0.json",
                        "version": "2.1.0",
-                       "runs": [{"tool": {"driver": {"name": "theseus", "informationUri":
-                                                     "https://theseus.dev", "rules": []}},
-                                 "results": []}]})
+                       "runs": [{"tool": {"driver": _driver([])}, "results": []}]})
+
+
+def _driver(rules: list[dict[str, Any]]) -> dict[str, Any]:
+    driver: dict[str, Any] = {"name": "theseus"}
+    url = project_url()
+    if url:
+        driver["informationUri"] = url
+    driver["rules"] = rules
+    return driver
+
+
+#: the labels of ``[project.urls]`` that say where the project lives, best first
+URL_LABELS = ("homepage", "repository", "source")
+
+
+@lru_cache(maxsize=1)
+def project_url() -> str | None:
+    """The project's own URL, from ``[project.urls]`` of its ``pyproject.toml``: read from
+    the checkout when Theseus runs from one, else from the installed distribution's metadata
+    (which carries the same table as ``Project-URL`` lines)."""
+    return _url_from_pyproject(Path(__file__).resolve().parent.parent / "pyproject.toml") \
+        or _url_from_metadata()
+
+
+def _pick(urls: dict[str, str]) -> str | None:
+    by_label = {k.strip().lower(): v.strip() for k, v in urls.items()}
+    return next((by_label[k] for k in URL_LABELS if by_label.get(k)), None)
+
+
+def _url_from_pyproject(path: Path) -> str | None:
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    if project.get("name") != "theseus":
+        return None
+    return _pick(project.get("urls", {}))
+
+
+def _url_from_metadata() -> str | None:
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        entries = metadata("theseus").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    return _pick(dict(e.split(",", 1) for e in entries if "," in e))

@@ -65,6 +65,9 @@ class Walk:
     rules: dict[str, list[Rule]]
     findings: list[Finding] = field(default_factory=list)
     alignment: list[tuple[str, str, str]] = field(default_factory=list)
+    #: passive steps paired as the paths between matched enforcing steps are aligned
+    #: (old id, new id, step), recorded only when a list is given (``plan diff`` asks)
+    passive: list[tuple[str, str, str]] | None = None
     _seen: set[tuple[str, str]] = field(default_factory=set)
     #: raw key number of each node object, and the numbers by raw key
     _raw: dict[int, int] = field(default_factory=dict)
@@ -132,8 +135,9 @@ class Walk:
         for i in range(len(o.inputs)):
             fo = frontier(self.old, o.inputs[i])
             fn = frontier(self.new, n.inputs[i])
-            for (eo, _), (en, _) in zip(fo, fn):
+            for (eo, po), (en, pn) in zip(fo, fn):
                 k = (eo, en)
+                self._pair_passive(po, pn)
                 if k not in self._seen:
                     self._seen.add(k)
                     self.alignment.append((eo, en, self.new.nodes[en].step))
@@ -156,7 +160,7 @@ class Walk:
         # The unpaired entries wait in pools indexed by subtree hash and identity, so each
         # step looks up only what is behind it, not every unpaired entry.
         pool_o = _Pool(left_o, self.ho, lambda x: _identity(self.old, x))
-        for en, _pn in left_n:
+        for en, outer in left_n:
             node = self.new.nodes[en]
             if isinstance(node, Source) or not pool_o:
                 continue
@@ -167,13 +171,14 @@ class Walk:
                 self.findings.append(self.ctx.f(
                     "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
                     "its state has no history", o, node, "inputs", ""))
-                for (eo, _po), (eb, _pb) in sub:
+                for (eo, po), (eb, pb) in sub:
+                    self._pair_passive_paths(po, outer + pb)
                     yield self._visit(self.old.nodes[eo], self.new.nodes[eb])
         left_n = [e for e in left_n if e[0] not in en_done]
         pool_n = _Pool(left_n, self.hn, lambda x: _identity(self.new, x))
         left_o = pool_o.left()
         eo_done: set[str] = set()
-        for eo, _po in left_o:
+        for eo, outer in left_o:
             node = self.old.nodes[eo]
             if isinstance(node, Source) or not pool_n:
                 continue
@@ -185,7 +190,8 @@ class Walk:
                 self.findings.append(self.ctx.f(
                     "enforcing-removed", f"{node.step} '{eo}' is removed from before "
                     f"'{n.id}'", node, n, "", "inputs"))
-                for (eb, _pb), (en, _pn) in sub:
+                for (eb, pb), (en, pn) in sub:
+                    self._pair_passive_paths(outer + pb, pn)
                     yield self._visit(self.old.nodes[eb], self.new.nodes[en])
         left_o = [e for e in left_o if e[0] not in eo_done]
         left_n = pool_n.left()
@@ -215,6 +221,7 @@ class Walk:
         news = [self.new.nodes[x] for x in pn]
         memo = self.memo
         if [memo[id(a)] for a in olds] == [memo[id(b)] for b in news]:
+            self._pair_passive(po, pn)
             return  # same steps, same versions, same text: nothing to compare
         self.ctx.upstream_of_state = stateful
         self.ctx.consumer = (o, n)
@@ -223,6 +230,7 @@ class Walk:
             if tag == "equal":
                 for a, b in zip(olds[i1:i2], news[j1:j2]):
                     self._versions(a, b)
+                self._pair_passive(po[i1:i2], pn[j1:j2])
                 continue
             gap_o, gap_n = olds[i1:i2], news[j1:j2]
             if not (gap_o and gap_n):
@@ -233,6 +241,8 @@ class Walk:
                 if tag2 == "equal":
                     for a, b in zip(gap_o[k1:k2], gap_n[l1:l2]):
                         self._versions(a, b)
+                    self._pair_passive([a.id for a in gap_o[k1:k2]],
+                                       [b.id for b in gap_n[l1:l2]])
                 else:
                     self._pair_in_gap(gap_o[k1:k2], gap_n[l1:l2])
         self.ctx.upstream_of_state = False
@@ -265,11 +275,37 @@ class Walk:
                 matched.add(j)
                 self.findings.extend(check_passive(a, news[j], self.ctx))
                 self._versions(a, news[j])
+                self._pair_passive([a.id], [news[j].id])
             else:
                 self.findings.extend(check_passive(a, None, self.ctx))
         for j, b in enumerate(news):
             if j not in matched:
                 self.findings.extend(check_passive(None, b, self.ctx))
+
+    def _pair_passive(self, po: Sequence[str], pn: Sequence[str]) -> None:
+        """Record passive steps paired position by position (when asked to)."""
+        if self.passive is not None:
+            self.passive.extend((a, b, self.new.nodes[b].step) for a, b in zip(po, pn))
+
+    def _pair_passive_paths(self, po: list[str], pn: list[str]) -> None:
+        """Record the pairs of two passive paths the walk does not compare (around an
+        enforcing step inserted or removed, the paths on both of its sides joined),
+        aligned as ``compare_paths`` aligns them (when asked to)."""
+        if self.passive is None:
+            return
+        olds = [self.old.nodes[x] for x in po]
+        news = [self.new.nodes[x] for x in pn]
+        for tag, i1, i2, j1, j2 in align([self._raw_key(a) for a in olds],
+                                         [self._raw_key(b) for b in news]):
+            if tag == "equal":
+                self._pair_passive(po[i1:i2], pn[j1:j2])
+                continue
+            by_step: dict[str, deque[str]] = {}
+            for b in news[j1:j2]:
+                by_step.setdefault(b.step, deque()).append(b.id)
+            for a in olds[i1:i2]:
+                if by_step.get(a.step):
+                    self._pair_passive([a.id], [by_step[a.step].popleft()])
 
     def _versions(self, a: Node, b: Node) -> None:
         if a.version != b.version:

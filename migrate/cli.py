@@ -12,6 +12,7 @@ import sys
 import click
 
 from compat.errors import TheseusError
+from compat.legend import LEGEND
 
 FORMATS = ("text", "json", "markdown", "sarif", "github")
 
@@ -26,10 +27,15 @@ Verdicts and exit codes:
   (invalid)    2  unreadable file, malformed JSON, schema violation, dangling input, cycle...
 
 \b
+OLD and NEW are JSON plans or Spark SQL scripts (.sql, compiled on the fly; findings
+then point at the SQL line and column).
+
+\b
 With --against REF, every plan file under PATH... is compared with its version at the
 git ref REF: new plans are reported as new, deleted ones as removed (exit 1: the query
 must be stopped by hand), and the exit code is the worst outcome over all files (an
-invalid plan, 2, counts as the worst).
+invalid plan, 2, counts as the worst).  The report starts with a one-line summary and
+lists only the plans that changed.
 
 \b
 --require takes a comma-separated list of environment requirements:
@@ -38,7 +44,9 @@ invalid plan, 2, counts as the worst).
   exactly_once  the new sink must deliver exactly once
   ordered       one offset vector separates old and new output
   live          no output stall beyond a few trigger intervals
-"""
+
+\b
+""" + LEGEND
 
 
 class TheseusGroup(click.Group):
@@ -173,34 +181,40 @@ def plan_freeze(cases: tuple[str, ...], history: str, check: bool) -> None:
 @plan.command("diff")
 @click.argument("old", type=click.Path())
 @click.argument("new", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
+              show_default=True,
+              help="text: each step paired, with the fields that changed, then the check's "
+                   "report; json: the same for tools; html: a page drawing both plans.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the diff to a file instead of stdout.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
-              help="Write a self-contained page drawing both plans side by side.")
+              help="Also write the HTML page to this file (as --format html -o FILE).")
 @click.option("--require", "require", default="", metavar="LIST")
 @click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
               default="forward")
-def plan_diff(old: str, new: str, html_out: str | None, require: str,
-              schema_compat: str) -> None:
-    """Compare two plans; --html draws them (enforcing and passive steps, matched pairs,
-    findings on their nodes).  Exit code as for check."""
+def plan_diff(old: str, new: str, fmt: str, output: str | None, html_out: str | None,
+              require: str, schema_compat: str) -> None:
+    """Compare two plans (JSON or SQL) step by step: every pair of steps the check matched
+    (enforcing and passive) with the fields that changed, old -> new, and the steps added
+    and removed; then the check's findings.  Exit code as for check."""
+    from compat import plandiff
     from compat.check import check_files, parse_require
-    from compat.report import render_text
 
     report = check_files(old, new, require=parse_require(require),
-                         schema_compat=schema_compat)
+                         schema_compat=schema_compat, pair_passive=True)
+    d = plandiff.diff(report)
     if html_out:
-        from compat.htmldiff import render_html
-
-        with open(html_out, "w", encoding="utf-8") as f:
-            f.write(render_html(report))
+        _emit(plandiff.render(d, "html"), html_out)
         click.echo(f"wrote {html_out}")
-    click.echo(render_text(report), nl=False)
+    _emit(plandiff.render(d, fmt), output)
     sys.exit(report.exit_code)
 
 
 @plan.command("show")
 @click.argument("path", type=click.Path())
 def plan_show(path: str) -> None:
-    """Print the plan as a tree, sink at the top, with each step's class and changelog mode."""
+    """Print the plan as a tree, sink at the top, with each step's class and changelog mode
+    (the legend under the tree says what the marks mean)."""
     from compat.check import load_plan
     from compat.infer import characteristics
 
@@ -224,6 +238,8 @@ def plan_show(path: str) -> None:
             show(inp, child_indent, i == len(node.inputs) - 1)
 
     show(pl.sink_id, "", True)
+    click.echo("")
+    click.echo(LEGEND, nl=False)
 
 
 @main.command()

@@ -12,7 +12,6 @@ Errors are ``compat.errors.SqlError`` (exit code 2), pointing at the SQL line an
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from compat.errors import SqlError
@@ -26,21 +25,9 @@ def dumps(doc: dict[str, Any]) -> str:
 
 def compile_file(path: str) -> dict[str, Any]:
     """Read and compile a SQL file (``-`` reads standard input)."""
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8-sig") as f:
-                text = f.read()
-    except FileNotFoundError:
-        raise SqlError("file not found", file=path) from None
-    except IsADirectoryError:
-        raise SqlError("is a directory, not a SQL file", file=path) from None
-    except UnicodeDecodeError as e:
-        raise SqlError(f"not UTF-8 text (byte {e.start})", file=path) from None
-    except OSError as e:
-        raise SqlError(f"cannot read file: {e.strerror}", file=path) from None
-    return compile_sql(text, "<stdin>" if path == "-" else path)
+    from compat.sql.load import read_sql
+
+    return compile_sql(read_sql(path), "<stdin>" if path == "-" else path)
 
 
 __all__ = ["COMPILER_VERSION", "SqlError", "compile_file", "compile_script", "compile_sql",

@@ -38,11 +38,13 @@ COMPILER_VERSION = "theseus-sql/1"
 
 @dataclass
 class Compiled:
-    """A compiled script: the plan document, the validated plan and the final graph."""
+    """A compiled script: the plan document, the validated plan, the final graph and the
+    script it was read from (its settings and tables, with where each was written)."""
 
     document: dict[str, Any]
     plan: Plan
     graph: ir.Graph
+    script: Script | None = None
 
 
 def compile_sql(text: str, file: str = "<sql>") -> dict[str, Any]:
@@ -63,7 +65,7 @@ def compile_script(text: str, file: str = "<sql>", *,
     graph = optimize(graph, names)
     # Steps 5 and 6.
     plan, graph = _validated(src, script, graph, out, opts)
-    return Compiled(serde.to_doc(plan), plan, graph)
+    return Compiled(serde.to_doc(plan), plan, graph, script)
 
 
 def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOptions]:
