@@ -25,6 +25,7 @@ from compat.rules.config import check_config
 from compat.rules.moves import find_moves
 from compat.rules.output import check_changelog, check_output_schema
 from compat.serde import load
+from compat.steps import Source
 from compat.walk import Walk
 
 #: the rules applied to a pair of enforcing steps, in this order: the step version, the
@@ -119,6 +120,10 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
         analyze(old)
     if not new.info:
         analyze(new)
+    unrelated = _unrelated(old, new)
+    if unrelated is not None:
+        # Nothing to walk: pairing steps by position would only guess renames.
+        return Report("unsupported", [unrelated], old, new, [], require, schema_compat)
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
@@ -137,6 +142,28 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     verdict = _verdict(findings)
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
                   requirements)
+
+
+def source_topics(plan: Plan) -> list[str]:
+    """The topics a plan reads, in plan order, each once."""
+    return list(dict.fromkeys(n.topic for n in plan.nodes.values() if isinstance(n, Source)))
+
+
+def _unrelated(old: Plan, new: Plan) -> Finding | None:
+    """One finding when two plans share nothing: no source topic and not the output topic.
+
+    Such a pair is two queries, not an upgrade of one: the new one is deployed beside the
+    old (``theseus run``), never live-migrated onto an output it does not write."""
+    o_topics, n_topics = source_topics(old), source_topics(new)
+    if set(o_topics) & set(n_topics) or old.sink.topic == new.sink.topic:
+        return None
+    return finding(
+        "different-query", f"the plans share nothing: the old query reads "
+        f"{', '.join(map(repr, o_topics))} and writes '{old.sink.topic}', the new one reads "
+        f"{', '.join(map(repr, n_topics))} and writes '{new.sink.topic}': they are "
+        "different queries, not an upgrade of one", old=old.sink_id, new=new.sink_id,
+        old_pointer=old.pointer(old.sink_id, "topic"),
+        new_pointer=new.pointer(new.sink_id, "topic"))
 
 
 def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,

@@ -33,6 +33,9 @@ CODES: dict[str, tuple[str, str, str, str]] = {
     "step-version-changed": ("in_place", "info", "transparent", RESTART),
     "source-added": ("migrate", "error", "source_modifying", MIGRATE),
     "source-removed": ("migrate", "error", "source_modifying", MIGRATE),
+    "different-query": ("unsupported", "error", "topology",
+                        "Deploy the new plan as a new query with theseus run (and stop the "
+                        "old one with theseus stop when nothing reads it any more)."),
     # sink output, as consumers see it
     "output-column-added": ("in_place", "info", "schema_evolution",
                             "Consumers reading by name ignore the new column."),
