@@ -6,7 +6,8 @@ Steps, in this fixed order:
    and the passive rule on the paths between;
 3. compare what consumers of the output notice (schema, changelog mode) and plan config;
 4. apply the environment's requirements (``--require``);
-5. the verdict is the strongest effect of any finding.
+5. the verdict is the strongest effect of any finding;
+6. each finding's severity and advice follow its effect under the flags (``settle``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat.errors import CheckError
-from compat.findings import EFFECT_RANK, Finding, finding
+from compat.findings import EFFECT_RANK, Finding, finding, settle
 from compat.infer import analyze, characteristics
 from compat.model import ENFORCING, STEPS, Plan
 from compat.rules import RuleContext, compare
@@ -49,9 +50,13 @@ class Report:
     require: list[str]
     schema_compat: str
     requirements: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--allow-migration``: the migrate verdict passes the gate (exit 0)
+    allow_migration: bool = False
 
     @property
     def exit_code(self) -> int:
+        if self.allow_migration and self.verdict == "migrate":
+            return 0
         return VERDICT_EXIT[self.verdict]
 
     @property
@@ -71,6 +76,7 @@ class Report:
                                 "new": characteristics(self.new)},
             "requirements": self.requirements,
             "schema_compat": self.schema_compat,
+            "allow_migration": self.allow_migration,
             "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
         }
 
@@ -96,7 +102,7 @@ def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) ->
 
 
 def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", allow_migration: bool = False) -> Report:
     # A check builds many small objects and frees nothing until it ends: the cyclic
     # garbage collector would only rescan them, over and over (it doubles the cost).
     was_enabled = gc.isenabled()
@@ -104,14 +110,15 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
     try:
         old = load_plan(old_path)
         new = load_plan(new_path, reuse=old)
-        return check_plans(old, new, require=require, schema_compat=schema_compat)
+        return check_plans(old, new, require=require, schema_compat=schema_compat,
+                           allow_migration=allow_migration)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
-                schema_compat: str = "forward") -> Report:
+                schema_compat: str = "forward", allow_migration: bool = False) -> Report:
     require = sorted(set(require or []))
     if schema_compat not in SCHEMA_COMPAT:
         raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
@@ -123,7 +130,8 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     unrelated = _unrelated(old, new)
     if unrelated is not None:
         # Nothing to walk: pairing steps by position would only guess renames.
-        return Report("unsupported", [unrelated], old, new, [], require, schema_compat)
+        return Report("unsupported", [settle(unrelated)], old, new, [], require,
+                      schema_compat, allow_migration=allow_migration)
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
@@ -140,8 +148,10 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     findings, requirements = _apply_requirements(findings, old, new, set(require))
     findings = _dedupe(findings)
     verdict = _verdict(findings)
+    # Step 6: severity and advice follow each finding's effect under the flags.
+    findings = [settle(f, allow_migration=allow_migration) for f in findings]
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
-                  requirements)
+                  requirements, allow_migration)
 
 
 def source_topics(plan: Plan) -> list[str]:
