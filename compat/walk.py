@@ -119,7 +119,7 @@ class Walk:
             found: list[Finding] = []
             for rule in self.rules.get(n.step, ()):
                 found.extend(rule(o, n, self.ctx))
-            if not stateful and not isinstance(n, (Source, Sink)):
+            if not stateful and _checkpoint_free(o) and _checkpoint_free(n):
                 found = [self._stateless(f, state) for f in found]
             self.findings.extend(found)
         if isinstance(o, Source) or isinstance(n, Source):
@@ -146,7 +146,7 @@ class Walk:
         s = _state_node(state)
         note = history_note(s) if s is not None else ""
         return replace(f, effect="in_place", severity="warning" if f.effect == "migrate"
-                       else f.severity, history=s is not None, hint=RESTART,
+                       else f.severity, history=s is not None,
                        message=f.message if note in f.message else f.message + note)
 
     def _align_identical(self, o: Node, n: Node) -> Steps:
@@ -212,14 +212,20 @@ class Walk:
         for eo, _po in left_o:
             node = self.old.nodes[eo]
             if isinstance(node, Source):
-                self.findings.append(self.ctx.f(
-                    "source-removed", f"{node.step} '{eo}' no longer feeds '{n.id}'", node,
-                    n, "", "inputs"))
+                f = self.ctx.f("source-removed", f"{node.step} '{eo}' no longer feeds "
+                               f"'{n.id}'", node, n, "", "inputs")
+                self.findings.append(self._stateless(f, state)
+                                     if _checkpoint_free(node) else f)
             else:
                 self.findings.append(self._removed(o, n, node, state, "no longer feeds"))
         for en, _pn in left_n:
             node = self.new.nodes[en]
-            if isinstance(node, Source):
+            if isinstance(node, Source) and _checkpoint_free(node):
+                # a table is read afresh at every micro-batch: judged as a passive step
+                self.findings.append(self._stateless(self.ctx.f(
+                    "source-added", f"table {node.step} '{en}' now feeds '{n.id}'", o, node,
+                    "inputs", ""), state))
+            elif isinstance(node, Source):
                 self.findings.append(self.ctx.f(
                     "source-added", f"{node.step} '{en}' now feeds '{n.id}'; its history "
                     "is not in the old state", o, node, "inputs", ""))
@@ -329,6 +335,16 @@ class Walk:
     def _versions(self, a: Node, b: Node) -> None:
         if a.version != b.version:
             self.findings.extend(check_version(a, b, self.ctx))
+
+
+def _checkpoint_free(node: Node) -> bool:
+    """Whether nothing of ``node`` is in the checkpoint, so that it may change on a restart
+    (given it holds no state): not the sink (its key and topic are what consumers read),
+    not a stream source (the checkpoint holds its offsets); a table source is read afresh
+    at every micro-batch."""
+    if isinstance(node, Sink):
+        return False
+    return not isinstance(node, Source) or node.role == "table"
 
 
 def _state_node(state: Pair | None) -> Node | None:
