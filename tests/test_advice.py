@@ -138,3 +138,19 @@ def test_a_stateful_version_change_needing_migration_does_not_say_restart():
     report = check_plans(*loaded(case))
     (f,) = [f for f in report.findings if f.code == "step-version-changed"]
     assert f.effect == "migrate" and "live migration" in f.hint
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_cli_with_allow_migration_passes_and_shows_no_error(fmt):
+    from click.testing import CliRunner
+
+    from migrate.cli import main
+
+    case = next(c for c in UPGRADES if c.name == "group_by_key_changed")
+    args = ["check", str(case / "old.json"), str(case / "new.json"), "--format", fmt]
+    strict = CliRunner().invoke(main, args)
+    allowed = CliRunner().invoke(main, [*args, "--allow-migration"])
+    assert (strict.exit_code, allowed.exit_code) == (1, 0)
+    marks = {"text": "✗ [", "json": '"severity": "error"', "markdown": "| ✗ |",
+             "sarif": '"level": "error"', "github": "::error "}
+    assert marks[fmt] in strict.output and marks[fmt] not in allowed.output
