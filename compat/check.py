@@ -6,7 +6,8 @@ Steps, in this fixed order:
    and the passive rule on the paths between;
 3. compare what consumers of the output notice (schema, changelog mode) and plan config;
 4. apply the environment's requirements (``--require``);
-5. the verdict is the strongest effect of any finding.
+5. the verdict is the strongest effect of any finding;
+6. each finding's severity and advice follow its effect under the flags (``settle``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat.errors import CheckError
-from compat.findings import EFFECT_RANK, Finding, finding
+from compat.findings import EFFECT_RANK, Finding, finding, settle
 from compat.infer import analyze, characteristics
 from compat.model import ENFORCING, STEPS, Plan
 from compat.rules import RuleContext, compare
@@ -25,6 +26,7 @@ from compat.rules.config import check_config
 from compat.rules.moves import find_moves
 from compat.rules.output import check_changelog, check_output_schema
 from compat.serde import load
+from compat.steps import Source
 from compat.walk import Walk
 
 #: the rules applied to a pair of enforcing steps, in this order: the step version, the
@@ -51,9 +53,13 @@ class Report:
     #: passive steps paired by the walk (old id, new id, step): only when asked for
     #: (``check_plans(..., pair_passive=True)``, as ``plan diff`` does)
     passive_alignment: list[tuple[str, str, str]] = field(default_factory=list)
+    #: ``--allow-migration``: the migrate verdict passes the gate (exit 0)
+    allow_migration: bool = False
 
     @property
     def exit_code(self) -> int:
+        if self.allow_migration and self.verdict == "migrate":
+            return 0
         return VERDICT_EXIT[self.verdict]
 
     @property
@@ -73,6 +79,7 @@ class Report:
                                 "new": characteristics(self.new)},
             "requirements": self.requirements,
             "schema_compat": self.schema_compat,
+            "allow_migration": self.allow_migration,
             "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
         }
 
@@ -123,7 +130,8 @@ def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) ->
 
 
 def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
-                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
+                schema_compat: str = "forward", allow_migration: bool = False,
+                pair_passive: bool = False) -> Report:
     # A check builds many small objects and frees nothing until it ends: the cyclic
     # garbage collector would only rescan them, over and over (it doubles the cost).
     was_enabled = gc.isenabled()
@@ -132,14 +140,15 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
         old = load_plan(old_path)
         new = load_plan(new_path, reuse=old)
         return check_plans(old, new, require=require, schema_compat=schema_compat,
-                           pair_passive=pair_passive)
+                           allow_migration=allow_migration, pair_passive=pair_passive)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
-                schema_compat: str = "forward", pair_passive: bool = False) -> Report:
+                schema_compat: str = "forward", allow_migration: bool = False,
+                pair_passive: bool = False) -> Report:
     """The check of ``new`` against ``old``; ``pair_passive`` also records which passive
     steps the walk paired (``Report.passive_alignment``), for ``plan diff``."""
     require = sorted(set(require or []))
@@ -150,6 +159,11 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
         analyze(old)
     if not new.info:
         analyze(new)
+    unrelated = _unrelated(old, new)
+    if unrelated is not None:
+        # Nothing to walk: pairing steps by position would only guess renames.
+        return Report("unsupported", [settle(unrelated)], old, new, [], require,
+                      schema_compat, allow_migration=allow_migration)
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
@@ -166,8 +180,32 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     findings, requirements = _apply_requirements(findings, old, new, set(require))
     findings = _dedupe(findings)
     verdict = _verdict(findings)
+    # Step 6: severity and advice follow each finding's effect under the flags.
+    findings = [settle(f, allow_migration=allow_migration) for f in findings]
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
-                  requirements, list(dict.fromkeys(walk.passive or ())))
+                  requirements, list(dict.fromkeys(walk.passive or ())), allow_migration)
+
+
+def source_topics(plan: Plan) -> list[str]:
+    """The topics a plan reads, in plan order, each once."""
+    return list(dict.fromkeys(n.topic for n in plan.nodes.values() if isinstance(n, Source)))
+
+
+def _unrelated(old: Plan, new: Plan) -> Finding | None:
+    """One finding when two plans share nothing: no source topic and not the output topic.
+
+    Such a pair is two queries, not an upgrade of one: the new one is deployed beside the
+    old (``theseus run``), never live-migrated onto an output it does not write."""
+    o_topics, n_topics = source_topics(old), source_topics(new)
+    if set(o_topics) & set(n_topics) or old.sink.topic == new.sink.topic:
+        return None
+    return finding(
+        "different-query", f"the plans share nothing: the old query reads "
+        f"{', '.join(map(repr, o_topics))} and writes '{old.sink.topic}', the new one reads "
+        f"{', '.join(map(repr, n_topics))} and writes '{new.sink.topic}': they are "
+        "different queries, not an upgrade of one", old=old.sink_id, new=new.sink_id,
+        old_pointer=old.pointer(old.sink_id, "topic"),
+        new_pointer=new.pointer(new.sink_id, "topic"))
 
 
 def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,

@@ -33,6 +33,9 @@ CODES: dict[str, tuple[str, str, str, str]] = {
     "step-version-changed": ("in_place", "info", "transparent", RESTART),
     "source-added": ("migrate", "error", "source_modifying", MIGRATE),
     "source-removed": ("migrate", "error", "source_modifying", MIGRATE),
+    "different-query": ("unsupported", "error", "topology",
+                        "Deploy the new plan as a new query with theseus run (and stop the "
+                        "old one with theseus stop when nothing reads it any more)."),
     # sink output, as consumers see it
     "output-column-added": ("in_place", "info", "schema_evolution",
                             "Consumers reading by name ignore the new column."),
@@ -108,6 +111,41 @@ class Finding:
             "new": {"node": self.new_node, "pointer": self.new_pointer},
             "history": self.history,
         }
+
+
+#: advice for an effect, when a finding's effect is not the one its code's hint was
+#: written for (a rule raised or lowered it)
+EFFECT_HINTS = {"none": "Nothing to do.", "in_place": RESTART, "migrate": MIGRATE,
+                "unsupported": NEW_OUTPUT}
+#: added to the advice of an in-place change that leaves history computed the old way
+HISTORY_NOTE = " To have history recomputed too, use --require backfill (a live migration)."
+#: the severity each effect has on the gate: an error is what fails it
+GATE_SEVERITY = {"unsupported": "error", "migrate": "error"}
+
+
+def settle(f: Finding, *, allow_migration: bool = False) -> Finding:
+    """Make a finding's severity and advice follow its effect under the flags in force.
+
+    Its severity is ``error`` exactly when it fails the gate: ``unsupported`` always,
+    ``migrate`` unless ``--allow-migration`` (then a warning); an in-place change is at
+    most a warning.  A hint written for the code's default effect is replaced by the
+    advice of the effect it has now (a migrate finding never says to restart on the
+    checkpoint), and an in-place change upstream of state says how to recompute history.
+    """
+    d_effect, _sev, _utype, d_hint = CODES[f.code]
+    severity = f.severity
+    if f.effect in GATE_SEVERITY:
+        severity = "warning" if f.effect == "migrate" and allow_migration else "error"
+    elif severity == "error":
+        severity = "warning"
+    hint = f.hint
+    if f.effect != d_effect and hint == d_hint:
+        hint = EFFECT_HINTS[f.effect]
+    if f.effect == "in_place" and f.history and "--require backfill" not in hint:
+        hint += HISTORY_NOTE
+    if (severity, hint) == (f.severity, f.hint):
+        return f
+    return replace(f, severity=severity, hint=hint)
 
 
 def finding(code: str, message: str, *, old: Any = None, new: Any = None,

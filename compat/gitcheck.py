@@ -67,7 +67,8 @@ def collect(paths: list[str]) -> list[Path]:
 
 
 def check_against(ref: str, paths: list[str], *, require: list[str] | None = None,
-                  schema_compat: str = "forward") -> list[Entry]:
+                  schema_compat: str = "forward", allow_migration: bool = False
+                  ) -> list[Entry]:
     cwd = Path.cwd()
     top = _git(["rev-parse", "--show-toplevel"], cwd)
     if top.returncode != 0:
@@ -100,7 +101,8 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             old_plan = load_plan(f"{ref}:{rel}", raw=old.stdout)
             new_plan = load_plan(str(path), reuse=old_plan)
             report = check_plans(old_plan, new_plan, require=require,
-                                 schema_compat=schema_compat)
+                                 schema_compat=schema_compat,
+                                 allow_migration=allow_migration)
             entries.append(Entry(str(path), report.verdict, report))
         except TheseusError as e:
             entries.append(Entry(str(path), "invalid", error=e.render()))

@@ -26,6 +26,9 @@ INSERT = "I"
 UPSERT = "I,UA"
 RETRACT = "I,UB,UA,D"
 MODE_RANK = {INSERT: 0, UPSERT: 1, RETRACT: 2}
+#: the column a windowed aggregate adds first to its output, and its type
+WINDOW_COLUMN = "window"
+WINDOW_TYPE = "struct<start:timestamp,end:timestamp>"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
 _UNITS = {

@@ -245,14 +245,21 @@ def render_github(report: Report, verdict: bool = True) -> str:
 
 
 def render_sarif(report: Report) -> str:
-    from compat.findings import CODES
+    from compat.findings import CODES, EFFECT_RANK
 
     level = {"error": "error", "warning": "warning", "info": "note"}
     codes = sorted({f.code for f in report.findings})
+    # A rule's help and effect are those of its results under the flags in force, not the
+    # code's defaults: --schema-compat backward makes an added column unsupported.
+    by_code: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_code.setdefault(f.code, []).append(f)
     rules = [{"id": c, "name": c.replace("-", " "),
               "shortDescription": {"text": c.replace("-", " ")},
-              "help": {"text": CODES[c][3]},
-              "properties": {"upgrade_type": CODES[c][2], "effect": CODES[c][0]}}
+              "help": {"text": " ".join(dict.fromkeys(f.hint for f in by_code[c]))},
+              "properties": {"upgrade_type": CODES[c][2],
+                             "effect": max((f.effect for f in by_code[c]),
+                                           key=EFFECT_RANK.__getitem__)}}
              for c in codes]
     results = []
     for f in report.findings:

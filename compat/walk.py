@@ -18,17 +18,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from compat.findings import Finding
+from compat.findings import RESTART, Finding
 from compat.model import ENFORCING, Node, Plan
 from compat.rules import RuleContext
 from compat.rules.common import check_version
-from compat.rules.passive import check_passive
-from compat.steps import Source, StartGate, StopGate
+from compat.rules.passive import check_passive, history_note
+from compat.steps import Sink, Source, StartGate, StopGate
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
+#: an old and a new enforcing step paired by the walk
+Pair = tuple[Node, Node]
 #: a step of the walk: yields the walks of the pairs behind it (see ``Walk.visit``)
 Steps = Iterator["Steps"]
 _GATES = (StopGate, StartGate)
@@ -85,14 +87,15 @@ class Walk:
         self.visit(self.old.sink, self.new.sink)
 
     # ------------------------------------------------------------------------------------
-    def visit(self, o: Node, n: Node) -> None:
-        """Walk from the pair ``o``, ``n`` upward, depth first.
+    def visit(self, o: Node, n: Node, state: Pair | None = None) -> None:
+        """Walk from the pair ``o``, ``n`` upward, depth first; ``state`` is the nearest
+        stateful pair downstream of it (None below the sink).
 
         Each step of the walk is a generator that yields the walks of the pairs behind it
         where it used to call itself: a stack of them walks in the same order as the
         recursion did, however many stateful steps a plan chains.
         """
-        stack: list[Iterator[Steps]] = [self._visit(o, n)]
+        stack: list[Iterator[Steps]] = [self._visit(o, n, state)]
         while stack:
             child = next(stack[-1], None)
             if child is None:
@@ -100,7 +103,7 @@ class Walk:
             else:
                 stack.append(child)
 
-    def _visit(self, o: Node, n: Node) -> Steps:
+    def _visit(self, o: Node, n: Node, state: Pair | None) -> Steps:
         key = (o.id, n.id)
         if key in self._seen:
             return
@@ -110,16 +113,23 @@ class Walk:
         if self.ho[o.id] == self.hn[n.id]:
             yield self._align_identical(o, n)
             return
+        stateful = self.old.info[o.id].stateful or self.new.info[n.id].stateful
         if o.step != n.step:
             self.findings.append(self.ctx.f(
                 "step-type-changed", f"enforcing step '{o.id}' ({o.step}) is paired with "
                 f"'{n.id}' ({n.step}): a different stateful operator", o, n, "step"))
         else:
+            found: list[Finding] = []
             for rule in self.rules.get(n.step, ()):
-                self.findings.extend(rule(o, n, self.ctx))
+                found.extend(rule(o, n, self.ctx))
+            if not stateful and _checkpoint_free(o) and _checkpoint_free(n):
+                found = [self._stateless(f, state) for f in found]
+            self.findings.extend(found)
         if isinstance(o, Source) or isinstance(n, Source):
             return
-        stateful = self.old.info[o.id].stateful or self.new.info[n.id].stateful
+        # What changes upstream of here is upstream of this pair's state, or of the state
+        # downstream of it: a step that holds none is transparent to history.
+        state = (o, n) if stateful else state
         n_inputs = max(len(o.inputs), len(n.inputs))
         if len(o.inputs) != len(n.inputs):
             self.findings.append(self.ctx.f(
@@ -128,7 +138,19 @@ class Walk:
         for i in range(n_inputs):
             fo = frontier(self.old, o.inputs[i]) if i < len(o.inputs) else []
             fn = frontier(self.new, n.inputs[i]) if i < len(n.inputs) else []
-            yield from self.pair_frontiers(o, n, i, fo, fn, stateful)
+            yield from self.pair_frontiers(o, n, i, fo, fn, state)
+
+    def _stateless(self, f: Finding, state: Pair | None) -> Finding:
+        """A change of an enforcing step that holds no state (a stream-table join) is
+        judged as a passive change is: a restart suffices, and upstream of state history
+        stays computed the old way.  A version change keeps its own judgement."""
+        if f.code == "step-version-changed" or f.effect not in ("in_place", "migrate"):
+            return f
+        s = _state_node(state)
+        note = history_note(s) if s is not None else ""
+        return replace(f, effect="in_place", severity="warning" if f.effect == "migrate"
+                       else f.severity, history=s is not None,
+                       message=f.message if note in f.message else f.message + note)
 
     def _align_identical(self, o: Node, n: Node) -> Steps:
         """Record matched enforcing pairs of two identical subtrees, position by position."""
@@ -144,7 +166,9 @@ class Walk:
                     yield self._align_identical(self.old.nodes[eo], self.new.nodes[en])
 
     def pair_frontiers(self, o: Node, n: Node, idx: int, fo: list[tuple[str, list[str]]],
-                       fn: list[tuple[str, list[str]]], stateful: bool) -> Steps:
+                       fn: list[tuple[str, list[str]]], state: Pair | None) -> Steps:
+        """Pair the enforcing steps feeding input ``idx`` of ``o``/``n``; ``state`` is the
+        nearest stateful pair at or downstream of ``o``/``n``."""
         if len(fo) != len(fn):
             self.findings.append(self.ctx.f(
                 "frontier-changed", f"input {idx} of '{n.id}' is fed by {len(fn)} enforcing "
@@ -153,8 +177,8 @@ class Walk:
         pairs, left_o, left_n = _pair(fo, fn, self.old, self.new, self.ho, self.hn)
         en_done: set[str] = set()
         for (eo, po), (en, pn) in pairs:
-            self.compare_paths(o, n, po, pn, stateful)
-            yield self._visit(self.old.nodes[eo], self.new.nodes[en])
+            self.compare_paths(o, n, po, pn, state)
+            yield self._visit(self.old.nodes[eo], self.new.nodes[en], state)
         # An enforcing step inserted (or dropped) between two others: the nodes behind it
         # are still there, one level further up.  Report the step alone and walk on.
         # The unpaired entries wait in pools indexed by subtree hash and identity, so each
@@ -168,12 +192,10 @@ class Walk:
             sub = pool_o.pair_with(behind, self.hn, lambda x: _identity(self.new, x), True)
             if sub:
                 en_done.add(en)
-                self.findings.append(self.ctx.f(
-                    "enforcing-added", f"{node.step} '{en}' is inserted before '{n.id}'; "
-                    "its state has no history", o, node, "inputs", ""))
+                self.findings.append(self._inserted(o, n, node, state))
                 for (eo, po), (eb, pb) in sub:
                     self._pair_passive_paths(po, outer + pb)
-                    yield self._visit(self.old.nodes[eo], self.new.nodes[eb])
+                    yield self._visit(self.old.nodes[eo], self.new.nodes[eb], state)
         left_n = [e for e in left_n if e[0] not in en_done]
         pool_n = _Pool(left_n, self.hn, lambda x: _identity(self.new, x))
         left_o = pool_o.left()
@@ -187,29 +209,66 @@ class Walk:
                 behind, self.ho, lambda x: _identity(self.old, x), False)]
             if sub:
                 eo_done.add(eo)
-                self.findings.append(self.ctx.f(
-                    "enforcing-removed", f"{node.step} '{eo}' is removed from before "
-                    f"'{n.id}'", node, n, "", "inputs"))
+                self.findings.append(self._removed(o, n, node, state))
                 for (eb, pb), (en, pn) in sub:
                     self._pair_passive_paths(outer + pb, pn)
-                    yield self._visit(self.old.nodes[eb], self.new.nodes[en])
+                    yield self._visit(self.old.nodes[eb], self.new.nodes[en], state)
         left_o = [e for e in left_o if e[0] not in eo_done]
         left_n = pool_n.left()
         for eo, _po in left_o:
             node = self.old.nodes[eo]
-            code = "source-removed" if isinstance(node, Source) else "enforcing-removed"
-            self.findings.append(self.ctx.f(code, f"{node.step} '{eo}' no longer feeds "
-                                            f"'{n.id}'", node, n, "", "inputs"))
+            if isinstance(node, Source):
+                f = self.ctx.f("source-removed", f"{node.step} '{eo}' no longer feeds "
+                               f"'{n.id}'", node, n, "", "inputs")
+                self.findings.append(self._stateless(f, state)
+                                     if _checkpoint_free(node) else f)
+            else:
+                self.findings.append(self._removed(o, n, node, state, "no longer feeds"))
         for en, _pn in left_n:
             node = self.new.nodes[en]
-            code = "source-added" if isinstance(node, Source) else "enforcing-added"
-            self.findings.append(self.ctx.f(code, f"{node.step} '{en}' now feeds '{n.id}'; "
-                                            "its history is not in the old state", o, node,
-                                            "inputs", ""))
+            if isinstance(node, Source) and _checkpoint_free(node):
+                # a table is read afresh at every micro-batch: judged as a passive step
+                self.findings.append(self._stateless(self.ctx.f(
+                    "source-added", f"table {node.step} '{en}' now feeds '{n.id}'", o, node,
+                    "inputs", ""), state))
+            elif isinstance(node, Source):
+                self.findings.append(self.ctx.f(
+                    "source-added", f"{node.step} '{en}' now feeds '{n.id}'; its history "
+                    "is not in the old state", o, node, "inputs", ""))
+            else:
+                self.findings.append(self._inserted(o, n, node, state, "now feeds"))
+
+    def _inserted(self, o: Node, n: Node, node: Node, state: Pair | None,
+                  how: str = "is inserted before") -> Finding:
+        """An enforcing step of the new plan with no old counterpart, feeding ``n``.  One
+        that holds no state (a stream-table join) is judged as an added passive step."""
+        if self.new.info[node.id].stateful:
+            tail = "its state has no history" if how == "is inserted before" else \
+                "its history is not in the old state"
+            return self.ctx.f("enforcing-added", f"{node.step} '{node.id}' {how} "
+                              f"'{n.id}'; {tail}", o, node, "inputs", "")
+        s = _state_node(state)
+        return self.ctx.f("enforcing-added", f"{node.step} '{node.id}' {how} '{n.id}'; it "
+                          f"holds no state{', but sits' + history_note(s) if s else ''}", o,
+                          node, "inputs", "", effect="in_place", severity="warning",
+                          history=s is not None, hint=RESTART)
+
+    def _removed(self, o: Node, n: Node, node: Node, state: Pair | None,
+                 how: str = "is removed from before") -> Finding:
+        """An enforcing step of the old plan with no new counterpart, that fed ``o``."""
+        if self.old.info[node.id].stateful:
+            return self.ctx.f("enforcing-removed", f"{node.step} '{node.id}' {how} "
+                              f"'{n.id}'", node, n, "", "inputs")
+        s = _state_node(state)
+        return self.ctx.f("enforcing-removed", f"{node.step} '{node.id}' {how} '{n.id}'; "
+                          f"it held no state{', but sat' + history_note(s) if s else ''}",
+                          node, n, "", "inputs", effect="in_place", severity="warning",
+                          history=s is not None, hint=RESTART)
 
     def compare_paths(self, o: Node, n: Node, po: list[str], pn: list[str],
-                      stateful: bool) -> None:
-        """Align the passive steps between a frontier pair and its consumers.
+                      state: Pair | None) -> None:
+        """Align the passive steps between a frontier pair and its consumers ``o``/``n``;
+        ``state`` is the nearest stateful pair at or downstream of the consumers.
 
         Two passes of ``align``: first on each step's content as written, version aside
         (an unchanged step is equal to its old self without parsing anything), then, only
@@ -223,7 +282,8 @@ class Walk:
         if [memo[id(a)] for a in olds] == [memo[id(b)] for b in news]:
             self._pair_passive(po, pn)
             return  # same steps, same versions, same text: nothing to compare
-        self.ctx.upstream_of_state = stateful
+        self.ctx.upstream_of_state = state is not None
+        self.ctx.state = _state_node(state)
         self.ctx.consumer = (o, n)
         raw = self._raw_key
         for tag, i1, i2, j1, j2 in align([raw(a) for a in olds], [raw(b) for b in news]):
@@ -246,6 +306,7 @@ class Walk:
                 else:
                     self._pair_in_gap(gap_o[k1:k2], gap_n[l1:l2])
         self.ctx.upstream_of_state = False
+        self.ctx.state = None
 
     def _raw_key(self, node: Node) -> int:
         """What a step computes, as written (its version aside), numbered: equal raw keys
@@ -310,6 +371,20 @@ class Walk:
     def _versions(self, a: Node, b: Node) -> None:
         if a.version != b.version:
             self.findings.extend(check_version(a, b, self.ctx))
+
+
+def _checkpoint_free(node: Node) -> bool:
+    """Whether nothing of ``node`` is in the checkpoint, so that it may change on a restart
+    (given it holds no state): not the sink (its key and topic are what consumers read),
+    not a stream source (the checkpoint holds its offsets); a table source is read afresh
+    at every micro-batch."""
+    if isinstance(node, Sink):
+        return False
+    return not isinstance(node, Source) or node.role == "table"
+
+
+def _state_node(state: Pair | None) -> Node | None:
+    return None if state is None else state[1] or state[0]
 
 
 def _passive_key(node: Node) -> tuple:

@@ -95,7 +95,8 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
         from compat import gitcheck
 
         entries = gitcheck.check_against(against, list(paths), require=parse_require(require),
-                                         schema_compat=schema_compat)
+                                         schema_compat=schema_compat,
+                                         allow_migration=allow_migration)
         _emit(gitcheck.render(entries, against, fmt), output)
         code = gitcheck.exit_code(entries)
         if allow_migration and code == 1:
@@ -106,12 +107,10 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
                          expected="2 paths", found=f"{len(paths)}")
     old, new = paths
     report = check_files(old, new, require=parse_require(require),
-                         schema_compat=schema_compat)
+                         schema_compat=schema_compat, allow_migration=allow_migration)
     text = render(report, fmt)
     _emit(text, output)
-    code = report.exit_code
-    if allow_migration and report.verdict == "migrate":
-        code = 0
+    code = report.exit_code  # 0 on migrate with --allow-migration
     global _HARD_EXIT
     _HARD_EXIT = True
     _KEEP.append(report)  # not freed while the stack unwinds: the exit skips it

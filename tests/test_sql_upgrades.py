@@ -39,6 +39,9 @@ CODE_DIFFERENCES: dict[str, tuple[set[str], set[str]]] = {
     # The filter on c.tier may not move into the null-padded side of a LEFT JOIN: it moves
     # from below the join to above it.
     "join_stream_table_type_changed": ({"passive-added", "passive-removed"}, set()),
+    # the new ON clause reads c.country
+    "join_stream_table_condition_changed_before_aggregate": ({ADDED}, set()),
+    "join_stream_table_condition_changed_before_aggregate_backfill": ({ADDED}, set()),
     "project_column_added_backward": ({ADDED}, set()),
     "project_column_added_end": ({ADDED}, set()),
     "project_column_added_middle": ({ADDED}, set()),

@@ -30,6 +30,8 @@ class RuleContext:
     upstream_of_state: bool = False
     #: set by the walk: the enforcing step that consumes the passive path
     consumer: tuple[Node | None, Node | None] = (None, None)
+    #: set by the walk with ``upstream_of_state``: the nearest stateful step downstream
+    state: Node | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
     def oi(self, node: Node) -> NodeInfo:

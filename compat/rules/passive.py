@@ -15,14 +15,21 @@ from compat.model import Node
 from compat.rules import RuleContext, compare
 
 
+def history_note(state: Node) -> str:
+    """A change upstream of ``state``, for a finding's message."""
+    return f" upstream of stateful {state.step} '{state.id}': history stays computed the old way"
+
+
 def where(ctx: RuleContext) -> str:
-    """Where the passive change sits, for a finding's message: upstream of which state."""
+    """Where the passive change sits, for a finding's message: upstream of which state
+    (the nearest stateful step downstream, through steps that hold none)."""
     old_c, new_c = ctx.consumer
     c = new_c or old_c
+    if ctx.upstream_of_state:
+        state = ctx.state or c
+        return history_note(state) if state is not None else ""
     if c is None:
         return ""
-    if ctx.upstream_of_state:
-        return f" upstream of stateful {c.step} '{c.id}': history stays computed the old way"
     return f" before {c.step} '{c.id}'"
 
 

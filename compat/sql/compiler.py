@@ -4,6 +4,7 @@ Steps, in this fixed order:
 1. parse the script with sqlglot (Spark dialect) and read its statements;
 2. translate the query into a graph of plan steps, resolving every column;
 3. add the sink, with its defaults (key: the GROUP BY columns; mode: decided in step 6);
+   a windowed output gets a version 2 sink, whose key holds the window (step 6);
 4. optimize: the rules of ``compat.sql.optimizer.RULES``, in order, minus excluded ones;
 5. write the plan document (stable ids, inputs first, SQL text and compiler in metadata);
 6. validate it as a hand-written plan is validated (schema, graph, semantics, changelog
@@ -32,6 +33,7 @@ from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
 from compat.steps import Project, Sink
+from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
 
 COMPILER_VERSION = "theseus-sql/1"
 
@@ -193,6 +195,11 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
                 plan = _check(src, script, g)
             except PlanError as e:
                 raise plan_error(src, script, g, e) from None
+        if window_column(plan.info[g.sink]) is not None:
+            # Keyed by its group columns alone, a compacted topic would keep only the last
+            # window of each group: version 2 keys a windowed output by its window too.
+            g.put(dataclasses.replace(g[g.sink], version=WINDOWED_KEY_VERSION))
+            plan = _check(src, script, g)
         return plan, g
     assert failure is not None
     raise plan_error(src, script, graph, failure)

@@ -19,6 +19,8 @@ from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
     UPSERT,
+    WINDOW_COLUMN,
+    WINDOW_TYPE,
     InferContext,
     NodeInfo,
     deterministic,
@@ -97,7 +99,7 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
             ctx.duration(node, "window/gap", w.gap)
         if wcol not in src.watermarks:
             det = False  # windows over processing time depend on when rows arrive
-        cols.append(("window", "struct<start:timestamp,end:timestamp>"))
+        cols.append((WINDOW_COLUMN, WINDOW_TYPE))
         names.append("window")
         if wcol in src.watermarks:
             marks.add("window")

@@ -1,7 +1,20 @@
 """``sink``: writes the query's output to a Kafka topic.  Enforcing: the topic, key
 columns (by name and order: the key's bytes decide partitioning and compaction), mode and
 format must match; delivery may change.  What consumers notice of the output (its schema
-and changelog mode) is the cross-step family ``compat.rules.output``."""
+and changelog mode) is the cross-step family ``compat.rules.output``.
+
+Versions (old versions stay buildable and keep their bytes):
+
+1. the record key is the JSON object of ``key_columns``, in order;
+2. as 1, but a windowed output is keyed by its window too, as ksqlDB's windowed keys are:
+   when the input carries the ``window`` column a windowed aggregate adds
+   (``struct<start:timestamp,end:timestamp>``) and ``key_columns`` does not list it, the
+   window is the key's last member, ``{"page": "home", "window": {"start":
+   "2026-01-01T10:00:00.000000Z", "end": "2026-01-01T10:01:00.000000Z"}}`` (timestamps as
+   in the value).  Keyed by its group columns alone, a compacted topic would keep only the
+   last window of each group.  Without a window column, version 2 writes what 1 does.
+   ``plan compile`` writes version 2 for a windowed output.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +23,16 @@ from typing import ClassVar
 
 from compat import types as T
 from compat.findings import NEW_OUTPUT, RESTART, Finding, register_codes
-from compat.infer import INSERT, RETRACT, UPSERT, InferContext, NodeInfo, infer_step
+from compat.infer import (
+    INSERT,
+    RETRACT,
+    UPSERT,
+    WINDOW_COLUMN,
+    WINDOW_TYPE,
+    InferContext,
+    NodeInfo,
+    infer_step,
+)
 from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, enum, prop
 from compat.rules import RuleContext, compare
 
@@ -29,6 +51,31 @@ class Sink(Node):
     step: ClassVar[str] = "sink"
     klass: ClassVar[str] = ENFORCING
     infers_from_inputs: ClassVar[bool] = False  # complete mode looks for an aggregate upstream
+
+
+#: the first sink version whose key holds the window of a windowed output
+WINDOWED_KEY_VERSION = 2
+
+
+def window_column(info: NodeInfo) -> str | None:
+    """The ``window`` column of a windowed aggregate's output, as written, if ``info``
+    (a sink's or its input's) carries one."""
+    for (name, typ), written in zip(info.columns, info.names or (c[0] for c in info.columns)):
+        if name == WINDOW_COLUMN and typ == WINDOW_TYPE:
+            return written
+    return None
+
+
+def written_key(node: Sink, info: NodeInfo) -> tuple[str, ...]:
+    """The columns of the record key, in order, as the gated sink writes them (``info``
+    is the sink's or its input's): ``key_columns``, then, from version 2, the window of a
+    windowed output.  An empty tuple is a null key."""
+    keys = tuple(node.key_columns)
+    if node.version >= WINDOWED_KEY_VERSION:
+        window = window_column(info)
+        if window is not None and WINDOW_COLUMN not in (k.lower() for k in keys):
+            keys += (window,)
+    return keys
 
 
 register_codes({
@@ -58,7 +105,7 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     if node.mode == "complete" and not _aggregates_upstream(ctx, node):
         raise ctx.err(node, "mode", "Spark's complete mode needs a streaming aggregation",
                       expected="an aggregate upstream", found="none")
-    if src.mode == RETRACT and not node.key_columns:
+    if src.mode == RETRACT and not written_key(node, src):
         raise ctx.err(node, "key_columns", "the input retracts rows, and a retraction is "
                       "written as a tombstone for its key", expected="key_columns",
                       found="none")
@@ -93,11 +140,25 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
         out.append(f("sink-topic-changed", f"the output topic changes from '{old.topic}' to "
                      f"'{new.topic}': that is a new output, not an upgrade of this one",
                      old, new, "topic"))
-    if [k.lower() for k in old.key_columns] != [k.lower() for k in new.key_columns]:
-        out.append(f("sink-key-changed", f"the output key changes from "
-                     f"{list(old.key_columns)} to {list(new.key_columns)}: records of one "
-                     "entity would land under two keys and partitions", old, new,
-                     "key_columns"))
+    # The key as written: a version 2 sink keys a windowed output by its window too.
+    old_key, new_key = written_key(old, ctx.oi(old)), written_key(new, ctx.ni(new))
+    if [k.lower() for k in old_key] != [k.lower() for k in new_key]:
+        hint = None
+        if [k.lower() for k in old.key_columns] != [k.lower() for k in new.key_columns]:
+            why, where = "", "key_columns"
+        elif old.version != new.version:
+            why = f" (sink version {old.version} -> {new.version}: from version " \
+                f"{WINDOWED_KEY_VERSION} the key of a windowed output holds its window)"
+            where = "version"
+            hint = f"Keep sink version {old.version} on this topic, or write the new keys " \
+                "to a new output topic (a new query) and move consumers over."
+        else:
+            why = " (the window enters or leaves the output of a sink that keys a windowed " \
+                "output by its window)"
+            where = "inputs"
+        out.append(f("sink-key-changed", f"the output key changes from {list(old_key)} to "
+                     f"{list(new_key)}{why}: records of one entity would land under two "
+                     "keys and partitions", old, new, where, hint=hint))
     if old.mode != new.mode:
         out.append(f("sink-mode-changed", f"the output mode changes from {old.mode} to "
                      f"{new.mode}", old, new, "mode"))

@@ -119,9 +119,10 @@ class Builder:
         sink = self.plan.sink
         df = self.dataframe()
         from gates.sink import make_writer
+        from migrate.build.sink import sink_key
 
         writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
-                             list(sink.key_columns), self.opts.query or self.plan.query,
+                             sink_key(self), self.opts.query or self.plan.query,
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
                              retired=self._retired())

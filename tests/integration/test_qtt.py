@@ -130,3 +130,17 @@ def test_a_watermark_reaches_spark_only_when_a_stateful_step_reads_it(case, chan
     df = Builder(spark, plan, BuildOptions(bootstrap="127.0.0.1:1", query="wm")).dataframe()
     logical = df._jdf.queryExecution().logical().toString()
     assert ("EventTimeWatermark" in logical) is kept, logical
+
+
+def test_a_windowed_key_is_written_key_columns_then_the_window(kafka, spark, tmp_path):
+    """Sink version 2's key bytes: the key columns in order, then the window as the value
+    writes it (``{"start": ..., "end": ...}``); version 1 (tumbling_window) writes the key
+    columns alone."""
+    records, _ = run_case(ROOT / "fixtures" / "qtt" / "hopping_window_key", kafka, spark,
+                          tmp_path)
+    assert records
+    for r in records:
+        key = json.loads(r.key, object_pairs_hook=list)
+        assert [k for k, _ in key] == ["page", "window"], r.key
+        assert [k for k, _ in key[1][1]] == ["start", "end"], r.key
+        assert r.key.startswith(b'{"page":'), r.key
