@@ -124,11 +124,14 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     return entries
 
 
-def exit_code(entries: list[Entry]) -> int:
+def exit_code(entries: list[Entry], allow_migration: bool = False) -> int:
+    """The worst outcome's exit code; with ``--allow-migration`` a migrate passes."""
+    def outcome(e: Entry) -> str:
+        return "in_place" if allow_migration and e.outcome == "migrate" else e.outcome
+
     if not entries:
         return 0
-    worst = max(entries, key=lambda e: OUTCOMES[e.outcome][0])
-    return OUTCOMES[worst.outcome][1]
+    return OUTCOMES[outcome(max(entries, key=lambda e: OUTCOMES[outcome(e)][0]))][1]
 
 
 #: the outcomes in the order the summary counts them, with the words it uses
@@ -160,14 +163,15 @@ def changed(entries: list[Entry]) -> list[Entry]:
     return [e for e in entries if e.outcome != "identical"]
 
 
-def render(entries: list[Entry], ref: str, fmt: str) -> str:
+def render(entries: list[Entry], ref: str, fmt: str, allow_migration: bool = False) -> str:
     """All plans' outcomes: a one-line summary first, then only the plans that changed (JSON
     lists every plan for tools; SARIF has results for findings only)."""
     from compat import report as R
 
     if fmt == "json":
         doc: dict[str, Any] = {"format": "theseus.multireport/1", "against": ref,
-                               "exit_code": exit_code(entries), "summary": counts(entries),
+                               "exit_code": exit_code(entries, allow_migration),
+                               "summary": counts(entries),
                                "files": []}
         for e in entries:
             item: dict[str, Any] = {"path": e.path, "outcome": e.outcome}

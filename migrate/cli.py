@@ -97,11 +97,8 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
         entries = gitcheck.check_against(against, list(paths), require=parse_require(require),
                                          schema_compat=schema_compat,
                                          allow_migration=allow_migration)
-        _emit(gitcheck.render(entries, against, fmt), output)
-        code = gitcheck.exit_code(entries)
-        if allow_migration and code == 1:
-            code = 0
-        sys.exit(code)
+        _emit(gitcheck.render(entries, against, fmt, allow_migration), output)
+        sys.exit(gitcheck.exit_code(entries, allow_migration))
     if len(paths) != 2:
         raise CheckError("check takes two plans (OLD NEW), or --against REF and paths",
                          expected="2 paths", found=f"{len(paths)}")

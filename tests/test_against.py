@@ -45,6 +45,15 @@ def test_against_ref_reports_changed_new_and_removed_plans(tmp_path, monkeypatch
                         "gone.json": "removed"}
     assert r.exit_code == 1 == doc["exit_code"]
 
+    # --allow-migration lets a migration pass, not a removed plan; the report says the same
+    args = ["check", "--against", "HEAD", "plans", "--format", "json", "--allow-migration"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 == json.loads(r.output)["exit_code"]
+    shutil.copy(case("identical_same_plan") / "old.json", repo / "plans" / "gone.json")
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 == json.loads(r.output)["exit_code"]
+    (repo / "plans" / "gone.json").unlink()
+
     # the worst outcome decides: an unsupported change makes it 3
     shutil.copy(case("sink_key_changed") / "old.json", repo / "plans" / "filt.json")
     git(repo, "add", "plans/filt.json")
