@@ -41,8 +41,16 @@ invalid plan, 2, counts as the worst).
 """
 
 
+#: the exit code of a crash: never 1 (``migrate``) nor another verdict, so that a CI job
+#: cannot read a bug as an answer; 2 is "no answer", as for invalid input
+INTERNAL_ERROR_EXIT = 2
+
+
 class TheseusGroup(click.Group):
-    """Turns TheseusError into one line on stderr and its exit code: never a traceback."""
+    """Turns TheseusError into one line on stderr and its exit code: never a traceback.
+
+    Anything else that escapes a command is a bug: it becomes one line saying "internal
+    error" with exit code 2, and the traceback goes to a file that the line names."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
@@ -53,6 +61,36 @@ class TheseusGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("theseus: interrupted", err=True)
             ctx.exit(130)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # click's own: usage errors (exit 2), --help, ctx.exit
+        except BrokenPipeError:
+            # The reader went away (`theseus plan show big.json | head`): nothing to report
+            # to, and Python would complain again when it flushes stdout at exit.
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            ctx.exit(INTERNAL_ERROR_EXIT)
+        except Exception as e:  # the one place where a crash becomes an exit code
+            click.echo(f"theseus: internal error: {_crash_line(e)}", err=True)
+            ctx.exit(INTERNAL_ERROR_EXIT)
+
+
+def _crash_line(e: BaseException) -> str:
+    """One line for a crash: what it was, and where its traceback was written."""
+    import tempfile
+    import traceback
+
+    what = f"{type(e).__name__}: {e}".splitlines()[0][:200] if str(e) else type(e).__name__
+    details = "".join(traceback.format_exception(e))
+    try:
+        fd, path = tempfile.mkstemp(prefix="theseus-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"theseus {' '.join(sys.argv[1:])}\n\n{details}")
+        where = f"details in {path}"
+    except OSError:  # no writable temp dir: the traceback is all there is
+        where = "details: " + details.replace("\n", " | ")
+    return f"{what} ({where}); this is a bug in theseus, please report it with that file"
 
 
 @click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,10 +150,23 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
 
 def _emit(text: str, output: str | None) -> None:
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
+
+
+def write_output(path: str, text: str) -> None:
+    """Write a report or a plan to ``path``; a folder that does not exist or a file that
+    cannot be written is one error naming it."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        folder = os.path.dirname(path) or "."
+        found = "no such folder" if not os.path.isdir(folder) else (e.strerror or str(e))
+        raise TheseusError("cannot write the output file", file=path,
+                           expected=f"a writable file (folder '{folder}' must exist)",
+                           found=found) from None
 
 
 @main.group()
@@ -190,8 +241,7 @@ def plan_diff(old: str, new: str, html_out: str | None, require: str,
     if html_out:
         from compat.htmldiff import render_html
 
-        with open(html_out, "w", encoding="utf-8") as f:
-            f.write(render_html(report))
+        write_output(html_out, render_html(report))
         click.echo(f"wrote {html_out}")
     click.echo(render_text(report), nl=False)
     sys.exit(report.exit_code)
