@@ -84,10 +84,11 @@ def _crash_line(e: BaseException) -> str:
     what = f"{type(e).__name__}: {e}".splitlines()[0][:200] if str(e) else type(e).__name__
     details = "".join(traceback.format_exception(e))
     try:
-        fd, path = tempfile.mkstemp(prefix="theseus-crash-", suffix=".txt")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # A new file per crash, kept (not an atomic replace of a known file: gates.files).
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="theseus-crash-",
+                                         suffix=".txt", delete=False) as f:
             f.write(f"theseus {' '.join(sys.argv[1:])}\n\n{details}")
-        where = f"details in {path}"
+        where = f"details in {f.name}"
     except OSError:  # no writable temp dir: the traceback is all there is
         where = "details: " + details.replace("\n", " | ")
     return f"{what} ({where}); this is a bug in theseus, please report it with that file"
