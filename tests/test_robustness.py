@@ -98,3 +98,100 @@ def test_against_with_a_path_outside_the_repository(tmp_path, monkeypatch):
     r = run("check", "--against", "HEAD", str(outside))
     assert r.exit_code == 2
     assert "outside the git repository" in r.output and str(outside) in r.output
+
+
+# -- JSON documents -------------------------------------------------------------------------
+
+
+def _ship_text() -> str:
+    return Path(SHIP).read_text()
+
+
+def _write(tmp_path, text: str, name: str = "bad.json") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def _one_error(r, *needles: str) -> str:
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert line.count("\n") == 0 and line.startswith("theseus: error:"), line
+    assert "please report" not in line and "internal error" not in line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    return line
+
+
+def test_a_number_of_thousands_of_digits_is_refused_with_its_pointer(tmp_path):
+    bad = _write(tmp_path, _ship_text().replace('"partitions": 3', '"partitions": ' + "9" * 5000))
+    _one_error(run("check", SHIP, bad), "bad.json", "node 'packages'", "/nodes/0/partitions",
+               "number too large", "5000 digits")
+
+
+def test_nan_and_infinity_are_not_json(tmp_path):
+    for const in ("NaN", "Infinity", "-Infinity"):
+        bad = _write(tmp_path, _ship_text().replace('"partitions": 3', f'"partitions": {const}'))
+        _one_error(run("plan", "validate", bad), "/nodes/0/partitions", f"'{const}' is not JSON")
+
+
+def test_a_key_twice_in_one_object_is_refused_not_last_one_wins(tmp_path):
+    text = _ship_text().replace('"predicate": "load > capacity * 0.9"',
+                                '"predicate": "load > capacity * 0.9", "predicate": "true"')
+    bad = _write(tmp_path, text)
+    _one_error(run("check", SHIP, bad), "bad.json", "node 'over_capacity'",
+               "/nodes/4/predicate", "duplicate key 'predicate'", "2 times")
+    # at the top level, and inside a list of objects
+    bad = _write(tmp_path, '{"query": "a", "query": "b", "nodes": []}')
+    _one_error(run("plan", "validate", bad), "at /query:", "duplicate key 'query'")
+    text = _ship_text().replace('{"name": "weight", "type": "double"}',
+                                '{"name": "weight", "type": "double", "type": "string"}')
+    _one_error(run("plan", "validate", _write(tmp_path, text)),
+               "/nodes/0/schema/1/type", "duplicate key 'type'")
+    # the same key in two different objects is fine
+    assert run("plan", "validate", SHIP).exit_code == 0
+
+
+def test_a_float_where_an_integer_belongs_is_expected_an_integer(tmp_path):
+    for value in ("1e308", "3.0", "1e400"):
+        bad = _write(tmp_path, _ship_text().replace('"partitions": 3', f'"partitions": {value}'))
+        _one_error(run("check", SHIP, bad), "/nodes/0/partitions", "expected an integer")
+
+
+def _with(tmp_path, old: str, new: str, source: Path = Path(SHIP)) -> str:
+    text = source.read_text()
+    assert old in text
+    return _write(tmp_path, text.replace(old, new))
+
+
+def test_partition_counts_are_java_ints(tmp_path):
+    assert run("plan", "validate", _with(tmp_path, '"partitions": 3',
+                                         '"partitions": 2147483647')).exit_code == 0
+    _one_error(run("plan", "validate", _with(tmp_path, '"partitions": 3',
+                                             '"partitions": 2147483648')),
+               "/nodes/0/partitions", "a number <= 2147483647", "found 2147483648")
+    _one_error(run("plan", "validate", _with(tmp_path, '"state_partitions": 4',
+                                             '"state_partitions": 99999999999')),
+               "/config/state_partitions", "<= 2147483647")
+    rec = CASE["recursive_feedback_changed"] / "old.json"
+    import json
+
+    doc = json.loads(rec.read_text())
+    node = next(n for n in doc["nodes"] if n["step"] == "recursive")
+    node["feedback"]["partitions"] = 2**31
+    _one_error(run("plan", "validate", _write(tmp_path, json.dumps(doc))),
+               "/feedback/partitions", "<= 2147483647")
+
+
+def test_json_nested_beyond_the_recursion_limit(tmp_path):
+    bad = _write(tmp_path, "[" * 100_000 + "]" * 100_000)
+    _one_error(run("check", SHIP, bad), "bad.json", "nested too deeply")
+
+
+def test_a_node_equal_to_the_old_one_only_by_python_equality_is_validated(tmp_path):
+    # 3.0 == 3 and True == 1 in Python: a node must not pass for the valid old one.
+    for old, new, ptr in [('"partitions": 3', '"partitions": 3.0', "/nodes/0/partitions"),
+                          ('"partitions": 1', '"partitions": true', "/nodes/1/partitions"),
+                          ('"version": 1, "inputs": ["load"]',
+                           '"version": true, "inputs": ["load"]', "/nodes/4/version")]:
+        _one_error(run("check", SHIP, _with(tmp_path, old, new)), ptr, "expected an integer")
