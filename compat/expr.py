@@ -24,8 +24,11 @@ The AST is made of plain tuples so it hashes, compares and caches cheaply:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from compat import types as T
@@ -535,6 +538,11 @@ def _sqlglot_fallback(text: str, own: ExpressionError) -> Ast:
                                  .split(".")) for c in tree.find_all(exp.Column)}))
     fns = tuple(sorted({(f.sql_name() if not isinstance(f, exp.Anonymous) else f.name).lower()
                         for f in tree.find_all(exp.Func)}))
+    # sqlglot names the functions it knows its own way (POSITION is STR_POSITION): only a
+    # function it does not know (Anonymous) is looked up in Spark's list.
+    for f in tree.find_all(exp.Anonymous):
+        if f.name.lower() not in spark_functions():
+            raise unknown_function(f.name.lower(), text)
     canon = tree.sql(dialect="spark", normalize=True, identify=False)
     return ("opaque", canon, cols, fns)
 
@@ -574,12 +582,47 @@ def functions(ast: Ast) -> set[str]:
 
 
 def _check_functions(ast: Ast, text: str) -> None:
-    bad = functions(ast) & FORBIDDEN_FUNCTIONS
+    used = functions(ast)
+    bad = used & FORBIDDEN_FUNCTIONS
     if bad:
         name = sorted(bad)[0]
         raise ExpressionError(
             f"expression '{text}' calls {name}(), which runs arbitrary Java code and is "
             f"refused in plans", expected="Spark SQL built-in functions", found=f"{name}()")
+    known = spark_functions()
+    unknown = sorted(n for n in used if n not in known)
+    if unknown and ast[0] != "opaque":
+        raise unknown_function(unknown[0], text)
+
+
+def unknown_function(name: str, text: str) -> ExpressionError:
+    """A function Spark does not have: a user-defined function is not part of a plan (the
+    query is rebuilt from the plan alone), and a typo would only fail when it starts."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(spark_functions()), n=1, cutoff=0.6)
+    return ExpressionError(
+        f"unknown function '{name}' in expression '{text}'",
+        expected=f"a built-in function of Spark {spark_functions_version()}",
+        found=f"{name}()", hint=f"Did you mean '{close[0]}'?" if close else None)
+
+
+@cache
+def _spark_functions_doc() -> dict[str, Any]:
+    path = Path(__file__).with_name("spark_functions.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@cache
+def spark_functions() -> frozenset[str]:
+    """Spark's built-in function names (``compat/spark_functions.json``, generated from
+    PySpark by ``scripts/gen_spark_functions.py``)."""
+    return frozenset(_spark_functions_doc()["functions"])
+
+
+def spark_functions_version() -> str:
+    return str(_spark_functions_doc()["spark_version"])
 
 
 def columns(ast: Ast) -> set[tuple[str, ...]]:
@@ -807,7 +850,7 @@ _AGG_FUNCTIONS = frozenset({
     "collect_set", "stddev", "stddev_pop", "variance", "var_pop", "bool_and", "bool_or",
     "approx_count_distinct", "count_if", "max_by", "min_by", "percentile_approx",
     "approx_percentile", "median", "mode", "count_min_sketch", "corr", "covar_pop",
-    "covar_samp", "skewness", "kurtosis", "product", "array_agg", "bit_and", "bit_or",
+    "covar_samp", "skewness", "kurtosis", "array_agg", "bit_and", "bit_or",
     "bit_xor", "string_agg", "listagg", "hll_sketch_agg",
 })
 AGGREGATE_FUNCTIONS = _AGG_FUNCTIONS
@@ -818,7 +861,7 @@ _STRING_FNS = frozenset({
     "sha2", "md5", "hex", "base64", "uuid", "date_format", "to_json", "string", "translate",
     "repeat", "left", "right", "split_part", "format_number", "soundex", "reverse",
     "from_unixtime", "current_user", "current_timezone", "typeof", "chr", "char", "btrim",
-    "overlay", "printf", "encode_url", "url_encode", "url_decode", "substring_index",
+    "overlay", "printf", "url_encode", "url_decode", "substring_index",
 })
 _INT_FNS = frozenset({
     "length", "size", "instr", "locate", "year", "month", "dayofmonth", "hour", "minute",
@@ -842,7 +885,7 @@ _BIGINT_FNS = frozenset({"count", "count_if", "approx_count_distinct",
                          "monotonically_increasing_id", "unix_timestamp", "xxhash64",
                          "bigint", "unix_seconds", "unix_millis", "unix_micros"})
 _ARG_FNS = frozenset({"min", "max", "first", "last", "any_value", "abs", "negative",
-                      "positive", "mode", "max_by", "min_by", "assert_not_null"})
+                      "positive", "mode", "max_by", "min_by"})
 _WIDER_FNS = frozenset({"coalesce", "ifnull", "greatest", "least", "nullif", "nvl2"})
 _TS_FNS = frozenset({"current_timestamp", "to_timestamp", "timestamp_seconds",
                      "timestamp_millis", "timestamp_micros", "localtimestamp",
@@ -1091,6 +1134,6 @@ def type_of(info: ExprInfo, scope: Scope) -> str:
 
 
 def clear_caches() -> None:
-    for cache in (_PARSE_CACHE, _SHAPE_CACHE, _CANON_CACHE, _INFO_BY_TEXT, _INFO_BY_AST,
-                  _TYPE_CACHE):
-        cache.clear()
+    for memo in (_PARSE_CACHE, _SHAPE_CACHE, _CANON_CACHE, _INFO_BY_TEXT, _INFO_BY_AST,
+                 _TYPE_CACHE):
+        memo.clear()
