@@ -31,6 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from compat import ansi as A
 from compat import types as T
 from compat.errors import ExpressionError
 
@@ -109,11 +110,18 @@ def tokenize(text: str) -> list[Token]:
     return out
 
 
+#: how deeply an expression may nest (parentheses, calls, operands of operators): Spark's own
+#: parser stops between 300 and 500 nested parentheses, and every function that walks an
+#: expression here (typing, canonical form, rendering) recurses once or twice per level
+MAX_DEPTH = 256
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.toks = tokenize(text)
         self.i = 0
+        self.depth = 0
 
     # -- helpers --------------------------------------------------------------------------
     def peek(self, k: int = 0) -> Token:
@@ -155,6 +163,7 @@ class _Parser:
 
     def expr(self, rbp: int) -> Ast:
         left = self.prefix()
+        self.depth -= 1  # prefix() counts the levels that are open while it parses
         while True:
             t = self.peek()
             op = t.text.lower() if t.kind in ("op", "id") else ""
@@ -233,6 +242,9 @@ class _Parser:
         return ("like", "rlike" if op == "regexp" else op, left, pattern, negated)
 
     def prefix(self) -> Ast:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:  # before Python's own recursion limit is reached
+            raise too_deep(self.text, self.peek().pos + 1)
         t = self.next()
         k = t.kind
         if k == "num":
@@ -259,7 +271,11 @@ class _Parser:
             if t.text == "-":
                 operand = self.expr(10)
                 if operand[0] == "lit" and operand[1] in ("int", "bigint", "decimal", "double"):
+                    if operand[1] != "double" and "." not in operand[2]:
+                        return _integer("-" + operand[2])  # -2147483648 is an int
                     return ("lit", operand[1], "-" + operand[2])
+                if operand[0] == "lit" and operand[1] in ("smallint", "tinyint"):
+                    return ("lit", operand[1], "-" + operand[2])  # -128Y is a tinyint
                 return ("un", "neg", operand)
             if t.text == "+":
                 return self.expr(10)
@@ -436,23 +452,77 @@ def _unquote(s: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
+#: the largest value of each integer literal suffix (a leading '-' may reach one more)
+_SUFFIX_MAX = {"y": ("tinyint", 2**7), "s": ("smallint", 2**15), "l": ("bigint", 2**63)}
+_SUFFIX_RANGE = {kind: limit for kind, limit in _SUFFIX_MAX.values()}
+_SUFFIX = {kind: suffix.upper() for suffix, (kind, _) in _SUFFIX_MAX.items()}
+
+
 def _number(text: str) -> Ast:
+    """A numeric literal, typed as Spark types it; one Spark refuses (beyond its type's
+    range or 38 digits of precision) is refused here, before Python converts it."""
     t = text.lower()
     if t.endswith("bd"):
+        if not re.fullmatch(r"(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?", t[:-2]):
+            raise ExpressionError(f"invalid number literal {text}", expected="digits "
+                                  "before the BD suffix", found=text)
+        _precision(t[:-2].partition("e")[0], text)
         return ("lit", "decimal", t[:-2])
-    if t.endswith("l"):
-        return ("lit", "bigint", t[:-1])
-    if t.endswith("d"):
-        return ("lit", "double", repr(float(t[:-1])))
-    if t.endswith(("s", "y")):
-        return ("lit", "smallint" if t.endswith("s") else "tinyint", t[:-1])
-    if "e" in t:
-        return ("lit", "double", repr(float(t)))
+    if t[-1] in _SUFFIX_MAX:
+        kind, limit = _SUFFIX_MAX[t[-1]]
+        digits = t[:-1]
+        if not digits.isdigit():
+            raise ExpressionError(f"invalid number literal {text}", expected="digits "
+                                  f"before the {t[-1].upper()} suffix", found=text)
+        if len(digits.lstrip("0")) > 19 or int(digits) > limit:
+            raise _out_of_range(text, f"a {kind} (at most {limit - 1})")
+        return ("lit", kind, digits)
+    if t.endswith("d") or "e" in t:
+        value = float(t[:-1] if t.endswith("d") else t)
+        if value == float("inf"):
+            raise _out_of_range(text, "a double (at most about 1.8e308)")
+        return ("lit", "double", repr(value))
     if "." in t:
+        _precision(t, text)
         whole, _, frac = t.partition(".")
         return ("lit", "decimal", (whole.lstrip("0") or "0") + "." + (frac or "0"))
+    _precision(t, text)
+    return _integer(t)
+
+
+def _integer(t: str) -> Ast:
+    """An integer literal: an int, else a bigint, else a decimal (up to 38 digits)."""
     v = int(t)
-    return ("lit", "int" if v < 2**31 else "bigint", str(v))
+    if -2**31 <= v < 2**31:
+        return ("lit", "int", str(v))
+    if -2**63 <= v < 2**63:
+        return ("lit", "bigint", str(v))
+    return ("lit", "decimal", str(v))
+
+
+def _precision(t: str, text: str) -> None:
+    whole, _, frac = t.lstrip("-").partition(".")
+    digits = len(whole.lstrip("0")) + len(frac)
+    if digits > T.MAX_PRECISION:
+        raise _out_of_range(text, f"at most {T.MAX_PRECISION} digits (Spark's decimal "
+                            "precision)", found=f"{digits} digits")
+
+
+def _out_of_range(text: str, expected: str, found: str | None = None) -> ExpressionError:
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    return ExpressionError(f"number literal {shown} is out of range", expected=expected,
+                           found=found or shown)
+
+
+def too_deep(text: str, column: int | None = None, depth: int | None = None
+             ) -> ExpressionError:
+    shown = text if len(text) <= 60 else text[:56] + "..."
+    return ExpressionError(
+        f"expression '{shown}' is nested too deeply", column=column,
+        expected=f"at most {MAX_DEPTH} levels of parentheses, calls and operators",
+        found=f"{depth} levels" if depth else f"more than {MAX_DEPTH}",
+        hint="A long chain of OR or + nests one level per operator: write `x IN (a, b, ...)` "
+             "or split the expression over several steps")
 
 
 def _norm_op(op: str) -> str:
@@ -478,8 +548,9 @@ def shape(text: str) -> Ast:
     key = _LITERAL_RE.sub(_placeholder, text)
     ast = _SHAPE_CACHE.get(key)
     if ast is None:
-        if key != text and ("interval" in key.lower() or "decimal" in key.lower()):
-            key = text  # literal values matter to validity here
+        low = key.lower()
+        if key != text and ("interval" in low or "decimal" in low or "named_struct" in low):
+            key = text  # literal values matter to validity here (field names, precision)
         try:
             ast = parse(key)
         except ExpressionError:
@@ -506,7 +577,12 @@ def parse(text: str) -> Ast:
     parser = _Parser(text)
     try:
         ast = parser.parse()
+        depth = _depth(ast)
+        if depth > MAX_DEPTH:  # a long chain of operators is parsed in a loop, not nested
+            raise too_deep(text, depth=depth)
     except ExpressionError as own:
+        if parser.depth > MAX_DEPTH or "nested too deeply" in own.message:
+            raise
         # Only a word we do not know (TRIM(BOTH ... FROM ...), POSITION(a IN b), ...) can
         # be valid Spark outside our subset; a misplaced operator or bracket never is.
         toks = parser.toks
@@ -545,6 +621,28 @@ def _sqlglot_fallback(text: str, own: ExpressionError) -> Ast:
             raise unknown_function(f.name.lower(), text)
     canon = tree.sql(dialect="spark", normalize=True, identify=False)
     return ("opaque", canon, cols, fns)
+
+
+def _depth(ast: Ast) -> int:
+    """How deeply ``ast`` nests (iteratively: it may be deeper than Python recursion)."""
+    deepest = 0
+    stack = [(ast, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        for part in node[1:]:
+            if isinstance(part, tuple) and part:
+                if isinstance(part[0], str) and part[0] in _TAGS:
+                    stack.append((part, d + 1))
+                else:
+                    for sub in part:
+                        if isinstance(sub, tuple) and sub and isinstance(sub[0], str) \
+                                and sub[0] in _TAGS:
+                            stack.append((sub, d + 1))
+                        elif isinstance(sub, tuple):  # CASE (cond, value) pairs
+                            stack.extend((x, d + 1) for x in sub if isinstance(x, tuple)
+                                         and x and x[0] in _TAGS)
+    return deepest
 
 
 def walk(ast: Ast):
@@ -838,6 +936,9 @@ class Scope:
         for field in rest:
             if t == T.UNKNOWN:
                 return t
+            if t.startswith("map<string,"):  # m.k is m['k'] in Spark
+                t = T.map_kv(t)[1]
+                continue
             fields = dict(T.struct_fields(t))
             if field not in fields:
                 return None
@@ -908,10 +1009,15 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         if kind == "decimal":
             whole, _, frac = ast[2].lstrip("-").partition(".")
             return f"decimal({max(len(whole) + len(frac), 1)},{len(frac)})"
+        if kind in _SUFFIX_RANGE and int(ast[2]) >= _SUFFIX_RANGE[kind]:
+            # 128Y: read up to the limit so that -128Y parses; only negated may it reach it
+            raise _out_of_range(ast[2] + _SUFFIX[kind], f"a {kind} (at most "
+                                f"{_SUFFIX_RANGE[kind] - 1})")
         return "void" if kind == "null" else kind
     if tag == "bin":
         op = ast[1]
         lt, rt = infer_type(ast[2], scope), infer_type(ast[3], scope)
+        _ansi(ast, A.binary(op, lt, rt))
         if op in ("and", "or", "=", "!=", "<=>", "<", "<=", ">", ">="):
             return "boolean"
         if op == "||":
@@ -929,8 +1035,23 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         return T.wider(lt, rt)
     if tag == "un":
         t = infer_type(ast[2], scope)
+        _ansi(ast, A.unary(ast[1], t))
         return "boolean" if ast[1] == "not" else t
-    if tag in ("is", "in", "between", "like"):
+    if tag == "is":
+        t = infer_type(ast[1], scope)
+        if ast[2] != "null":
+            _ansi(ast, A.is_truth(t))
+        return "boolean"
+    if tag == "in":
+        types = [infer_type(ast[1], scope)] + [infer_type(x, scope) for x in ast[2]]
+        _ansi(ast, A.all_common(types, "IN", compare=True))
+        return "boolean"
+    if tag == "between":
+        x, lo, hi = (infer_type(a, scope) for a in ast[1:4])
+        _ansi(ast, A.all_common([x, lo], "BETWEEN", compare=True) or
+              A.all_common([x, hi], "BETWEEN", compare=True))
+        return "boolean"
+    if tag == "like":
         for sub in ast[1:]:
             if isinstance(sub, tuple) and sub and isinstance(sub[0], str) and sub[0] in _TAGS:
                 infer_type(sub, scope)
@@ -939,21 +1060,28 @@ def infer_type(ast: Ast, scope: Scope) -> str:
                     infer_type(x, scope)
         return "boolean"
     if tag == "case":
-        if ast[1] is not None:
-            infer_type(ast[1], scope)
+        operand = infer_type(ast[1], scope) if ast[1] is not None else None
         result = "void"
+        results = []
         for cond, value in ast[2]:
-            infer_type(cond, scope)
-            result = T.wider(result, infer_type(value, scope))
+            ct = infer_type(cond, scope)
+            if operand is not None:
+                _ansi(ast, A.all_common([operand, ct], "CASE ... WHEN", compare=True))
+            else:
+                _ansi(ast, A.condition(ct, "a WHEN clause"))
+            results.append(infer_type(value, scope))
         if ast[3] is not None:
-            result = T.wider(result, infer_type(ast[3], scope))
+            results.append(infer_type(ast[3], scope))
+        _ansi(ast, A.all_common(results, "CASE"))
+        for t in results:
+            result = T.wider(result, t)
         return result
     if tag == "cast":
-        infer_type(ast[1], scope)
+        _ansi(ast, A.cast(infer_type(ast[1], scope), ast[2]))
         return ast[2]
     if tag == "index":
         base = infer_type(ast[1], scope)
-        infer_type(ast[2], scope)
+        _ansi(ast, A.index(base, infer_type(ast[2], scope)))
         if base.startswith("array<"):
             return T.array_element(base)
         if base.startswith("map<"):
@@ -961,6 +1089,7 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         return T.UNKNOWN
     if tag == "field":
         base = infer_type(ast[1], scope)
+        _ansi(ast, A.field(base, ast[2]))
         return dict(T.struct_fields(base)).get(ast[2], T.UNKNOWN)
     if tag == "interval":
         return "interval"
@@ -982,9 +1111,16 @@ def infer_type(ast: Ast, scope: Scope) -> str:
 
 def _function_type(ast: Ast, scope: Scope) -> str:
     name, args = ast[1], ast[2]
-    lambdas = any(a[0] == "lambda" for a in args)
-    arg_types = [T.UNKNOWN if a[0] == "lambda" else infer_type(a, scope) for a in args]
+    lambdas = False
+    arg_types = []
+    for a in args:  # a loop, not a comprehension: one frame less per nested call
+        if a[0] == "lambda":
+            lambdas = True
+            arg_types.append(T.UNKNOWN)
+        else:
+            arg_types.append(infer_type(a, scope))
     first = arg_types[0] if arg_types else T.UNKNOWN
+    _ansi(ast, A.call(name, arg_types))
     if lambdas:
         if name in ("filter",):
             return first
@@ -1071,6 +1207,17 @@ def _function_type(ast: Ast, scope: Scope) -> str:
     return T.UNKNOWN
 
 
+def _ansi(ast: Ast, refusal: A.Refusal | None) -> None:
+    """Raise what Spark's analyzer would say (ANSI mode) about ``ast``, if anything."""
+    if refusal is None:
+        return
+    text = render(ast)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    raise ExpressionError(f"type mismatch in '{text}': {refusal.why} (Spark refuses it "
+                          "under ANSI mode)", expected=refusal.expected, found=refusal.found)
+
+
 def _unknown_column(parts: tuple[str, ...], scope: Scope) -> ExpressionError:
     name = ".".join(parts)
     known = sorted(scope.columns)
@@ -1121,13 +1268,23 @@ def analyze(text: str) -> ExprInfo:
     return found
 
 
-def type_of(info: ExprInfo, scope: Scope) -> str:
-    """``infer_type`` memoised on the expression shape and the types of its columns."""
+def type_of(info: ExprInfo, scope: Scope, text: str | None = None) -> str:
+    """``infer_type`` memoised on the expression shape and the types of its columns.
+
+    ``text`` is the expression as written: an error found on its shape is said again in
+    the user's own words (``ts > 5``, not the shape's ``ts > 1``)."""
     col_types = tuple(scope.resolve(c) for c in info.columns)
     key = (id(info), col_types)
     t = _TYPE_CACHE.get(key)
     if t is None:
-        t = infer_type(info.ast, scope)  # raises on an unknown column
+        try:
+            t = infer_type(info.ast, scope)  # raises on an unknown column
+        except ExpressionError:
+            if text is not None:
+                own = parse(text)
+                if own is not info.ast:
+                    infer_type(own, scope)
+            raise
         if not scope.qualified:
             _TYPE_CACHE[key] = t
     return t

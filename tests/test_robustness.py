@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from migrate.cli import main
@@ -195,3 +196,79 @@ def test_a_node_equal_to_the_old_one_only_by_python_equality_is_validated(tmp_pa
                           ('"version": 1, "inputs": ["load"]',
                            '"version": true, "inputs": ["load"]', "/nodes/4/version")]:
         _one_error(run("check", SHIP, _with(tmp_path, old, new)), ptr, "expected an integer")
+
+
+# -- expressions: huge numbers, deep nesting --------------------------------------------------
+
+SHAPES = {  # an expression over the filter's input that nests ``n`` levels deep
+    "parentheses": lambda n: "(" * (n - 1) + "load" + ")" * (n - 1) + " > 1",
+    "calls": lambda n: "abs(" * (n - 2) + "load" + ")" * (n - 2) + " > 1",
+    "right_nested_plus": lambda n: "load + (" * (n - 2) + "load" + ")" * (n - 2) + " > 1",
+    "or_chain": lambda n: " OR ".join(["load > 1"] * (n - 1)),
+    "not_chain": lambda n: "NOT " * (n - 2) + "load > 1",
+    "case": lambda n: "CASE WHEN load > 1 THEN " * (n - 2) + "true" + " END" * (n - 2),
+    "minus_chain": lambda n: "- " * (n - 2) + "load > 1",
+}
+
+
+def _predicate(tmp_path, predicate: str) -> str:
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    doc["nodes"][4]["predicate"] = predicate
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+def test_expressions_as_deep_as_allowed_are_checked_in_every_format(tmp_path):
+    from compat.expr import MAX_DEPTH
+
+    for name, shape in SHAPES.items():
+        plan = _predicate(tmp_path, shape(MAX_DEPTH))
+        for fmt in ("text", "json", "sarif"):
+            r = run("check", SHIP, plan, "--format", fmt)
+            assert r.exit_code in (0, 1, 3), (name, r.output[-300:])
+        assert run("plan", "show", plan).exit_code == 0, name
+
+
+def test_expressions_deeper_than_allowed_are_one_error(tmp_path):
+    from compat.expr import MAX_DEPTH
+
+    for name, shape in SHAPES.items():
+        for n in (MAX_DEPTH + 1, 1000, 20_000):
+            r = run("check", SHIP, _predicate(tmp_path, shape(n)))
+            assert r.exit_code == 2, name
+            _one_error(r, "/nodes/4/predicate", "nested too deeply", f"at most {MAX_DEPTH}")
+
+
+@pytest.mark.parametrize("literal, needles", [
+    ("9" * 5000, ["out of range", "5000 digits", "at most 38 digits"]),
+    ("1" * 39, ["out of range", "39 digits"]),
+    ("1." + "5" * 40, ["out of range", "41 digits"]),
+    ("1e400", ["out of range", "a double"]),
+    ("99999999999999999999L", ["out of range", "a bigint"]),
+    ("1000Y", ["out of range", "a tinyint"]),
+    ("1e5L", ["invalid number literal"]),
+])
+def test_number_literals_spark_refuses(tmp_path, literal, needles):
+    r = run("check", SHIP, _predicate(tmp_path, f"load > {literal}"))
+    _one_error(r, "/nodes/4/predicate", *needles)
+
+
+def test_number_literals_are_typed_as_spark_types_them():
+    from compat import expr as E
+
+    scope = E.Scope({})
+    typed = {text: E.infer_type(E.parse(text), scope) for text in (
+        "2147483647", "2147483648", "-2147483648", "9223372036854775807",
+        "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+        "99999999999999999999", "1" * 38, "1e308", "9.9BD", "127Y", "5S", "7L")}
+    assert typed == {  # as SELECT <literal> in Spark 4.3
+        "2147483647": "int", "2147483648": "bigint", "-2147483648": "int",
+        "9223372036854775807": "bigint", "9223372036854775808": "decimal(19,0)",
+        "-9223372036854775808": "bigint", "-9223372036854775809": "decimal(19,0)",
+        "99999999999999999999": "decimal(20,0)", "1" * 38: "decimal(38,0)",
+        "1e308": "double", "9.9BD": "decimal(2,1)", "127Y": "tinyint", "5S": "smallint",
+        "7L": "bigint"}
+
