@@ -99,6 +99,11 @@ def tokenize(text: str) -> list[Token]:
     match = _TOKEN_RE.match
     while pos < n:
         m = match(text, pos)
+        if m is not None and m.lastgroup == "op" and text.startswith("--", pos):
+            raise ExpressionError(f"'--' at column {pos + 1} starts a comment in Spark SQL: "
+                                  f"the rest of expression '{text}' would be ignored",
+                                  column=pos + 1, expected="an operand (write - -x for a "
+                                  "double negation)", found="'--'")
         if m is None:
             raise ExpressionError(f"unexpected character '{text[pos]}' at column {pos + 1} "
                                   f"in expression '{text}'", column=pos + 1)
@@ -270,7 +275,8 @@ class _Parser:
                 return inner
             if t.text == "-":
                 operand = self.expr(10)
-                if operand[0] == "lit" and operand[1] in ("int", "bigint", "decimal", "double"):
+                if operand[0] == "lit" and operand[1] in ("int", "bigint", "decimal", "double") \
+                        and not operand[2].startswith("-"):  # - -7 stays a negation
                     if operand[1] != "double" and "." not in operand[2]:
                         return _integer("-" + operand[2])  # -2147483648 is an int
                     return ("lit", operand[1], "-" + operand[2])
@@ -864,7 +870,10 @@ def render(ast: Ast) -> str:
     if tag == "un":
         if ast[1] == "not":
             return f"(NOT {render(ast[2])})"
-        return f"({'-' if ast[1] == 'neg' else ast[1]}{render(ast[2])})"
+        inner = render(ast[2])
+        op = "-" if ast[1] == "neg" else ast[1]
+        # "--" starts a comment in Spark SQL: - -7 keeps its space
+        return f"({op}{' ' if inner.startswith('-') else ''}{inner})"
     if tag == "is":
         return f"({render(ast[1])} IS {'NOT ' if ast[3] else ''}{ast[2].upper()})"
     if tag == "in":

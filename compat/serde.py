@@ -62,7 +62,8 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
     try:
         return _STRICT.decode(text)
     except json.JSONDecodeError as e:
-        line = text.splitlines()[e.lineno - 1] if text.splitlines() else ""
+        lines = text.splitlines()
+        line = lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else ""
         raise PlanError(f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}",
                         file=path, pointer=None, expected="a JSON document",
                         found=repr(line.strip()[:60]) if line.strip() else "empty file"
@@ -180,7 +181,9 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
         ok = shallow(doc)
         if ok:
             for d in doc["nodes"]:
-                prev = old_docs.get(d.get("id")) if type(d) is dict else None
+                # an id of the wrong type (a list) is no key: the schema check reports it
+                nid = d.get("id") if type(d) is dict else None
+                prev = old_docs.get(nid) if type(nid) is str else None
                 if (prev is None or not _same_doc(prev, d)) and not node_ok(d):
                     ok = False
                     break

@@ -272,3 +272,69 @@ def test_number_literals_are_typed_as_spark_types_them():
         "1e308": "double", "9.9BD": "decimal(2,1)", "127Y": "tinyint", "5S": "smallint",
         "7L": "bigint"}
 
+
+
+# -- found by tests/test_fuzz.py ----------------------------------------------------------------
+
+
+def test_a_node_id_of_the_wrong_type_in_the_new_plan(tmp_path):
+    # the new plan is read against the old one by node id: a list is no key
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    doc["nodes"][5]["id"] = ["alerts"]
+    _one_error(run("check", SHIP, _write(tmp_path, json.dumps(doc))), "/nodes/5/id",
+               "expected a string")
+
+
+@pytest.mark.parametrize("text", ["\n", "\n\n\n", " ", "\ufeff"])
+def test_a_blank_file_is_malformed_json(tmp_path, text):
+    _one_error(run("check", SHIP, _write(tmp_path, text)), "bad.json", "malformed JSON")
+
+
+def test_double_minus_starts_a_comment_in_spark(tmp_path):
+    from compat import expr as E
+
+    _one_error(run("check", SHIP, _predicate(tmp_path, "load > --7")),
+               "'--' at column 8 starts a comment")
+    assert E.render(E.parse("- -7")) == "(- -7)" == E.canonical("-(-7)")
+    assert run("check", SHIP, _predicate(tmp_path, "load > - -7")).exit_code == 0
+
+
+@pytest.mark.parametrize("where, bad, needles", [
+    ("schema", "decimal(" + "9" * 5000 + ",2)", ["too large in type"]),
+    ("schema", "array<" * 1000 + "int" + ">" * 1000, ["nests more than 100 levels"]),
+    ("predicate", "CAST(load AS decimal(" + "9" * 5000 + ",2)) > 1", ["too large in type"]),
+    ("predicate", "CAST(load AS " + "array<" * 1000 + "int" + ">" * 1000 + ") IS NULL",
+     ["nests more than 100 levels"]),
+])
+def test_hostile_type_strings(tmp_path, where, bad, needles):
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    if where == "schema":
+        doc["nodes"][0]["schema"][1]["type"] = bad
+        ptr = "/nodes/0/schema/1/type"
+    else:
+        doc["nodes"][4]["predicate"] = bad
+        ptr = "/nodes/4/predicate"
+    _one_error(run("check", SHIP, _write(tmp_path, json.dumps(doc))), ptr, *needles)
+
+
+def test_a_large_broken_plan_names_its_first_broken_node(tmp_path):
+    # jsonschema alone lists every error of every node: minutes for 200,000 broken nodes
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    filler = {"id": "f", "step": "filter", "version": 1, "inputs": ["load"],
+              "predicate": "true"}
+    doc["nodes"][4:4] = [{**filler, "id": f"f{i}"} for i in range(3000)]
+    doc["nodes"][2500].pop("version")
+    for n in doc["nodes"][2600:2700]:
+        n["step"] = "fliter"
+    _one_error(run("plan", "validate", _write(tmp_path, json.dumps(doc))),
+               "node 'f2496', at /nodes/2500:", "missing required field 'version'")
+
+
+def test_freeze_of_a_case_that_does_not_exist(tmp_path):
+    _one_error(run("plan", "freeze", str(tmp_path / "nope")), "no such history case")

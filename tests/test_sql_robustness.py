@@ -57,3 +57,32 @@ def test_a_sql_comment_does_not_reach_the_plan(tmp_path):
     pred = [n["predicate"] for n in doc["nodes"] if n["step"] == "filter"]
     assert pred == ["amount > 100"]
     assert doc["nodes"] == plain["nodes"]
+
+
+def test_a_script_too_large_to_compile(tmp_path):
+    from compat.sql.compiler import MAX_SCRIPT_CHARS
+
+    p = tmp_path / "big.sql"
+    p.write_text("[" * (MAX_SCRIPT_CHARS + 1))
+    r = run("plan", "compile", str(p))
+    assert r.exit_code == 2 and "too large to compile" in r.output
+
+
+def test_an_error_on_a_very_long_line_shows_a_window_of_it(tmp_path):
+    q = tmp_path / "q.sql"
+    q.write_text("SELECT " + "a, " * 100_000 + "FROM nowhere WHERE x = 'y")
+    r = run("plan", "compile", str(q))
+    assert r.exit_code == 2
+    source, carets = r.output.splitlines()[1:3]
+    assert len(source) < 300 and source.startswith("    ...")
+    assert source[carets.index("^")] == "'"  # the carets still mark the unterminated string
+
+
+@pytest.mark.parametrize("hint, message", [
+    ("/*+ DEDUP_WITHIN('1 hour's') */", "unterminated string (missing ') in a /*+ ... */ hint"),
+    ("/*+ DEDUP_WITHIN(('1 hour') */", "cannot read this hint"),
+])
+def test_a_hint_sqlglot_cannot_read(tmp_path, hint, message):
+    q = _sql(tmp_path, "SELECT *", f"SELECT {hint} *")
+    r = run("plan", "compile", q)
+    assert r.exit_code == 2 and message in r.output and "q.sql:6:" in r.output

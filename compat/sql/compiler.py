@@ -35,6 +35,9 @@ from compat.sql.translate import Output, plan_error, translate
 from compat.steps import Project, Sink
 
 COMPILER_VERSION = "theseus-sql/1"
+#: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
+#: does: a bound keeps a stray file (a log, a dump) from taking minutes and gigabytes
+MAX_SCRIPT_CHARS = 1_000_000
 
 
 @dataclass
@@ -54,6 +57,10 @@ def compile_sql(text: str, file: str = "<sql>") -> dict[str, Any]:
 def compile_script(text: str, file: str = "<sql>", *,
                    rules: tuple[str, ...] | None = None) -> Compiled:
     """Compile, keeping the intermediate results; ``rules`` overrides the optimizer's."""
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise SqlError("the script is too large to compile", file=file,
+                       expected=f"at most {MAX_SCRIPT_CHARS:,} characters (a script holds "
+                                "its tables and one query)", found=f"{len(text):,}")
     src = SqlText(text, file)
     try:
         # Step 1.
