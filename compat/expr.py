@@ -280,7 +280,8 @@ class _Parser:
                     if operand[1] != "double" and "." not in operand[2]:
                         return _integer("-" + operand[2])  # -2147483648 is an int
                     return ("lit", operand[1], "-" + operand[2])
-                if operand[0] == "lit" and operand[1] in ("smallint", "tinyint"):
+                if operand[0] == "lit" and operand[1] in ("smallint", "tinyint") and \
+                        not operand[2].startswith("-"):
                     return ("lit", operand[1], "-" + operand[2])  # -128Y is a tinyint
                 return ("un", "neg", operand)
             if t.text == "+":

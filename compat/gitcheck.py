@@ -37,7 +37,7 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
 def _is_plan_text(raw: bytes) -> bool:
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return True  # a broken .json under a plans folder is reported as invalid
     return isinstance(doc, dict) and str(doc.get("format", "")).startswith("theseus.plan/")
 

@@ -60,7 +60,7 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
         raise PlanError(f"not UTF-8 text (byte {e.start})", file=path,
                         expected="a UTF-8 JSON document", found="binary data") from None
     try:
-        return _STRICT.decode(text)
+        doc = _STRICT.decode(text)
     except json.JSONDecodeError as e:
         lines = text.splitlines()
         line = lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else ""
@@ -75,6 +75,32 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
     except (_Refused, ValueError):
         # Only on this path: parse again, marking what was refused, to say where it is.
         raise _explain_refused(text, path) from None
+    if "\\u" in text:  # only an escape can make a lone surrogate: UTF-8 text has none
+        _refuse_surrogates(doc, path)
+    return doc
+
+
+def _refuse_surrogates(doc: Any, path: str) -> None:
+    """A string holding half of a UTF-16 pair (``"\\ud800"``) is no Unicode text: it could
+    not be printed, written as UTF-8 or sent to Kafka."""
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                bad = value[e.start]
+                raise PlanError("a string holds a lone surrogate, which is not Unicode text",
+                                file=path, node=schema_check.node_id(doc, at),
+                                pointer=schema_check.pointer(at),
+                                expected="text that UTF-8 can encode",
+                                found=f"\\u{ord(bad):04x}") from None
+        elif isinstance(value, dict):
+            stack.extend((k, [*at, k]) for k in value)
+            stack.extend((v, [*at, k]) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*at, i]) for i, v in enumerate(value))
 
 
 class _Refused(Exception):

@@ -56,7 +56,7 @@ class TheseusGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TheseusError as e:
-            click.echo(f"theseus: error: {e.render()}", err=True)
+            click.echo(_printable(f"theseus: error: {e.render()}"), err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("theseus: interrupted", err=True)
@@ -72,8 +72,14 @@ class TheseusGroup(click.Group):
                 pass
             ctx.exit(INTERNAL_ERROR_EXIT)
         except Exception as e:  # the one place where a crash becomes an exit code
-            click.echo(f"theseus: internal error: {_crash_line(e)}", err=True)
+            click.echo(_printable(f"theseus: internal error: {_crash_line(e)}"), err=True)
             ctx.exit(INTERNAL_ERROR_EXIT)
+
+
+def _printable(text: str) -> str:
+    """An error line that any terminal can take: a file name that is not UTF-8 (Python
+    keeps its bytes as lone surrogates) is written with backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _crash_line(e: BaseException) -> str:

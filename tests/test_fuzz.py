@@ -19,6 +19,7 @@ import copy
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,7 @@ def _run(*args: str) -> int:
     assert result.exit_code in (0, 1, 2, 3), (args, result.exit_code, out[-500:])
     assert "Traceback" not in out, out[-2000:]
     assert "internal error" not in out, out[-2000:]
-    if result.exit_code == 2:
+    if result.exit_code == 2 and "--against" not in args:  # that reports invalid plans
         errors = [ln for ln in out.splitlines() if ln.startswith("theseus: error:")]
         assert errors, out[-500:]
     return result.exit_code
@@ -208,7 +209,8 @@ _PICKS = st.lists(st.tuples(
 
 @_settings(150)
 @given(which=st.integers(0, len(PLANS) - 1), picks=_PICKS,
-       fmt=st.sampled_from(FORMATS), command=st.sampled_from(["check", "validate", "show"]))
+       fmt=st.sampled_from(FORMATS),
+       command=st.sampled_from(["check", "validate", "show", "diff"]))
 def test_mutated_plans_get_a_verdict_or_one_error(tmp_path_factory, which, picks, fmt,
                                                    command):
     d = tmp_path_factory.mktemp("plan")
@@ -220,6 +222,8 @@ def test_mutated_plans_get_a_verdict_or_one_error(tmp_path_factory, which, picks
         _run("check", str(new), str(old))
     elif command == "validate":
         _seen(_run("plan", "validate", str(new)))
+    elif command == "diff":
+        _seen(_run("plan", "diff", str(old), str(new), "--html", str(d / "diff.html")))
     else:
         _seen(_run("plan", "show", str(new)))
 
@@ -252,6 +256,44 @@ _SQL_SALT = st.one_of(st.sampled_from(_TOKENS + _ODD + [
     "window(ts, '1e400 minutes')", "session_window(ts, '-1 second')", "LATERAL VIEW",
     "ROW_NUMBER() OVER (PARTITION BY x ORDER BY ts)", "'unterminated", "`unterminated"]),
     EXPRESSIONS)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A git repository whose HEAD holds plans/a.json and plans/b.json."""
+    root = tmp_path_factory.mktemp("repo")
+    (root / "plans").mkdir()
+    for name, src in (("a.json", PLANS[0]), ("b.json", PLANS[1])):
+        (root / "plans" / name).write_bytes(src.read_bytes())
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=f@z", "-c", "user.name=f", *args], cwd=root,
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "base")
+    return root
+
+
+@_settings(15)
+@given(which=st.integers(0, 1), picks=_PICKS, fmt=st.sampled_from(FORMATS),
+       delete=st.booleans())
+def test_against_a_git_ref(repo, which, picks, fmt, delete):
+    name = ("a.json", "b.json")[which]
+    target = repo / "plans" / name
+    here = os.getcwd()
+    try:
+        if delete:
+            target.unlink()
+        else:
+            target.write_text(mutate(DOCS[PLANS[which]], picks), encoding="utf-8",
+                              errors="surrogatepass")
+        os.chdir(repo)
+        _seen(_run("check", "--against", "HEAD", "plans", "--format", fmt))
+    finally:
+        os.chdir(here)
+        target.write_bytes(PLANS[which].read_bytes())
 
 
 _SQL_TOKEN = re.compile(r"'[^']*'|\w+|[^\s\w]")

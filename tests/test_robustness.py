@@ -338,3 +338,34 @@ def test_a_large_broken_plan_names_its_first_broken_node(tmp_path):
 
 def test_freeze_of_a_case_that_does_not_exist(tmp_path):
     _one_error(run("plan", "freeze", str(tmp_path / "nope")), "no such history case")
+
+
+def test_a_lone_surrogate_in_a_string_is_not_unicode_text(tmp_path):
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    doc["nodes"][4]["description"] = "half a pair: \ud800"
+    _one_error(run("check", SHIP, _write(tmp_path, json.dumps(doc))),
+               "node 'over_capacity', at /nodes/4/description", "lone surrogate", "\\ud800")
+    # an escaped pair is one character: fine
+    doc["nodes"][4]["description"] = "\U0001F600"
+    assert run("check", SHIP, _write(tmp_path, json.dumps(doc))).exit_code == 0
+
+
+def test_negating_a_negative_typed_literal(tmp_path):
+    assert run("check", SHIP, _predicate(tmp_path, "load > - -127Y")).exit_code == 0
+    assert run("check", SHIP, _predicate(tmp_path, "load > -(-128S)")).exit_code == 0
+
+
+def test_against_with_a_json_file_nested_too_deeply(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "plans" / "a.json").write_text(Path(SHIP).read_text())
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "b"],
+                   cwd=repo, check=True)
+    (repo / "plans" / "a.json").write_text("[" * 100_000)
+    monkeypatch.chdir(repo)
+    r = run("check", "--against", "HEAD", "plans")
+    assert r.exit_code == 2 and "invalid" in r.output and "nested too deeply" in r.output
