@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import marshal
+import re
 import sys
 import types
 import typing
@@ -75,9 +76,12 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
     except (_Refused, ValueError):
         # Only on this path: parse again, marking what was refused, to say where it is.
         raise _explain_refused(text, path) from None
-    if "\\u" in text:  # only an escape can make a lone surrogate: UTF-8 text has none
+    if _SURROGATE_ESCAPE.search(text):  # UTF-8 text has no surrogates: only an escape can
         _refuse_surrogates(doc, path)
     return doc
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _refuse_surrogates(doc: Any, path: str) -> None:
