@@ -81,6 +81,10 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
     return doc
 
 
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -95,9 +99,10 @@ def _refuse_surrogates(doc: Any, path: str) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
                 bad = value[e.start]
+                node = schema_check.node_id(doc, at)
                 raise PlanError("a string holds a lone surrogate, which is not Unicode text",
-                                file=path, node=schema_check.node_id(doc, at),
-                                pointer=schema_check.pointer(at),
+                                file=path, node=node and _escaped(node),
+                                pointer=_escaped(schema_check.pointer(at)),
                                 expected="text that UTF-8 can encode",
                                 found=f"\\u{ord(bad):04x}") from None
         elif isinstance(value, dict):

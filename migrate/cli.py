@@ -156,6 +156,7 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
 
 
 def _emit(text: str, output: str | None) -> None:
+    text = _printable(text)
     if output:
         write_output(output, text)
     else:

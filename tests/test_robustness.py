@@ -369,3 +369,25 @@ def test_against_with_a_json_file_nested_too_deeply(tmp_path, monkeypatch):
     monkeypatch.chdir(repo)
     r = run("check", "--against", "HEAD", "plans")
     assert r.exit_code == 2 and "invalid" in r.output and "nested too deeply" in r.output
+
+
+def test_a_lone_surrogate_in_a_node_id_under_against(tmp_path, monkeypatch):
+    import json
+
+    repo = tmp_path / "repo"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "plans" / "a.json").write_text(Path(SHIP).read_text())
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "b"],
+                   cwd=repo, check=True)
+    doc = json.loads(Path(SHIP).read_text())
+    doc["nodes"][5]["id"] = "\ud800"
+    (repo / "plans" / "a.json").write_text(json.dumps(doc))
+    monkeypatch.chdir(repo)
+    for fmt in ("text", "markdown", "github", "json", "sarif"):
+        r = run("check", "--against", "HEAD", "plans", "--format", fmt, "-o",
+                str(tmp_path / "out.txt"))
+        assert r.exit_code == 2, r.output
+        r = run("check", "--against", "HEAD", "plans", "--format", fmt)
+        assert r.exit_code == 2 and "internal error" not in r.output
