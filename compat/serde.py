@@ -278,9 +278,10 @@ def _same_doc(prev: dict[str, Any], d: dict[str, Any]) -> bool:
     is in every node and is checked on its own; only steps holding other numbers or
     booleans (sources, top-N...) are compared byte for byte by ``marshal``, which writes
     each value's type (a node with its keys reordered is then validated again: slower,
-    never wrong)."""
+    never wrong).  Format 0: later formats write back-references that depend on reference
+    counts, so two equal documents could differ."""
     return prev == d and type(d["version"]) is int and (
-        d["step"] not in _TYPED_STEPS or marshal.dumps(prev) == marshal.dumps(d))
+        d["step"] not in _TYPED_STEPS or marshal.dumps(prev, 0) == marshal.dumps(d, 0))
 
 
 def _scalar_types(t: Any, seen: frozenset[type] = frozenset()) -> set[Any]:
