@@ -265,8 +265,12 @@ def plan_show(path: str) -> None:
     pl = load_plan(path)
     click.echo(f"{pl.query}  ({', '.join(characteristics(pl))})")
     seen: set[str] = set()
-
-    def show(nid: str, indent: str, last: bool) -> None:
+    # Depth first from the sink, on a stack (a chain of 20,000 steps is deeper than Python's
+    # recursion); past _SHOW_DEPTH levels the indent stops growing, or a long chain would
+    # print lines as long as the chain.
+    stack = [(pl.sink_id, "", True)]
+    while stack:
+        nid, indent, last = stack.pop()
         node = pl.nodes[nid]
         info = pl.info[nid]
         branch = "└─ " if last else "├─ "
@@ -275,13 +279,16 @@ def plan_show(path: str) -> None:
         click.echo(f"{indent}{branch}{nid}: {node.step} v{node.version} "
                    f"[{node.klass}{state}] [{info.mode}]{extra}")
         if nid in seen:
-            return
+            continue
         seen.add(nid)
-        child_indent = indent + ("   " if last else "│  ")
-        for i, inp in enumerate(node.inputs):
-            show(inp, child_indent, i == len(node.inputs) - 1)
+        child_indent = indent + ("   " if last else "│  ") \
+            if len(indent) < 3 * _SHOW_DEPTH else indent
+        for i, inp in reversed(list(enumerate(node.inputs))):
+            stack.append((inp, child_indent, i == len(node.inputs) - 1))
 
-    show(pl.sink_id, "", True)
+
+#: levels of the tree ``plan show`` indents
+_SHOW_DEPTH = 40
 
 
 @main.command()

@@ -404,3 +404,21 @@ def test_nodes_equal_to_the_old_ones_are_still_reused(tmp_path):
         old = load_plan(str(src))
         new = load_plan(_write(tmp_path, src.read_text(), "copy.json"), reuse=old)
         assert all(new.nodes[n] is old.nodes[n] for n in old.nodes), src
+
+
+def test_plan_show_of_a_chain_deeper_than_python_recursion(tmp_path):
+    import json
+
+    doc = json.loads(Path(SHIP).read_text())
+    chain = [{"id": f"c{i}", "step": "filter", "version": 1,
+              "inputs": [f"c{i - 1}" if i else "over_capacity"], "predicate": "load > 0"}
+             for i in range(3000)]
+    doc["nodes"][5]["inputs"] = ["c2999"]
+    doc["nodes"][5:5] = chain
+    plan = _write(tmp_path, json.dumps(doc))
+    r = run("plan", "show", plan)
+    assert r.exit_code == 0, r.output[-300:]
+    lines = r.output.splitlines()
+    assert len(lines) == len(doc["nodes"]) + 1
+    assert max(map(len, lines)) < 200  # the indent stops growing
+    assert lines[-1].strip() == "└─ ships: source v1 [enforcing] [I,UA]"
