@@ -203,6 +203,32 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
     document equals the old one's, key for key, was already validated and is shared as the
     same object instead of being validated and built again.
     """
+    try:
+        return _from_doc(doc, file, reuse)
+    except RecursionError:
+        # Only recursive steps nest nodes, and a recursive body holds no recursive step:
+        # the validation recursing through hundreds of them says so too late.
+        raise _too_deep(doc, file) from None
+
+
+def _too_deep(doc: Any, file: str) -> PlanError:
+    stack: list[tuple[Any, list[Any], bool]] = [(doc, [], False)]
+    while stack:
+        value, at, in_body = stack.pop()
+        if isinstance(value, dict):
+            if in_body and value.get("step") == "recursive":
+                return PlanError("a recursive step cannot be inside a recursive body",
+                                 file=file, node=schema_check.node_id(doc, at),
+                                 pointer=schema_check.pointer([*at, "step"]),
+                                 expected="passive or stateful steps", found="'recursive'")
+            stack.extend((v, [*at, k], in_body or k == "body") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*at, i], in_body) for i, v in enumerate(value))
+    return PlanError("the plan is nested too deeply", file=file,
+                     expected="nodes nested a few levels deep", found="hundreds of levels")
+
+
+def _from_doc(doc: Any, file: str, reuse: Plan | None) -> Plan:
     if isinstance(doc, dict) and doc.get("format") not in (FORMAT, None) and \
             isinstance(doc.get("format"), str):
         raise PlanError("unsupported plan format", file=file, pointer="/format",

@@ -422,3 +422,23 @@ def test_plan_show_of_a_chain_deeper_than_python_recursion(tmp_path):
     assert len(lines) == len(doc["nodes"]) + 1
     assert max(map(len, lines)) < 200  # the indent stops growing
     assert lines[-1].strip() == "└─ ships: source v1 [enforcing] [I,UA]"
+
+
+@pytest.mark.parametrize("depth", [2, 300])
+def test_recursive_steps_nested_hundreds_deep(tmp_path, depth):
+    import copy
+    import json
+
+    src = CASE["recursive_body_changed"] / "old.json"
+    doc = json.loads(src.read_text())
+    outer = next(n for n in doc["nodes"] if n["step"] == "recursive")
+    template = copy.deepcopy(outer)
+    cur = outer
+    for i in range(depth):
+        inner = {**copy.deepcopy(template), "id": f"r{i}", "inputs": [cur["body_input"]]}
+        cur["body"].append(inner)
+        cur = inner
+    plan = _write(tmp_path, json.dumps(doc))
+    for args in (("check", str(src), plan), ("plan", "validate", plan)):
+        _one_error(run(*args), "node 'r0', at /nodes/1/body/2/step",
+                   "a recursive step cannot be inside a recursive body")
