@@ -99,11 +99,21 @@ class SqlError(TheseusError):
         text = super().render()
         if self.source_line is not None and self.col is not None:
             line = self.source_line.rstrip("\r\n")
+            col = self.col
+            if len(line) > _SHOWN:  # a window of a long line around the column
+                start = max(0, min(col - 1 - _SHOWN // 3, len(line) - _SHOWN))
+                line = ("..." if start else "") + line[start:start + _SHOWN] + \
+                    ("..." if start + _SHOWN < len(line) else "")
+                col = col - start + (3 if start else 0)
             # Keep tabs in the indent so the carets line up under the text they mark.
-            indent = "".join(ch if ch == "\t" else " " for ch in line[:self.col - 1])
-            width = min(self.length, max(1, len(line) - self.col + 1))
+            indent = "".join(ch if ch == "\t" else " " for ch in line[:col - 1])
+            width = min(self.length, max(1, len(line) - col + 1))
             text += f"\n    {line}\n    {indent}{'^' * width}"
         return text
+
+
+#: how much of a long source line an error repeats (a generated script may be one line)
+_SHOWN = 240
 
 
 class CheckError(TheseusError):

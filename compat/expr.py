@@ -24,10 +24,14 @@ The AST is made of plain tuples so it hashes, compares and caches cheaply:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from compat import ansi as A
 from compat import types as T
 from compat.errors import ExpressionError
 
@@ -95,6 +99,11 @@ def tokenize(text: str) -> list[Token]:
     match = _TOKEN_RE.match
     while pos < n:
         m = match(text, pos)
+        if m is not None and m.lastgroup == "op" and text.startswith("--", pos):
+            raise ExpressionError(f"'--' at column {pos + 1} starts a comment in Spark SQL: "
+                                  f"the rest of expression '{text}' would be ignored",
+                                  column=pos + 1, expected="an operand (write - -x for a "
+                                  "double negation)", found="'--'")
         if m is None:
             raise ExpressionError(f"unexpected character '{text[pos]}' at column {pos + 1} "
                                   f"in expression '{text}'", column=pos + 1)
@@ -106,11 +115,18 @@ def tokenize(text: str) -> list[Token]:
     return out
 
 
+#: how deeply an expression may nest (parentheses, calls, operands of operators): Spark's own
+#: parser stops between 300 and 500 nested parentheses, and every function that walks an
+#: expression here (typing, canonical form, rendering) recurses once or twice per level
+MAX_DEPTH = 256
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.toks = tokenize(text)
         self.i = 0
+        self.depth = 0
 
     # -- helpers --------------------------------------------------------------------------
     def peek(self, k: int = 0) -> Token:
@@ -152,6 +168,7 @@ class _Parser:
 
     def expr(self, rbp: int) -> Ast:
         left = self.prefix()
+        self.depth -= 1  # prefix() counts the levels that are open while it parses
         while True:
             t = self.peek()
             op = t.text.lower() if t.kind in ("op", "id") else ""
@@ -230,6 +247,9 @@ class _Parser:
         return ("like", "rlike" if op == "regexp" else op, left, pattern, negated)
 
     def prefix(self) -> Ast:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:  # before Python's own recursion limit is reached
+            raise too_deep(self.text, self.peek().pos + 1)
         t = self.next()
         k = t.kind
         if k == "num":
@@ -255,8 +275,14 @@ class _Parser:
                 return inner
             if t.text == "-":
                 operand = self.expr(10)
-                if operand[0] == "lit" and operand[1] in ("int", "bigint", "decimal", "double"):
+                if operand[0] == "lit" and operand[1] in ("int", "bigint", "decimal", "double") \
+                        and not operand[2].startswith("-"):  # - -7 stays a negation
+                    if operand[1] != "double" and "." not in operand[2]:
+                        return _integer("-" + operand[2])  # -2147483648 is an int
                     return ("lit", operand[1], "-" + operand[2])
+                if operand[0] == "lit" and operand[1] in ("smallint", "tinyint") and \
+                        not operand[2].startswith("-"):
+                    return ("lit", operand[1], "-" + operand[2])  # -128Y is a tinyint
                 return ("un", "neg", operand)
             if t.text == "+":
                 return self.expr(10)
@@ -433,23 +459,77 @@ def _unquote(s: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
+#: the largest value of each integer literal suffix (a leading '-' may reach one more)
+_SUFFIX_MAX = {"y": ("tinyint", 2**7), "s": ("smallint", 2**15), "l": ("bigint", 2**63)}
+_SUFFIX_RANGE = {kind: limit for kind, limit in _SUFFIX_MAX.values()}
+_SUFFIX = {kind: suffix.upper() for suffix, (kind, _) in _SUFFIX_MAX.items()}
+
+
 def _number(text: str) -> Ast:
+    """A numeric literal, typed as Spark types it; one Spark refuses (beyond its type's
+    range or 38 digits of precision) is refused here, before Python converts it."""
     t = text.lower()
     if t.endswith("bd"):
+        if not re.fullmatch(r"(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?", t[:-2]):
+            raise ExpressionError(f"invalid number literal {text}", expected="digits "
+                                  "before the BD suffix", found=text)
+        _precision(t[:-2].partition("e")[0], text)
         return ("lit", "decimal", t[:-2])
-    if t.endswith("l"):
-        return ("lit", "bigint", t[:-1])
-    if t.endswith("d"):
-        return ("lit", "double", repr(float(t[:-1])))
-    if t.endswith(("s", "y")):
-        return ("lit", "smallint" if t.endswith("s") else "tinyint", t[:-1])
-    if "e" in t:
-        return ("lit", "double", repr(float(t)))
+    if t[-1] in _SUFFIX_MAX:
+        kind, limit = _SUFFIX_MAX[t[-1]]
+        digits = t[:-1]
+        if not digits.isdigit():
+            raise ExpressionError(f"invalid number literal {text}", expected="digits "
+                                  f"before the {t[-1].upper()} suffix", found=text)
+        if len(digits.lstrip("0")) > 19 or int(digits) > limit:
+            raise _out_of_range(text, f"a {kind} (at most {limit - 1})")
+        return ("lit", kind, digits)
+    if t.endswith("d") or "e" in t:
+        value = float(t[:-1] if t.endswith("d") else t)
+        if value == float("inf"):
+            raise _out_of_range(text, "a double (at most about 1.8e308)")
+        return ("lit", "double", repr(value))
     if "." in t:
+        _precision(t, text)
         whole, _, frac = t.partition(".")
         return ("lit", "decimal", (whole.lstrip("0") or "0") + "." + (frac or "0"))
+    _precision(t, text)
+    return _integer(t)
+
+
+def _integer(t: str) -> Ast:
+    """An integer literal: an int, else a bigint, else a decimal (up to 38 digits)."""
     v = int(t)
-    return ("lit", "int" if v < 2**31 else "bigint", str(v))
+    if -2**31 <= v < 2**31:
+        return ("lit", "int", str(v))
+    if -2**63 <= v < 2**63:
+        return ("lit", "bigint", str(v))
+    return ("lit", "decimal", str(v))
+
+
+def _precision(t: str, text: str) -> None:
+    whole, _, frac = t.lstrip("-").partition(".")
+    digits = len(whole.lstrip("0")) + len(frac)
+    if digits > T.MAX_PRECISION:
+        raise _out_of_range(text, f"at most {T.MAX_PRECISION} digits (Spark's decimal "
+                            "precision)", found=f"{digits} digits")
+
+
+def _out_of_range(text: str, expected: str, found: str | None = None) -> ExpressionError:
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    return ExpressionError(f"number literal {shown} is out of range", expected=expected,
+                           found=found or shown)
+
+
+def too_deep(text: str, column: int | None = None, depth: int | None = None
+             ) -> ExpressionError:
+    shown = text if len(text) <= 60 else text[:56] + "..."
+    return ExpressionError(
+        f"expression '{shown}' is nested too deeply", column=column,
+        expected=f"at most {MAX_DEPTH} levels of parentheses, calls and operators",
+        found=f"{depth} levels" if depth else f"more than {MAX_DEPTH}",
+        hint="A long chain of OR or + nests one level per operator: write `x IN (a, b, ...)` "
+             "or split the expression over several steps")
 
 
 def _norm_op(op: str) -> str:
@@ -475,8 +555,9 @@ def shape(text: str) -> Ast:
     key = _LITERAL_RE.sub(_placeholder, text)
     ast = _SHAPE_CACHE.get(key)
     if ast is None:
-        if key != text and ("interval" in key.lower() or "decimal" in key.lower()):
-            key = text  # literal values matter to validity here
+        low = key.lower()
+        if key != text and ("interval" in low or "decimal" in low or "named_struct" in low):
+            key = text  # literal values matter to validity here (field names, precision)
         try:
             ast = parse(key)
         except ExpressionError:
@@ -503,7 +584,12 @@ def parse(text: str) -> Ast:
     parser = _Parser(text)
     try:
         ast = parser.parse()
+        depth = _depth(ast)
+        if depth > MAX_DEPTH:  # a long chain of operators is parsed in a loop, not nested
+            raise too_deep(text, depth=depth)
     except ExpressionError as own:
+        if parser.depth > MAX_DEPTH or "nested too deeply" in own.message:
+            raise
         # Only a word we do not know (TRIM(BOTH ... FROM ...), POSITION(a IN b), ...) can
         # be valid Spark outside our subset; a misplaced operator or bracket never is.
         toks = parser.toks
@@ -535,8 +621,35 @@ def _sqlglot_fallback(text: str, own: ExpressionError) -> Ast:
                                  .split(".")) for c in tree.find_all(exp.Column)}))
     fns = tuple(sorted({(f.sql_name() if not isinstance(f, exp.Anonymous) else f.name).lower()
                         for f in tree.find_all(exp.Func)}))
+    # sqlglot names the functions it knows its own way (POSITION is STR_POSITION): only a
+    # function it does not know (Anonymous) is looked up in Spark's list.
+    for f in tree.find_all(exp.Anonymous):
+        if f.name.lower() not in spark_functions():
+            raise unknown_function(f.name.lower(), text)
     canon = tree.sql(dialect="spark", normalize=True, identify=False)
     return ("opaque", canon, cols, fns)
+
+
+def _depth(ast: Ast) -> int:
+    """How deeply ``ast`` nests (iteratively: it may be deeper than Python recursion)."""
+    deepest = 0
+    stack = [(ast, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        for part in node[1:]:
+            if isinstance(part, tuple) and part:
+                if isinstance(part[0], str) and part[0] in _TAGS:
+                    stack.append((part, d + 1))
+                else:
+                    for sub in part:
+                        if isinstance(sub, tuple) and sub and isinstance(sub[0], str) \
+                                and sub[0] in _TAGS:
+                            stack.append((sub, d + 1))
+                        elif isinstance(sub, tuple):  # CASE (cond, value) pairs
+                            stack.extend((x, d + 1) for x in sub if isinstance(x, tuple)
+                                         and x and x[0] in _TAGS)
+    return deepest
 
 
 def walk(ast: Ast):
@@ -574,12 +687,47 @@ def functions(ast: Ast) -> set[str]:
 
 
 def _check_functions(ast: Ast, text: str) -> None:
-    bad = functions(ast) & FORBIDDEN_FUNCTIONS
+    used = functions(ast)
+    bad = used & FORBIDDEN_FUNCTIONS
     if bad:
         name = sorted(bad)[0]
         raise ExpressionError(
             f"expression '{text}' calls {name}(), which runs arbitrary Java code and is "
             f"refused in plans", expected="Spark SQL built-in functions", found=f"{name}()")
+    known = spark_functions()
+    unknown = sorted(n for n in used if n not in known)
+    if unknown and ast[0] != "opaque":
+        raise unknown_function(unknown[0], text)
+
+
+def unknown_function(name: str, text: str) -> ExpressionError:
+    """A function Spark does not have: a user-defined function is not part of a plan (the
+    query is rebuilt from the plan alone), and a typo would only fail when it starts."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(spark_functions()), n=1, cutoff=0.6)
+    return ExpressionError(
+        f"unknown function '{name}' in expression '{text}'",
+        expected=f"a built-in function of Spark {spark_functions_version()}",
+        found=f"{name}()", hint=f"Did you mean '{close[0]}'?" if close else None)
+
+
+@cache
+def _spark_functions_doc() -> dict[str, Any]:
+    path = Path(__file__).with_name("spark_functions.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@cache
+def spark_functions() -> frozenset[str]:
+    """Spark's built-in function names (``compat/spark_functions.json``, generated from
+    PySpark by ``scripts/gen_spark_functions.py``)."""
+    return frozenset(_spark_functions_doc()["functions"])
+
+
+def spark_functions_version() -> str:
+    return str(_spark_functions_doc()["spark_version"])
 
 
 def columns(ast: Ast) -> set[tuple[str, ...]]:
@@ -723,7 +871,10 @@ def render(ast: Ast) -> str:
     if tag == "un":
         if ast[1] == "not":
             return f"(NOT {render(ast[2])})"
-        return f"({'-' if ast[1] == 'neg' else ast[1]}{render(ast[2])})"
+        inner = render(ast[2])
+        op = "-" if ast[1] == "neg" else ast[1]
+        # "--" starts a comment in Spark SQL: - -7 keeps its space
+        return f"({op}{' ' if inner.startswith('-') else ''}{inner})"
     if tag == "is":
         return f"({render(ast[1])} IS {'NOT ' if ast[3] else ''}{ast[2].upper()})"
     if tag == "in":
@@ -795,6 +946,9 @@ class Scope:
         for field in rest:
             if t == T.UNKNOWN:
                 return t
+            if t.startswith("map<string,"):  # m.k is m['k'] in Spark
+                t = T.map_kv(t)[1]
+                continue
             fields = dict(T.struct_fields(t))
             if field not in fields:
                 return None
@@ -807,7 +961,7 @@ _AGG_FUNCTIONS = frozenset({
     "collect_set", "stddev", "stddev_pop", "variance", "var_pop", "bool_and", "bool_or",
     "approx_count_distinct", "count_if", "max_by", "min_by", "percentile_approx",
     "approx_percentile", "median", "mode", "count_min_sketch", "corr", "covar_pop",
-    "covar_samp", "skewness", "kurtosis", "product", "array_agg", "bit_and", "bit_or",
+    "covar_samp", "skewness", "kurtosis", "array_agg", "bit_and", "bit_or",
     "bit_xor", "string_agg", "listagg", "hll_sketch_agg",
 })
 AGGREGATE_FUNCTIONS = _AGG_FUNCTIONS
@@ -818,7 +972,7 @@ _STRING_FNS = frozenset({
     "sha2", "md5", "hex", "base64", "uuid", "date_format", "to_json", "string", "translate",
     "repeat", "left", "right", "split_part", "format_number", "soundex", "reverse",
     "from_unixtime", "current_user", "current_timezone", "typeof", "chr", "char", "btrim",
-    "overlay", "printf", "encode_url", "url_encode", "url_decode", "substring_index",
+    "overlay", "printf", "url_encode", "url_decode", "substring_index",
 })
 _INT_FNS = frozenset({
     "length", "size", "instr", "locate", "year", "month", "dayofmonth", "hour", "minute",
@@ -842,7 +996,7 @@ _BIGINT_FNS = frozenset({"count", "count_if", "approx_count_distinct",
                          "monotonically_increasing_id", "unix_timestamp", "xxhash64",
                          "bigint", "unix_seconds", "unix_millis", "unix_micros"})
 _ARG_FNS = frozenset({"min", "max", "first", "last", "any_value", "abs", "negative",
-                      "positive", "mode", "max_by", "min_by", "assert_not_null"})
+                      "positive", "mode", "max_by", "min_by"})
 _WIDER_FNS = frozenset({"coalesce", "ifnull", "greatest", "least", "nullif", "nvl2"})
 _TS_FNS = frozenset({"current_timestamp", "to_timestamp", "timestamp_seconds",
                      "timestamp_millis", "timestamp_micros", "localtimestamp",
@@ -865,10 +1019,15 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         if kind == "decimal":
             whole, _, frac = ast[2].lstrip("-").partition(".")
             return f"decimal({max(len(whole) + len(frac), 1)},{len(frac)})"
+        if kind in _SUFFIX_RANGE and int(ast[2]) >= _SUFFIX_RANGE[kind]:
+            # 128Y: read up to the limit so that -128Y parses; only negated may it reach it
+            raise _out_of_range(ast[2] + _SUFFIX[kind], f"a {kind} (at most "
+                                f"{_SUFFIX_RANGE[kind] - 1})")
         return "void" if kind == "null" else kind
     if tag == "bin":
         op = ast[1]
         lt, rt = infer_type(ast[2], scope), infer_type(ast[3], scope)
+        _ansi(ast, A.binary(op, lt, rt))
         if op in ("and", "or", "=", "!=", "<=>", "<", "<=", ">", ">="):
             return "boolean"
         if op == "||":
@@ -886,8 +1045,23 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         return T.wider(lt, rt)
     if tag == "un":
         t = infer_type(ast[2], scope)
+        _ansi(ast, A.unary(ast[1], t))
         return "boolean" if ast[1] == "not" else t
-    if tag in ("is", "in", "between", "like"):
+    if tag == "is":
+        t = infer_type(ast[1], scope)
+        if ast[2] != "null":
+            _ansi(ast, A.is_truth(t))
+        return "boolean"
+    if tag == "in":
+        types = [infer_type(ast[1], scope)] + [infer_type(x, scope) for x in ast[2]]
+        _ansi(ast, A.all_common(types, "IN", compare=True))
+        return "boolean"
+    if tag == "between":
+        x, lo, hi = (infer_type(a, scope) for a in ast[1:4])
+        _ansi(ast, A.all_common([x, lo], "BETWEEN", compare=True) or
+              A.all_common([x, hi], "BETWEEN", compare=True))
+        return "boolean"
+    if tag == "like":
         for sub in ast[1:]:
             if isinstance(sub, tuple) and sub and isinstance(sub[0], str) and sub[0] in _TAGS:
                 infer_type(sub, scope)
@@ -896,21 +1070,28 @@ def infer_type(ast: Ast, scope: Scope) -> str:
                     infer_type(x, scope)
         return "boolean"
     if tag == "case":
-        if ast[1] is not None:
-            infer_type(ast[1], scope)
+        operand = infer_type(ast[1], scope) if ast[1] is not None else None
         result = "void"
+        results = []
         for cond, value in ast[2]:
-            infer_type(cond, scope)
-            result = T.wider(result, infer_type(value, scope))
+            ct = infer_type(cond, scope)
+            if operand is not None:
+                _ansi(ast, A.all_common([operand, ct], "CASE ... WHEN", compare=True))
+            else:
+                _ansi(ast, A.condition(ct, "a WHEN clause"))
+            results.append(infer_type(value, scope))
         if ast[3] is not None:
-            result = T.wider(result, infer_type(ast[3], scope))
+            results.append(infer_type(ast[3], scope))
+        _ansi(ast, A.all_common(results, "CASE"))
+        for t in results:
+            result = T.wider(result, t)
         return result
     if tag == "cast":
-        infer_type(ast[1], scope)
+        _ansi(ast, A.cast(infer_type(ast[1], scope), ast[2]))
         return ast[2]
     if tag == "index":
         base = infer_type(ast[1], scope)
-        infer_type(ast[2], scope)
+        _ansi(ast, A.index(base, infer_type(ast[2], scope)))
         if base.startswith("array<"):
             return T.array_element(base)
         if base.startswith("map<"):
@@ -918,6 +1099,7 @@ def infer_type(ast: Ast, scope: Scope) -> str:
         return T.UNKNOWN
     if tag == "field":
         base = infer_type(ast[1], scope)
+        _ansi(ast, A.field(base, ast[2]))
         return dict(T.struct_fields(base)).get(ast[2], T.UNKNOWN)
     if tag == "interval":
         return "interval"
@@ -939,9 +1121,16 @@ def infer_type(ast: Ast, scope: Scope) -> str:
 
 def _function_type(ast: Ast, scope: Scope) -> str:
     name, args = ast[1], ast[2]
-    lambdas = any(a[0] == "lambda" for a in args)
-    arg_types = [T.UNKNOWN if a[0] == "lambda" else infer_type(a, scope) for a in args]
+    lambdas = False
+    arg_types = []
+    for a in args:  # a loop, not a comprehension: one frame less per nested call
+        if a[0] == "lambda":
+            lambdas = True
+            arg_types.append(T.UNKNOWN)
+        else:
+            arg_types.append(infer_type(a, scope))
     first = arg_types[0] if arg_types else T.UNKNOWN
+    _ansi(ast, A.call(name, arg_types))
     if lambdas:
         if name in ("filter",):
             return first
@@ -1028,6 +1217,17 @@ def _function_type(ast: Ast, scope: Scope) -> str:
     return T.UNKNOWN
 
 
+def _ansi(ast: Ast, refusal: A.Refusal | None) -> None:
+    """Raise what Spark's analyzer would say (ANSI mode) about ``ast``, if anything."""
+    if refusal is None:
+        return
+    text = render(ast)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    raise ExpressionError(f"type mismatch in '{text}': {refusal.why} (Spark refuses it "
+                          "under ANSI mode)", expected=refusal.expected, found=refusal.found)
+
+
 def _unknown_column(parts: tuple[str, ...], scope: Scope) -> ExpressionError:
     name = ".".join(parts)
     known = sorted(scope.columns)
@@ -1078,19 +1278,29 @@ def analyze(text: str) -> ExprInfo:
     return found
 
 
-def type_of(info: ExprInfo, scope: Scope) -> str:
-    """``infer_type`` memoised on the expression shape and the types of its columns."""
+def type_of(info: ExprInfo, scope: Scope, text: str | None = None) -> str:
+    """``infer_type`` memoised on the expression shape and the types of its columns.
+
+    ``text`` is the expression as written: an error found on its shape is said again in
+    the user's own words (``ts > 5``, not the shape's ``ts > 1``)."""
     col_types = tuple(scope.resolve(c) for c in info.columns)
     key = (id(info), col_types)
     t = _TYPE_CACHE.get(key)
     if t is None:
-        t = infer_type(info.ast, scope)  # raises on an unknown column
+        try:
+            t = infer_type(info.ast, scope)  # raises on an unknown column
+        except ExpressionError:
+            if text is not None:
+                own = parse(text)
+                if own is not info.ast:
+                    infer_type(own, scope)
+            raise
         if not scope.qualified:
             _TYPE_CACHE[key] = t
     return t
 
 
 def clear_caches() -> None:
-    for cache in (_PARSE_CACHE, _SHAPE_CACHE, _CANON_CACHE, _INFO_BY_TEXT, _INFO_BY_AST,
-                  _TYPE_CACHE):
-        cache.clear()
+    for memo in (_PARSE_CACHE, _SHAPE_CACHE, _CANON_CACHE, _INFO_BY_TEXT, _INFO_BY_AST,
+                 _TYPE_CACHE):
+        memo.clear()

@@ -49,7 +49,7 @@ def _is_plan_text(raw: bytes, name: str) -> bool:
         return bool(_KAFKA_TABLE.search(raw))
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return True  # a broken .json under a plans folder is reported as invalid
     return isinstance(doc, dict) and str(doc.get("format", "")).startswith("theseus.plan/")
 
@@ -66,6 +66,17 @@ def collect(paths: list[str]) -> list[Path]:
     return out
 
 
+def _inside(path: Path, root: Path) -> str:
+    """``path`` relative to the repository's top folder; a path outside it has no version
+    at any ref, so it is refused rather than skipped."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise CheckError("path is outside the git repository", file=str(path),
+                         expected=f"a path inside {root}",
+                         found=str(path.resolve())) from None
+
+
 def check_against(ref: str, paths: list[str], *, require: list[str] | None = None,
                   schema_compat: str = "forward", allow_migration: bool = False
                   ) -> list[Entry]:
@@ -78,11 +89,18 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd).returncode != 0:
         raise CheckError(f"git ref '{ref}' not found", expected="a branch, tag or commit",
                          found=repr(ref))
+    for p in paths:
+        _inside(Path(p), root)
     entries: list[Entry] = []
     current = collect(paths)
     seen: set[str] = set()
     for path in current:
-        raw_new = path.read_bytes()
+        try:
+            raw_new = path.read_bytes()
+        except OSError as e:
+            entries.append(Entry(str(path), "invalid",
+                                 error=f"{path}: cannot read file: {e.strerror}"))
+            continue
         if not _is_plan_text(raw_new, path.name):
             continue
         rel = path.resolve().relative_to(root).as_posix()

@@ -101,7 +101,7 @@ class InferContext:
                 raise ExpressionError(
                     f"aggregate function in '{text}' outside an aggregate step",
                     expected="a row-level expression", found=text)
-            return E.type_of(info, scope), info
+            return E.type_of(info, scope, text), info
         except ExpressionError as e:
             pointer = ptr if ptr is not None else self.pointer(node.id, field)
             raise e.with_location(file=self.file, node=node.id, pointer=pointer) from None

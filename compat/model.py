@@ -41,6 +41,9 @@ TYPE = {"type": "string", "minLength": 1, "description": "a Spark SQL type"}
 DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[A-Za-z]+\s*$",
             "description": "a duration such as '10 minutes'"}
 RECORD_FORMAT = {"enum": ["json", "string"]}
+#: Kafka's partition counts and Spark's shuffle partitions are Java ints
+INT32_MAX = 2**31 - 1
+PARTITIONS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX}
 
 
 def enum(*values: str) -> dict[str, Any]:

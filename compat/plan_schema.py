@@ -19,7 +19,16 @@ import typing
 from typing import Any
 
 import compat.steps  # noqa: F401  (registers every step type)
-from compat.model import ID, STEPS, Node, field_meta, json_key, required, step_fields
+from compat.model import (
+    ID,
+    PARTITIONS,
+    STEPS,
+    Node,
+    field_meta,
+    json_key,
+    required,
+    step_fields,
+)
 
 SCHEMA_ID = "https://theseus.dev/schemas/plan.v1.json"
 
@@ -43,7 +52,7 @@ def plan_schema() -> dict[str, Any]:
             "query": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
             "config": {"type": "object", "additionalProperties": True,
                        "properties": {"state_partitions": {
-                           "type": "integer", "minimum": 1,
+                           **PARTITIONS,
                            "description": "Spark's shuffle partition count, which a "
                                           "checkpoint fixes forever"}}},
             "metadata": {"type": "object"},

@@ -109,6 +109,9 @@ class _CodeGen:
         if "minimum" in s:
             out.append(f"{pad}if type({var}) in (int, float) and {var} < {s['minimum']!r}: "
                        "return False")
+        if "maximum" in s:
+            out.append(f"{pad}if type({var}) in (int, float) and {var} > {s['maximum']!r}: "
+                       "return False")
         if "minItems" in s:
             out.append(f"{pad}if type({var}) is list and len({var}) < {s['minItems']}: "
                        "return False")
@@ -219,17 +222,15 @@ def validate(doc: Any, name: str, file: str) -> None:
 
 
 def explain(doc: Any, name: str, file: str) -> PlanError:
-    import jsonschema  # only on the error path: importing it costs more than a check
-
-    schema = load_schema(name)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = list(validator.iter_errors(doc))
+    errors, index = _errors(doc, name)
     if not errors:  # pragma: no cover - the compiled check and jsonschema disagree
         return PlanError("document rejected by the compiled schema check but accepted by "
                          "jsonschema; please report this", file=file, pointer="")
     err = _deepest(errors)
     path = list(err.absolute_path)
-    node = _node_id(doc, path)
+    if index is not None and path[:2] == ["nodes", 0]:
+        path[1] = index
+    node = node_id(doc, path)
     ptr = pointer(path)
     # An unknown step: say the closest known name.
     if path[-1:] == ["step"] and err.validator == "enum":
@@ -257,6 +258,42 @@ def explain(doc: Any, name: str, file: str) -> PlanError:
                      found=found)
 
 
+@cache
+def reference(name: str) -> Any:
+    """The reference validator of a schema: Draft 2020-12 as the compiled check reads it,
+    where an integer is an ``int`` in the document, never a float (JSON Schema would take
+    ``1e308`` or ``3.0`` as integers, but they are floats to Python and to Spark, and
+    ``1e308`` is no partition count)."""
+    import jsonschema  # only on the error path: importing it costs more than a check
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _checker, v: type(v) is int)
+    return jsonschema.validators.extend(base, type_checker=checker)(load_schema(name))
+
+
+def _errors(doc: Any, name: str) -> tuple[list[Any], int | None]:
+    """The reference validator's errors, found without walking every node of a large plan
+    (jsonschema lists every error of every node: minutes for 200,000 broken nodes).
+
+    When the plan's top level is valid, the compiled check finds the first invalid node and
+    only that node is explained, in a copy of the plan that holds it first (its index is
+    returned, to put back into the path); otherwise the top level is explained with the
+    first two nodes."""
+    validator = reference(name)
+    nodes = doc.get("nodes") if type(doc) is dict else None
+    if name != "plan.v1.json" or type(nodes) is not list or len(nodes) <= 2:
+        return list(validator.iter_errors(doc)), None
+    if not compiled(name, None, True)(doc):
+        return list(validator.iter_errors({**doc, "nodes": nodes[:2]})), None
+    node_ok = compiled(name, "#/$defs/node")
+    index = next((i for i, n in enumerate(nodes) if not node_ok(n)), None)
+    if index is None:  # pragma: no cover - the shallow and node checks make the whole
+        return list(validator.iter_errors(doc)), None
+    errors = [e for e in validator.iter_errors({**doc, "nodes": [nodes[index]] * 2})
+              if list(e.absolute_path)[:1] != ["nodes"] or len(e.absolute_path) > 1]
+    return errors, index
+
+
 def _deepest(errors: list[Any]) -> Any:
     best = None
     for e in errors:
@@ -272,10 +309,16 @@ def _leaves(e: Any) -> list[Any]:
     return [e]
 
 
+_TYPE_NAMES = {"integer": "an integer", "string": "a string", "object": "an object",
+               "array": "an array", "boolean": "a boolean (true or false)",
+               "number": "a number"}
+
+
 def _expected(err: Any) -> str:
     v, val = err.validator, err.validator_value
     if v == "type":
-        return f"a value of type {val}"
+        return _TYPE_NAMES.get(val, f"a value of type {val}") if isinstance(val, str) \
+            else f"a value of type {val}"
     if v == "enum":
         return "one of " + ", ".join(map(str, val))
     if v == "const":
@@ -284,6 +327,8 @@ def _expected(err: Any) -> str:
         return f"a string matching {val}"
     if v == "minimum":
         return f"a number >= {val}"
+    if v == "maximum":
+        return f"a number <= {val}"
     if v == "minItems":
         return f"at least {val} item(s)"
     if v == "minLength":
@@ -291,7 +336,8 @@ def _expected(err: Any) -> str:
     return f"{v} {json.dumps(val)[:60]}"
 
 
-def _node_id(doc: Any, path: list[Any]) -> str | None:
+def node_id(doc: Any, path: list[Any]) -> str | None:
+    """The id of the innermost node (plan node or recursive body node) on ``path``."""
     node = None
     cur = doc
     for i, part in enumerate(path):

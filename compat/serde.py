@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
+import re
+import sys
 import types
 import typing
 from functools import cache
@@ -37,6 +40,8 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
     """Read a JSON file; unreadable files and malformed JSON become one PlanError.
 
     ``raw`` gives the file's bytes when they do not come from disk (a file at a git ref).
+    Stricter than ``json.loads``: a key twice in one object, ``NaN``/``Infinity`` (not
+    JSON) and integers beyond Python's digit limit are refused with their JSON pointer.
     """
     try:
         if raw is None:
@@ -56,13 +61,133 @@ def read_json(path: str, raw: bytes | None = None) -> Any:
         raise PlanError(f"not UTF-8 text (byte {e.start})", file=path,
                         expected="a UTF-8 JSON document", found="binary data") from None
     try:
-        return json.loads(text)
+        doc = _STRICT.decode(text)
     except json.JSONDecodeError as e:
-        line = text.splitlines()[e.lineno - 1] if text.splitlines() else ""
+        lines = text.splitlines()
+        line = lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else ""
         raise PlanError(f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}",
                         file=path, pointer=None, expected="a JSON document",
                         found=repr(line.strip()[:60]) if line.strip() else "empty file"
                         ) from None
+    except RecursionError:
+        raise PlanError("JSON nested too deeply", file=path, expected="a plan document",
+                        found="arrays or objects nested beyond Python's recursion limit"
+                        ) from None
+    except (_Refused, ValueError):
+        # Only on this path: parse again, marking what was refused, to say where it is.
+        raise _explain_refused(text, path) from None
+    if _SURROGATE_ESCAPE.search(text):  # UTF-8 text has no surrogates: only an escape can
+        _refuse_surrogates(doc, path)
+    return doc
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_surrogates(doc: Any, path: str) -> None:
+    """A string holding half of a UTF-16 pair (``"\\ud800"``) is no Unicode text: it could
+    not be printed, written as UTF-8 or sent to Kafka."""
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                bad = value[e.start]
+                node = schema_check.node_id(doc, at)
+                raise PlanError("a string holds a lone surrogate, which is not Unicode text",
+                                file=path, node=node and _escaped(node),
+                                pointer=_escaped(schema_check.pointer(at)),
+                                expected="text that UTF-8 can encode",
+                                found=f"\\u{ord(bad):04x}") from None
+        elif isinstance(value, dict):
+            stack.extend((k, [*at, k]) for k in value)
+            stack.extend((v, [*at, k]) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*at, i]) for i, v in enumerate(value))
+
+
+class _Refused(Exception):
+    """A key twice in one object, or NaN/Infinity: found again by ``_explain_refused``."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]], dict: type = dict, len: Any = len) -> Any:
+    # Called for every object of every plan: as little work as a plain dict (measured on
+    # bench/check_speed.py's 20,000-node plans: about 10% over json.loads).
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Refused
+    return d
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused
+
+
+_STRICT = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+
+
+class _Mark:
+    """What the explaining parse puts where the strict one refused a value."""
+
+    def __init__(self, message: str, expected: str, found: str, key: str | None = None):
+        self.message, self.expected, self.found, self.key = message, expected, found, key
+
+
+class _MarkedDict(dict):  # type: ignore[type-arg]
+    mark: _Mark
+
+
+def _explain_refused(text: str, path: str) -> PlanError:
+    def pairs(items: list[tuple[str, Any]]) -> Any:
+        d = _MarkedDict(items)
+        if len(d) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    break
+                seen.add(key)
+            d.mark = _Mark(f"duplicate key '{key}' in one object", "each key once "
+                           "(JSON readers disagree on which value wins)",
+                           f"'{key}' {sum(1 for k, _ in items if k == key)} times", key)
+        return d
+
+    def big_int(s: str) -> Any:
+        try:
+            return int(s)
+        except ValueError:  # beyond Python's limit on digits (4300)
+            digits = len(s.lstrip("-"))
+            return _Mark("number too large", "an integer of at most "
+                         f"{sys.get_int_max_str_digits()} digits",
+                         f"{s[:12]}... ({digits} digits)")
+
+    def constant(name: str) -> Any:
+        return _Mark(f"'{name}' is not JSON", "a JSON number", name)
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs, parse_int=big_int,
+                         parse_constant=constant)
+    except (ValueError, RecursionError) as e:  # pragma: no cover - refused above already
+        return PlanError(f"malformed JSON: {e}", file=path)
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:  # document order: the first refused value is the one reported
+        value, at = stack.pop()
+        if isinstance(value, _MarkedDict) and hasattr(value, "mark"):
+            value, at = value.mark, [*at, value.mark.key]
+        if isinstance(value, _Mark):
+            return PlanError(value.message, file=path, node=schema_check.node_id(doc, at),
+                             pointer=schema_check.pointer(at), expected=value.expected,
+                             found=value.found)
+        if isinstance(value, dict):
+            stack.extend((v, [*at, k]) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((v, [*at, i]) for i, v in reversed(list(enumerate(value))))
+    return PlanError("malformed JSON", file=path)  # pragma: no cover
 
 
 def load(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
@@ -78,6 +203,32 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
     document equals the old one's, key for key, was already validated and is shared as the
     same object instead of being validated and built again.
     """
+    try:
+        return _from_doc(doc, file, reuse)
+    except RecursionError:
+        # Only recursive steps nest nodes, and a recursive body holds no recursive step:
+        # the validation recursing through hundreds of them says so too late.
+        raise _too_deep(doc, file) from None
+
+
+def _too_deep(doc: Any, file: str) -> PlanError:
+    stack: list[tuple[Any, list[Any], bool]] = [(doc, [], False)]
+    while stack:
+        value, at, in_body = stack.pop()
+        if isinstance(value, dict):
+            if in_body and value.get("step") == "recursive":
+                return PlanError("a recursive step cannot be inside a recursive body",
+                                 file=file, node=schema_check.node_id(doc, at),
+                                 pointer=schema_check.pointer([*at, "step"]),
+                                 expected="passive or stateful steps", found="'recursive'")
+            stack.extend((v, [*at, k], in_body or k == "body") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*at, i], in_body) for i, v in enumerate(value))
+    return PlanError("the plan is nested too deeply", file=file,
+                     expected="nodes nested a few levels deep", found="hundreds of levels")
+
+
+def _from_doc(doc: Any, file: str, reuse: Plan | None) -> Plan:
     if isinstance(doc, dict) and doc.get("format") not in (FORMAT, None) and \
             isinstance(doc.get("format"), str):
         raise PlanError("unsupported plan format", file=file, pointer="/format",
@@ -91,8 +242,10 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
         ok = shallow(doc)
         if ok:
             for d in doc["nodes"]:
-                prev = old_docs.get(d.get("id")) if type(d) is dict else None
-                if (prev is None or prev != d) and not node_ok(d):
+                # an id of the wrong type (a list) is no key: the schema check reports it
+                nid = d.get("id") if type(d) is dict else None
+                prev = old_docs.get(nid) if type(nid) is str else None
+                if (prev is None or not _same_doc(prev, d)) and not node_ok(d):
                     ok = False
                     break
         if not ok:
@@ -105,7 +258,8 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
         for i, d in enumerate(doc["nodes"]):
             nid = d["id"]
             prev = old_docs.get(nid)
-            if prev is not None and prev == d and nid in old_nodes and nid not in pointers:
+            if prev is not None and _same_doc(prev, d) and nid in old_nodes and \
+                    nid not in pointers:
                 node = old_nodes[nid]
                 pointers[nid] = f"/nodes/{i}"
             else:
@@ -140,6 +294,42 @@ def from_doc(doc: Any, file: str = "<plan>", reuse: Plan | None = None) -> Plan:
                 file=file, pointers=pointers, dependents=dependents, sink_id=sinks[0],
                 documents=documents)
     return plan
+
+
+def _same_doc(prev: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The node documents are equal, value types included.
+
+    Python's ``==`` says ``1 == 1.0 == True``: a new document with ``"version": true`` or
+    ``"partitions": 3.0`` would pass for the valid old one and skip validation.  ``version``
+    is in every node and is checked on its own; only steps holding other numbers or
+    booleans (sources, top-N...) are compared byte for byte by ``marshal``, which writes
+    each value's type (a node with its keys reordered is then validated again: slower,
+    never wrong).  Format 0: later formats write back-references that depend on reference
+    counts, so two equal documents could differ."""
+    return prev == d and type(d["version"]) is int and (
+        d["step"] not in _TYPED_STEPS or marshal.dumps(prev, 0) == marshal.dumps(d, 0))
+
+
+def _scalar_types(t: Any, seen: frozenset[type] = frozenset()) -> set[Any]:
+    """The scalar types a field's value can hold, through tuples, optionals and values."""
+    origin = typing.get_origin(t)
+    if origin is tuple or origin in (typing.Union, types.UnionType):
+        return {s for a in typing.get_args(t) if a is not Ellipsis
+                for s in _scalar_types(a, seen)}
+    if isinstance(t, type) and issubclass(t, Node):
+        return {int, bool}  # a recursive step's body: any step
+    if dataclasses.is_dataclass(t) and t not in seen:
+        hints = typing.get_type_hints(t)
+        return {s for f in dataclasses.fields(t) for s in _scalar_types(hints[f.name],
+                                                                       seen | {t})}
+    return {t}
+
+
+#: steps whose documents hold numbers or booleans besides ``version``
+_TYPED_STEPS = frozenset(
+    name for name, cls in STEPS.items()
+    if {int, bool} & {s for f in step_fields(cls)
+                      for s in _scalar_types(typing.get_type_hints(cls)[f.name])})
 
 
 def _same_graph(docs: list[dict[str, Any]], old_docs: dict[str, Any]) -> bool:

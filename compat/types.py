@@ -42,6 +42,9 @@ _NO_LENGTH_NEEDED = {"text", "varchar", "char"}
 INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 FRACTIONAL = ("float", "double")
 MAX_PRECISION = 38  # Spark's DecimalType.MAX_PRECISION
+#: array<array<...>> deeper than this is refused (and every type function recursing over it
+#: stays far from Python's recursion limit)
+MAX_TYPE_DEPTH = 100
 MAX_TIME_PRECISION = 9  # Spark's TimeType: nanoseconds
 DEFAULT_TIME_PRECISION = 6  # microseconds
 _YEAR_MONTH = ("year", "month")
@@ -102,6 +105,7 @@ class _Parser:
         self.text = text
         self.toks = _tokenize(text)
         self.pos = 0
+        self.depth = 0
 
     def peek(self, ahead: int = 0) -> tuple[str, str]:
         i = self.pos + ahead
@@ -123,6 +127,16 @@ class _Parser:
         return TypeSyntaxError(f"expected {what} in type '{self.text}', found '{found}'")
 
     def data_type(self) -> str:
+        self.depth += 1
+        if self.depth > MAX_TYPE_DEPTH:
+            raise TypeSyntaxError(f"type '{self.text[:60]}' nests more than "
+                                  f"{MAX_TYPE_DEPTH} levels of array, map and struct")
+        try:
+            return self._data_type()
+        finally:
+            self.depth -= 1
+
+    def _data_type(self) -> str:
         word = self.word()
         if word is None:
             raise self.fail("a type")
@@ -193,6 +207,9 @@ class _Parser:
             kind, tok = self.peek()
             if kind != "n":
                 raise self.fail("a number")
+            if len(tok.lstrip("0")) > 9:  # no precision or length of Spark's is that long
+                raise TypeSyntaxError(f"number {tok[:12]}{'...' if len(tok) > 12 else ''} "
+                                      f"too large in type '{self.text[:60]}'")
             nums.append(int(tok))
             self.pos += 1
             if self.peek() != ("p", ","):

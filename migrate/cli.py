@@ -49,18 +49,63 @@ lists only the plans that changed.
 """ + LEGEND
 
 
+#: the exit code of a crash: never 1 (``migrate``) nor another verdict, so that a CI job
+#: cannot read a bug as an answer; 2 is "no answer", as for invalid input
+INTERNAL_ERROR_EXIT = 2
+
+
 class TheseusGroup(click.Group):
-    """Turns TheseusError into one line on stderr and its exit code: never a traceback."""
+    """Turns TheseusError into one line on stderr and its exit code: never a traceback.
+
+    Anything else that escapes a command is a bug: it becomes one line saying "internal
+    error" with exit code 2, and the traceback goes to a file that the line names."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except TheseusError as e:
-            click.echo(f"theseus: error: {e.render()}", err=True)
+            click.echo(_printable(f"theseus: error: {e.render()}"), err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("theseus: interrupted", err=True)
             ctx.exit(130)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # click's own: usage errors (exit 2), --help, ctx.exit
+        except BrokenPipeError:
+            # The reader went away (`theseus plan show big.json | head`): nothing to report
+            # to, and Python would complain again when it flushes stdout at exit.
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            ctx.exit(INTERNAL_ERROR_EXIT)
+        except Exception as e:  # the one place where a crash becomes an exit code
+            click.echo(_printable(f"theseus: internal error: {_crash_line(e)}"), err=True)
+            ctx.exit(INTERNAL_ERROR_EXIT)
+
+
+def _printable(text: str) -> str:
+    """An error line that any terminal can take: a file name that is not UTF-8 (Python
+    keeps its bytes as lone surrogates) is written with backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _crash_line(e: BaseException) -> str:
+    """One line for a crash: what it was, and where its traceback was written."""
+    import tempfile
+    import traceback
+
+    what = f"{type(e).__name__}: {e}".splitlines()[0][:200] if str(e) else type(e).__name__
+    details = "".join(traceback.format_exception(e))
+    try:
+        # A new file per crash, kept (not an atomic replace of a known file: gates.files).
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="theseus-crash-",
+                                         suffix=".txt", delete=False) as f:
+            f.write(f"theseus {' '.join(sys.argv[1:])}\n\n{details}")
+        where = f"details in {f.name}"
+    except OSError:  # no writable temp dir: the traceback is all there is
+        where = "details: " + details.replace("\n", " | ")
+    return f"{what} ({where}); this is a bug in theseus, please report it with that file"
 
 
 @click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,11 +160,25 @@ def check(paths: tuple[str, ...], against: str | None, require: str, schema_comp
 
 
 def _emit(text: str, output: str | None) -> None:
+    text = _printable(text)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
+
+
+def write_output(path: str, text: str) -> None:
+    """Write a report or a plan to ``path``; a folder that does not exist or a file that
+    cannot be written is one error naming it."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        folder = os.path.dirname(path) or "."
+        found = "no such folder" if not os.path.isdir(folder) else (e.strerror or str(e))
+        raise TheseusError("cannot write the output file", file=path,
+                           expected=f"a writable file (folder '{folder}' must exist)",
+                           found=found) from None
 
 
 @main.group()
@@ -217,8 +276,12 @@ def plan_show(path: str) -> None:
     pl = load_plan(path)
     click.echo(f"{pl.query}  ({', '.join(characteristics(pl))})")
     seen: set[str] = set()
-
-    def show(nid: str, indent: str, last: bool) -> None:
+    # Depth first from the sink, on a stack (a chain of 20,000 steps is deeper than Python's
+    # recursion); past _SHOW_DEPTH levels the indent stops growing, or a long chain would
+    # print lines as long as the chain.
+    stack = [(pl.sink_id, "", True)]
+    while stack:
+        nid, indent, last = stack.pop()
         node = pl.nodes[nid]
         info = pl.info[nid]
         branch = "└─ " if last else "├─ "
@@ -227,15 +290,19 @@ def plan_show(path: str) -> None:
         click.echo(f"{indent}{branch}{nid}: {node.step} v{node.version} "
                    f"[{node.klass}{state}] [{info.mode}]{extra}")
         if nid in seen:
-            return
+            continue
         seen.add(nid)
-        child_indent = indent + ("   " if last else "│  ")
-        for i, inp in enumerate(node.inputs):
-            show(inp, child_indent, i == len(node.inputs) - 1)
+        child_indent = indent + ("   " if last else "│  ") \
+            if len(indent) < 3 * _SHOW_DEPTH else indent
+        for i, inp in reversed(list(enumerate(node.inputs))):
+            stack.append((inp, child_indent, i == len(node.inputs) - 1))
 
-    show(pl.sink_id, "", True)
     click.echo("")
     click.echo(LEGEND, nl=False)
+
+
+#: levels of the tree ``plan show`` indents
+_SHOW_DEPTH = 40
 
 
 @main.command()

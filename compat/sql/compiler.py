@@ -16,6 +16,7 @@ Steps, in this fixed order:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from sqlglot import exp
 
 from compat import serde
 from compat import types as T
-from compat.errors import PlanError
+from compat.errors import PlanError, SqlError
 from compat.infer import analyze
 from compat.model import NamedExpr, Plan
 from compat.sql import ir
@@ -36,6 +37,9 @@ from compat.steps import Project, Sink
 from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
 
 COMPILER_VERSION = "theseus-sql/1"
+#: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
+#: does: a bound keeps a stray file (a log, a dump) from taking minutes and gigabytes
+MAX_SCRIPT_CHARS = 1_000_000
 
 
 @dataclass
@@ -57,17 +61,48 @@ def compile_sql(text: str, file: str = "<sql>") -> dict[str, Any]:
 def compile_script(text: str, file: str = "<sql>", *,
                    rules: tuple[str, ...] | None = None) -> Compiled:
     """Compile, keeping the intermediate results; ``rules`` overrides the optimizer's."""
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise SqlError("the script is too large to compile", file=file,
+                       expected=f"at most {MAX_SCRIPT_CHARS:,} characters (a script holds "
+                                "its tables and one query)", found=f"{len(text):,}")
     src = SqlText(text, file)
-    # Step 1.
-    script = read_script(src, parse_script(src))
-    # Steps 2 and 3.
-    graph, out, opts = build_graph(src, script)
-    # Step 4.
-    names = rules if rules is not None else _rules(src, script)
-    graph = optimize(graph, names)
-    # Steps 5 and 6.
-    plan, graph = _validated(src, script, graph, out, opts)
+    try:
+        # Step 1.
+        script = read_script(src, parse_script(src))
+        # Steps 2 and 3.
+        graph, out, opts = build_graph(src, script)
+        # Step 4.
+        names = rules if rules is not None else _rules(src, script)
+        graph = optimize(graph, names)
+        # Steps 5 and 6.
+        plan, graph = _validated(src, script, graph, out, opts)
+    except RecursionError:
+        # sqlglot and the translation recurse per level of nesting; Python's recursion
+        # limit stops them long before Spark's parser would (it reads about 300 levels).
+        raise _too_deep(src) from None
     return Compiled(serde.to_doc(plan), plan, graph, script)
+
+
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|--[^\n]*|/\*.*?\*/""",
+                     re.DOTALL)
+
+
+def _too_deep(src: SqlText) -> SqlError:
+    """The query nests too deeply to compile: point at its deepest parenthesis."""
+    text = _QUOTED.sub(lambda m: " " * len(m.group()), src.text)
+    depth = deepest = at = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, i
+        elif ch == ")":
+            depth -= 1
+    message = (f"the query nests {deepest} levels of parentheses, too deep to compile"
+               if deepest else "the query is nested too deeply to compile")
+    return src.error(message, (at, at + 1) if deepest else None,
+                     expected="fewer levels of nesting (split the query with views)",
+                     found=f"{deepest} levels" if deepest else "deep nesting")
 
 
 def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOptions]:

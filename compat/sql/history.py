@@ -111,7 +111,7 @@ def _status(case: Path, text: str) -> Outcome:
             return Outcome(case.name, "would change", latest.name,
                            "draft " + ", ".join(changed) + " in the case directory")
     plan = latest / "plan.json"
-    if not plan.is_file() or plan.read_text(encoding="utf-8") != text:
+    if not plan.is_file() or plan.read_bytes() != text.encode("utf-8"):
         return Outcome(case.name, "would change", latest.name,
                        "compiling its SQL today gives a different plan")
     return Outcome(case.name, "unchanged", latest.name)
@@ -120,6 +120,17 @@ def _status(case: Path, text: str) -> Outcome:
 def freeze(case: Path, *, check: bool = False) -> Outcome:
     """Record a new version of ``case`` when compiling its SQL today differs from its latest
     plan, or when a draft waits in the case directory; with ``check``, only say so."""
+    if not case.is_dir():
+        raise HistoryError("no such history case", file=str(case),
+                           expected="a case directory", found="nothing")
+    try:
+        return _freeze(case, check)
+    except OSError as e:  # a file that cannot be read or written (permissions, disk full)
+        raise HistoryError(f"cannot read or write the history: {e.strerror}",
+                           file=str(e.filename or case)) from None
+
+
+def _freeze(case: Path, check: bool) -> Outcome:
     text = compile_case(case)
     st = _status(case, text)
     if st.status == "unchanged":

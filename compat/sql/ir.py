@@ -166,8 +166,9 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def sql(e: exp.Expression) -> str:
-    """Spark SQL text of an expression, as written into the plan."""
-    return e.sql(dialect=DIALECT)
+    """Spark SQL text of an expression, as written into the plan (without the script's
+    comments: a plan's expressions have none, and a comment is no change of the query)."""
+    return e.sql(dialect=DIALECT, comments=False)
 
 
 def parse(text: str, qualifiers: tuple[str, ...] = ()) -> exp.Expression:

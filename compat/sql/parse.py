@@ -45,6 +45,8 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
                 parsed = dialect.parser().parse(chunk, src.text)
         except ParseError as e:
             raise _parse_error(src, e) from None
+        except TokenError as e:  # raised from inside: sqlglot tokenizes a hint's text apart
+            raise _hint_error(src, e, hints or chunk) from None
         for stmt in parsed:
             if stmt is None or isinstance(stmt, exp.Semicolon):
                 continue
@@ -135,6 +137,14 @@ def _token_error(src: SqlText, e: TokenError) -> SqlError:
                         file=src.file, line=line, col=col, source_line=src.line_text(line),
                         length=len(src.line_text(line)) - col + 1)
     return SqlError(f"syntax error: cannot read the script ({cause or e})", file=src.file)
+
+
+def _hint_error(src: SqlText, e: TokenError, where: list[Token]) -> SqlError:
+    cause = str(e.__cause__ or e)
+    m = _MISSING.search(cause)
+    what = f"unterminated {_QUOTES.get(m.group(1), m.group(1))}" if m else "unreadable text"
+    return src.error(f"syntax error: {what} in a /*+ ... */ hint",
+                     (where[0].start, where[0].end + 1))
 
 
 _QUOTES = {"'": "string (missing ')", '"': 'string (missing ")',

@@ -237,6 +237,9 @@ class Translator:
         if not hint:
             return out
         for h in hint.expressions:
+            if not isinstance(h, exp.Expression):  # text sqlglot could not read as a call
+                raise self.err("cannot read this hint (supported: " + ", ".join(HINTS) +
+                               ", e.g. /*+ DEDUP_WITHIN('1 hour') */)", span_of(hint))
             name = (h.name or h.sql(dialect=ir.DIALECT)).split("(")[0].strip().upper()
             if name != "DEDUP_WITHIN":
                 raise self.err(f"hint {name} is not supported (supported: " +

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
+from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
@@ -130,7 +131,17 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
             ast = E.shape(arg)
             det = det and E.is_deterministic(ast)
             args.append(ast)
-        t = E.infer_type(("fn", fn, tuple(args), a.distinct), sc)
+        try:
+            t = E.infer_type(("fn", fn, tuple(args), a.distinct), sc)
+        except ExpressionError as on_shapes:  # a type Spark refuses (sum over a boolean)
+            err = on_shapes
+            own = tuple(("star",) if x.strip() == "*" else E.parse(x) for x in a.args)
+            try:  # said again over the arguments as written, not their shapes
+                E.infer_type(("fn", fn, own, a.distinct), sc)
+            except ExpressionError as e:
+                err = e
+            raise err.with_location(file=ctx.file, node=node.id, pointer=ctx.pointer(
+                node.id, f"aggregates/{i}")) from None
         cols.append((a.name.lower(), t))
         names.append(a.name)
     ctx.unique(node, names, "")

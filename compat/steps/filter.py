@@ -36,7 +36,7 @@ register_codes({"filter-changed": ("in_place", "info", "data_selection", RESTART
 def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
     t, info = ctx.typed(node, "predicate", node.predicate, scope(src))
-    if t not in ("boolean", T.UNKNOWN, "void"):
+    if t not in ("boolean", T.UNKNOWN):  # WHERE NULL: Spark refuses a void filter too
         raise ctx.err(node, "predicate", "a filter predicate must be a condition",
                       expected="boolean", found=t)
     # Dropping an update from an upsert stream would leave the old row visible downstream,

@@ -11,7 +11,15 @@ from compat import types as T
 from compat.errors import PlanError
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, infer_step
-from compat.model import ENFORCING, ID, Node, build_graph, prop, topological_order
+from compat.model import (
+    ENFORCING,
+    ID,
+    PARTITIONS,
+    Node,
+    build_graph,
+    prop,
+    topological_order,
+)
 from compat.rules import RuleContext, compare
 from compat.steps.sink import Sink
 from compat.steps.source import Source
@@ -21,7 +29,7 @@ from compat.steps.source import Source
 class Feedback:
     """The internal topic that carries the loop's rows back to the body."""
 
-    partitions: int = prop(schema={"type": "integer", "minimum": 1})
+    partitions: int = prop(schema=PARTITIONS)
 
 
 @dataclass(frozen=True, kw_only=True)

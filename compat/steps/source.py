@@ -10,7 +10,17 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, UPSERT, InferContext, NodeInfo, infer_step
-from compat.model import ENFORCING, NAME, RECORD_FORMAT, Column, EventTime, Node, enum, prop
+from compat.model import (
+    ENFORCING,
+    NAME,
+    PARTITIONS,
+    RECORD_FORMAT,
+    Column,
+    EventTime,
+    Node,
+    enum,
+    prop,
+)
 from compat.rules import RuleContext, compare
 
 
@@ -20,7 +30,7 @@ class Source(Node):
     key, read in full at every micro-batch."""
 
     topic: str = prop(schema=NAME)
-    partitions: int = prop(schema={"type": "integer", "minimum": 1})
+    partitions: int = prop(schema=PARTITIONS)
     format: str = prop(schema=RECORD_FORMAT)
     role: str = prop(schema=enum("stream", "table"))
     schema: tuple[Column, ...] = prop(min_items=1)

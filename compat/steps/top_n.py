@@ -10,7 +10,7 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
-from compat.model import ENFORCING, EXPR, Node, OrderKey, prop
+from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, prop
 from compat.rules import RuleContext, canon_list, compare
 
 
@@ -21,7 +21,7 @@ class TopN(Node):
 
     partition_by: tuple[str, ...] = prop(items=EXPR)
     order_by: tuple[OrderKey, ...] = prop(min_items=1)
-    n: int = prop(schema={"type": "integer", "minimum": 1})
+    n: int = prop(schema={"type": "integer", "minimum": 1, "maximum": INT32_MAX})
     step: ClassVar[str] = "top_n"
     klass: ClassVar[str] = ENFORCING
 
