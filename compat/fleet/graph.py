@@ -336,6 +336,7 @@ def _add(fleet: Fleet, q: FleetQuery) -> None:
     if producer is not None:
         p = fleet.queries[producer]
         raise FleetError(f"two queries write the topic '{q.sink_topic}'",
+                         node=q.plan.sink_id,
                          **_at(q, q.plan.pointer(q.plan.sink_id, "topic")),
                          expected="one producing query per topic",
                          found=f"query '{q.name}' here and query '{producer}' at "
