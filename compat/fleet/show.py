@@ -152,8 +152,10 @@ def render_text(doc: dict[str, Any]) -> str:
 
 # -- HTML ----------------------------------------------------------------------------------
 
-BOX_W, BOX_H, PILL_H, GAP_X, GAP_Y, MARGIN = 220, 62, 26, 40, 78, 24
-CHAR_W = 7.2  # width of a 12px character, to size a topic pill around its name
+BOX_W, BOX_H, PILL_H, GAP_X, GAP_Y, MARGIN = 230, 62, 26, 40, 78, 24
+#: the widest a character of each font size is drawn, give or take (wide letters, bold 14px
+#: for a query's name), to size a topic pill and cut what does not fit in a box
+CHAR_W = {11: 6.6, 12: 7.2, 14: 9.6}
 MODE_COLOUR = {"I": "#2e7d32", "I,UA": "#1565c0", "I,UB,UA,D": "#6a1b9a"}
 
 
@@ -162,13 +164,18 @@ def _layout(doc: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float, f
     """Boxes by key (``q:<query>``, ``t:<topic>``) as (x, y, width, height): external inputs
     on the top row, each query one row below the deepest query or input feeding it (on a
     cycle, only the queries before it in the fleet's order count: the edge back up the cycle
-    is drawn upwards), each external output one row below its producer."""
+    is drawn upwards), each external output one row below its producer.  Within a row,
+    boxes go left to right by the mean position of what feeds them (the barycenter
+    heuristic, one pass from the top), which keeps most edges from crossing."""
     rank = {q["query"]: q["order"] for q in doc["queries"]}
     layer: dict[str, int] = {}
+    feeds: dict[str, list[str]] = {}
     for q in doc["queries"]:  # upstream first: every producer before it has its row
-        feeding = [layer[u] for u in q["upstream"] if rank[u] < q["order"]]
-        external = any(r["topic"] in doc["external_inputs"] for r in q["reads"])
-        layer[q["query"]] = max([*feeding, 0 if external else -1]) + 1
+        key = f"q:{q['query']}"
+        feeds[key] = [f"q:{u}" for u in q["upstream"] if rank[u] < q["order"]] + \
+            [f"t:{r['topic']}" for r in q["reads"] if r["topic"] in doc["external_inputs"]]
+        layer[q["query"]] = max([layer[k[2:]] for k in feeds[key] if k[0] == "q"] +
+                                [0 if len(feeds[key]) else -1]) + 1
     rows: dict[int, list[tuple[str, float, float]]] = {}
     for t in doc["external_inputs"]:
         rows.setdefault(0, []).append((f"t:{t}", _pill_w(t), PILL_H))
@@ -176,6 +183,7 @@ def _layout(doc: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float, f
         rows.setdefault(layer[q["query"]], []).append((f"q:{q['query']}", BOX_W, BOX_H))
     for t in doc["topics"]:
         if t["external"] == "output":
+            feeds[f"t:{t['topic']}"] = [f"q:{t['producer']}"]
             rows.setdefault(layer[t["producer"]] + 1, []).append(
                 (f"t:{t['topic']}", _pill_w(t["topic"]), PILL_H))
     width = max((sum(w for _, w, _ in r) + GAP_X * (len(r) - 1) for r in rows.values()),
@@ -184,6 +192,12 @@ def _layout(doc: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float, f
     y = MARGIN
     for d in sorted(rows):
         row = rows[d]
+
+        def centre(item: tuple[str, float, float]) -> float:
+            placed = [pos[k][0] + pos[k][2] / 2 for k in feeds.get(item[0], []) if k in pos]
+            return sum(placed) / len(placed) if placed else width / 2
+
+        row.sort(key=centre)  # stable: a tie keeps the fleet's order
         total = sum(w for _, w, _ in row) + GAP_X * (len(row) - 1)
         x = (width - total) / 2
         tallest = max(h for _, _, h in row)
@@ -195,7 +209,16 @@ def _layout(doc: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float, f
 
 
 def _pill_w(topic: str) -> float:
-    return len(topic) * CHAR_W + 24
+    return len(topic) * CHAR_W[12] + 24
+
+
+def _fit(text: str, size: int, keep_end: bool = False) -> str:
+    """``text`` cut with an ellipsis to fit in a query's box (the whole of it is in the
+    box's tooltip); a path keeps its end, where the file's name is."""
+    room = int((BOX_W - 20) / CHAR_W[size])
+    if len(text) <= room:
+        return text
+    return "…" + text[-(room - 1):] if keep_end else text[:room - 1] + "…"
 
 
 def _svg(doc: dict[str, Any]) -> str:
@@ -271,8 +294,9 @@ def _svg(doc: dict[str, Any]) -> str:
     on_cycle = {q for c in doc["cycles"] for q in c}
     for q in doc["queries"]:
         x, y, w, h = pos[f"q:{q['query']}"]
-        name = q["query"] if len(q["query"]) <= 24 else q["query"][:23] + "…"
-        path = q["file"] if len(q["file"]) <= 30 else "…" + q["file"][-29:]
+        name = _fit(f"{q['order']}. {q['query']}", 14)
+        path = _fit(q["file"], 11, keep_end=True)
+        traits = _fit(f"[{q['mode']}] {', '.join(q['characteristics'])}", 11)
         cycle = ' data-cycle="true"' if q["query"] in on_cycle else ""
         parts.append(f'<g class="query" data-query="{html.escape(q["query"])}"{cycle} '
                      f'data-shared=""><title>{html.escape(q["query"])} '
@@ -282,12 +306,11 @@ def _svg(doc: dict[str, Any]) -> str:
                      f'fill="#263238" stroke="{"#d32f2f" if cycle else "#263238"}" '
                      f'stroke-width="{3 if cycle else 1.5}"/>'
                      f'<text x="{x + 10:.0f}" y="{y + 20:.0f}" fill="#fff" font-size="14" '
-                     f'font-weight="bold">{q["order"]}. {html.escape(name)}</text>'
+                     f'font-weight="bold">{html.escape(name)}</text>'
                      f'<text x="{x + 10:.0f}" y="{y + 37:.0f}" fill="#cfd8dc" '
                      f'font-size="11">{html.escape(path)}</text>'
                      f'<text x="{x + 10:.0f}" y="{y + 53:.0f}" fill="#fff" font-size="11">'
-                     f'{html.escape(", ".join(q["characteristics"]))} [{q["mode"]}]'
-                     "</text></g>")
+                     f'{html.escape(traits)}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 
