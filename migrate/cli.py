@@ -305,6 +305,30 @@ def plan_show(path: str) -> None:
 _SHOW_DEPTH = 40
 
 
+@main.group()
+def fleet() -> None:
+    """Many queries chained through Kafka topics, as one global plan."""
+
+
+@fleet.command("show")
+@click.argument("root", metavar="DIR", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
+              show_default=True,
+              help="text: queries upstream first, topics, external topics, cycles; json: "
+                   "the same for tools (schemas/fleet.v1.json); html: a page drawing the "
+                   "global graph.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write to a file instead of stdout.")
+def fleet_show(root: str, fmt: str, output: str | None) -> None:
+    """Print the global plan of the fleet under DIR: every *.json and *.sql plan in its
+    tree is one query; a topic one query writes and another reads is an edge.  A file that
+    is not a plan, two plans of one query name or two queries writing one topic: exit 2."""
+    from compat.fleet.graph import load_fleet
+    from compat.fleet.show import render
+
+    _emit(render(load_fleet(root), fmt), output)
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path())
 @click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT",
