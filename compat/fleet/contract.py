@@ -401,7 +401,7 @@ class _Edge:
                                 old_pointer=p, new_pointer=p, **kw))  # type: ignore[arg-type]
 
     def src(self) -> str:
-        return f"{self.use.query}'s source '{self.use.node}'"
+        return f"source '{self.use.node}' of query '{self.use.query}'"
 
     def readers(self, name: str) -> str:
         who = self.use.read_by(name)
@@ -529,8 +529,8 @@ class _Edge:
         o = old.column(name) if old is not None else None
         col_ptr, type_ptr = f"schema/{i}", f"schema/{i}/type"
         harmless = {"effect": "none", "severity": "info",
-                    "hint": f"Nothing to do: {use.query} declares '{name}' but never reads "
-                    "it (drop it from the source schema to say so)."}
+                    "hint": f"Nothing to do: query '{use.query}' declares '{name}' but never "
+                    "reads it (drop it from the source schema to say so)."}
         if n is None:
             case = next((c for c, _ in new.columns if c.lower() == name.lower()), None)
             why = f" (it writes '{case}': JSON field names are case-sensitive)" if case \
