@@ -357,3 +357,11 @@ def test_every_code_is_registered_with_advice(code):
 
     effect, severity, utype, hint = CODES[code]
     assert hint and hint.endswith(".")
+
+
+def test_column_renamed_says_so():
+    new = replace(PRODUCER, columns=(("ship_id", "string"), ("weight", "double"),
+                                     ("n", "bigint"), ("note", "string")))
+    found = impacts(PRODUCER, new, stream_consumer(), "loads")
+    f = one(found, "upstream-column-removed")
+    assert "renamed to 'weight'?" in f.message and f.effect == "unsupported"

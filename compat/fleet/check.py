@@ -32,6 +32,10 @@ from compat.fleet.contract import Contract, impacts, produced
 from compat.fleet.graph import Fleet
 from compat.model import Plan
 
+#: findings on an edge that say how it is, not what a change did to it: they do not make
+#: the producer a cause
+STEADY_STATE = frozenset({"upstream-mode-mismatch", "upstream-column-missing",
+                          "upstream-schema-mismatch"})
 VERDICTS = ("identical", "in_place", "migrate", "unsupported")
 STATUSES = ("changed", "unchanged", "new", "removed")
 
@@ -217,7 +221,8 @@ def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
             by: set[str] = set()
             for producer, f in edge[name]:
                 got.append(f)
-                if status.get(producer, "removed") != "unchanged":
+                if status.get(producer, "removed") != "unchanged" and \
+                        f.code not in STEADY_STATE:
                     by.add(producer)  # its change reached this query's source
             if status[name] != "new":  # a new query has no state built on old history
                 for producer in _producers(new, name):

@@ -535,6 +535,12 @@ class _Edge:
             case = next((c for c, _ in new.columns if c.lower() == name.lower()), None)
             why = f" (it writes '{case}': JSON field names are case-sensitive)" if case \
                 else ""
+            if not case and o is not None and old is not None:
+                # Renamed, most likely: a new column of the same type where it was.
+                at = [c for c, _ in old.columns].index(name)
+                if at < len(new.columns) and new.columns[at][1] == o and \
+                        old.column(new.columns[at][0]) is None:
+                    why = f" (renamed to '{new.columns[at][0]}'?)"
             if o is not None:
                 self.add("upstream-column-removed", f"query '{new.query}' no longer writes "
                          f"column '{name}' ({o}) to topic '{use.topic}'{why}; {self.src()} "
