@@ -35,6 +35,11 @@ RULES = {name: [check_version, compare] + ([check_output_schema, check_changelog
                                             if name == "sink" else [])
          for name, cls in STEPS.items() if cls.klass == ENFORCING}
 
+#: the same rules without what readers of the output notice (its schema and changelog
+#: mode): for an output whose readers are checked one by one (``theseus fleet check``)
+RULES_NO_OUTPUT = {name: [r for r in rules if r not in (check_output_schema, check_changelog)]
+                   for name, rules in RULES.items()}
+
 REQUIREMENTS = ("backfill", "cascading", "exactly_once", "live", "ordered")
 SCHEMA_COMPAT = ("forward", "backward", "full", "none")
 VERDICT_EXIT = {"identical": 0, "in_place": 0, "migrate": 1, "unsupported": 3}
@@ -148,9 +153,12 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
                 schema_compat: str = "forward", allow_migration: bool = False,
-                pair_passive: bool = False) -> Report:
+                pair_passive: bool = False, output_rules: bool = True) -> Report:
     """The check of ``new`` against ``old``; ``pair_passive`` also records which passive
-    steps the walk paired (``Report.passive_alignment``), for ``plan diff``."""
+    steps the walk paired (``Report.passive_alignment``), for ``plan diff``.  Without
+    ``output_rules`` the output's schema and changelog mode are not judged here (not even
+    under ``--require cascading``): ``theseus fleet check`` judges them against each query
+    that reads the output instead."""
     require = sorted(set(require or []))
     if schema_compat not in SCHEMA_COMPAT:
         raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
@@ -167,7 +175,8 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
     # Step 2: the lockstep walk.
-    walk = Walk(old, new, ctx, RULES, passive=[] if pair_passive else None)
+    walk = Walk(old, new, ctx, RULES if output_rules else RULES_NO_OUTPUT,
+                passive=[] if pair_passive else None)
     walk.run()
     findings = find_moves(list(walk.findings), ctx, walk.alignment)
     # Step 3: plan-level settings.

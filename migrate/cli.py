@@ -329,6 +329,53 @@ def fleet_show(root: str, fmt: str, output: str | None) -> None:
     _emit(render(load_fleet(root), fmt), output)
 
 
+FLEET_CHECK_HELP = """Check a change to a fleet of queries: OLD_DIR NEW_DIR, or --against
+REF DIR (the fleet under DIR against its version at git REF).
+
+\b
+Every changed query is checked as `theseus check` checks one plan; then every change is
+carried across the topics to the queries that read them, transitively: what a producer
+now writes (columns, types, key, changelog mode, format, topic) against what each
+consumer's source declares and reads (findings upstream-* on the consumer, naming the
+producer).  An output that queries of the fleet read is judged by them instead of by
+--schema-compat; an output no query of the fleet reads keeps --schema-compat.  A query
+rebuilt by a live migration takes the stateful queries reading it along (a cascading
+migration): the report gives the migration waves, upstream first.
+
+\b
+Verdict and exit code: the worst query's, as for `theseus check` (0 identical or
+in_place, 1 migrate, 3 unsupported); 2 for an invalid fleet (a file that is not a
+plan, two queries writing one topic, two plans of one query name).
+"""
+
+
+@fleet.command("check", help=FLEET_CHECK_HELP)
+@click.argument("dirs", nargs=-1, required=True, metavar="OLD_DIR NEW_DIR | DIR")
+@click.option("--against", "against", default=None, metavar="REF",
+              help="Compare the fleet under DIR with its version at git REF.")
+@click.option("--require", "require", default="", metavar="LIST",
+              help="backfill,ordered,exactly_once,live,cascading")
+@click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
+              default="forward", show_default=True,
+              help="Output schema rule for outputs that no query of the fleet reads.")
+@click.option("--allow-migration", is_flag=True, help="Exit 0 on the migrate verdict.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text",
+              show_default=True, help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to a file instead of stdout.")
+def fleet_check(dirs: tuple[str, ...], against: str | None, require: str,
+                schema_compat: str, allow_migration: bool, fmt: str,
+                output: str | None) -> None:
+    from compat.check import parse_require
+    from compat.fleet.check import check_dirs
+    from compat.fleet.report import render
+
+    report = check_dirs(list(dirs), against=against, require=parse_require(require),
+                        schema_compat=schema_compat, allow_migration=allow_migration)
+    _emit(render(report, fmt), output)
+    sys.exit(report.exit_code)
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path())
 @click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT",
