@@ -120,6 +120,11 @@ class CheckError(TheseusError):
     """The checker was called wrongly (bad flag values, git ref not found...)."""
 
 
+class FleetError(TheseusError):
+    """A fleet of plans is invalid as a whole: two queries write one topic, two plans share
+    a query name, a file in the fleet's tree is not a plan."""
+
+
 class RuntimeFailure(TheseusError):
     """Running a plan on Spark or Kafka failed."""
 
