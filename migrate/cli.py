@@ -350,6 +350,24 @@ def stop(query: str, state: str) -> None:
 
 
 @main.group()
+def fleet() -> None:
+    """Many queries chained through Kafka topics, as one global plan."""
+
+
+@fleet.command("optimize")
+@click.argument("root", metavar="DIR", type=click.Path())
+@click.option("-o", "--output", "out_dir", required=True, metavar="OUT_DIR",
+              type=click.Path(), help="An empty or new folder for the rewritten fleet.")
+def fleet_optimize(root: str, out_dir: str) -> None:
+    """Rewrite the fleet under DIR so that every subplan that two or more queries compute
+    is computed once, by a query writing an internal topic that they read."""
+    from compat.fleet.optimize import optimize_dir, summary
+
+    for line in summary(optimize_dir(root, out_dir), out_dir):
+        click.echo(line)
+
+
+@main.group()
 def migrate() -> None:
     """Live migrations of running queries (swap in place at one exact cut)."""
 
