@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate lint clean
+.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate bench-fleet lint clean
 
 $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -38,6 +38,9 @@ bench-run: $(STAMP)
 
 bench-migrate: $(STAMP)
 	$(PY) bench/migrate_speed.py
+
+bench-fleet: $(STAMP)
+	$(PY) bench/fleet_share.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

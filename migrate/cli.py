@@ -376,6 +376,19 @@ def fleet_check(dirs: tuple[str, ...], against: str | None, require: str,
     sys.exit(report.exit_code)
 
 
+@fleet.command("optimize")
+@click.argument("root", metavar="DIR", type=click.Path())
+@click.option("-o", "--output", "out_dir", required=True, metavar="OUT_DIR",
+              type=click.Path(), help="An empty or new folder for the rewritten fleet.")
+def fleet_optimize(root: str, out_dir: str) -> None:
+    """Rewrite the fleet under DIR so that every subplan that two or more queries compute
+    is computed once, by a query writing an internal topic that they read."""
+    from compat.fleet.optimize import optimize_dir, summary
+
+    for line in summary(optimize_dir(root, out_dir), out_dir):
+        click.echo(line)
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path())
 @click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT",
