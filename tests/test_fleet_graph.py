@@ -270,6 +270,24 @@ def test_json_follows_the_fleet_schema(fleet):
     assert doc["shared"] == []
 
 
+def test_shared_subplans_are_listed_in_json_text_and_html():
+    """fixtures/fleets/share: three queries compute one prefix, written differently."""
+    share = FIXTURES / "fleets" / "share"
+    doc = json.loads(run("fleet", "show", str(share), "--format", "json").output)
+    jsonschema.validate(doc, load_schema("fleet.v1.json"))
+    [sh] = [s for s in doc["shared"] if s["kind"] == "partial"]
+    assert sorted(m["query"] for m in sh["members"]) == ["big_orders", "eu_revenue",
+                                                         "region_totals"]
+    assert sh["short"] == sh["signature"][:12] and sh["topics"] == ["orders"]
+    text = run("fleet", "show", str(share)).output
+    assert f"partial {sh['short']}: {sh['steps']} steps over orders, computed by " in text
+    page = run("fleet", "show", str(share), "--format", "html").output
+    marked = re.findall(r'data-query="([^"]+)"[^>]*data-shared="([^"]*)"', page)
+    assert sorted(q for q, s in marked if sh["short"] in s) == ["big_orders", "eu_revenue",
+                                                               "region_totals"]
+    assert page.count('class="shares"') == 3
+
+
 def test_json_topics_carry_what_their_producer_writes():
     doc = describe(load_fleet(str(SHIP)))
     topics = {t["topic"]: t for t in doc["topics"]}
@@ -391,9 +409,10 @@ def _fan_out_fleet(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("which", ["ship", "cycle", "fan_out"])
+@pytest.mark.parametrize("which", ["ship", "cycle", "share", "fan_out"])
 def test_fleet_page_renders_in_chromium(tmp_path, which):
-    root = {"ship": SHIP, "cycle": CYCLE}.get(which) or _fan_out_fleet(tmp_path)
+    root = {"ship": SHIP, "cycle": CYCLE, "share": FIXTURES / "fleets" / "share"}.get(which) \
+        or _fan_out_fleet(tmp_path)
     fleet = load_fleet(str(root))
     page = tmp_path / "fleet.html"
     r = run("fleet", "show", str(root), "--format", "html", "-o", str(page))

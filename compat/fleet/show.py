@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from compat.fleet.graph import Fleet
+from compat.fleet.signature import shared_subplans
 from compat.infer import characteristics
 from compat.legend import LEGEND
 from compat.steps.sink import written_key
@@ -60,9 +61,11 @@ def describe(fleet: Fleet) -> dict[str, Any]:
         "external_inputs": fleet.external_inputs(),
         "external_outputs": fleet.external_outputs(),
         "cycles": fleet.cycles(),
-        # Filled at integration by compat.fleet.signature.shared_subplans: the subplans
-        # that several queries compute alike.
-        "shared": [],
+        "shared": [{"signature": sh.signature, "short": sh.short, "kind": sh.kind,
+                    "steps": sh.steps, "topics": list(sh.topics),
+                    "deterministic": sh.deterministic,
+                    "members": [{"query": q, "node": n} for q, n in sh.members]}
+                   for sh in shared_subplans({n: q.plan for n, q in fleet.queries.items()})],
     }
 
 
@@ -145,8 +148,13 @@ def render_text(doc: dict[str, Any]) -> str:
     out += ["", "external inputs: " + (", ".join(doc["external_inputs"]) or "none"),
             "external outputs: " + (", ".join(doc["external_outputs"]) or "none"),
             "cycles: " + ("; ".join(" -> ".join([*c, c[0]]) for c in cycles) or "none"),
-            "shared subplans: " + (", ".join(map(str, doc["shared"])) or "none"), "",
-            LEGEND.rstrip("\n")]
+            "shared subplans:" + ("" if doc["shared"] else " none")]
+    for sh in doc["shared"]:
+        where = ", ".join(f"{m['query']} ({m['node']})" for m in sh["members"])
+        note = "" if sh["deterministic"] else ", nondeterministic: not computed once"
+        out.append(f"  {sh['kind']} {sh['short']}: {_plural(sh['steps'], 'step')} over "
+                   f"{', '.join(sh['topics'])}{note}, computed by {where}")
+    out += ["", LEGEND.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
@@ -298,14 +306,21 @@ def _svg(doc: dict[str, Any]) -> str:
         path = _fit(q["file"], 11, keep_end=True)
         traits = _fit(f"[{q['mode']}] {', '.join(q['characteristics'])}", 11)
         cycle = ' data-cycle="true"' if q["query"] in on_cycle else ""
+        shares = " ".join(sh["short"] for sh in doc["shared"]
+                          if any(m["query"] == q["query"] for m in sh["members"]))
         parts.append(f'<g class="query" data-query="{html.escape(q["query"])}"{cycle} '
-                     f'data-shared=""><title>{html.escape(q["query"])} '
+                     f'data-shared="{shares}"><title>{html.escape(q["query"])} '
                      f'({html.escape(q["file"])}): {", ".join(q["characteristics"])}, '
-                     f'writes {html.escape(q["writes"])} [{q["mode"]}]</title>'
+                     f'writes {html.escape(q["writes"])} [{q["mode"]}]'
+                     f'{"; shares " + shares if shares else ""}</title>'
                      f'<rect x="{x:.0f}" y="{y:.0f}" width="{w}" height="{h}" rx="8" '
                      f'fill="#263238" stroke="{"#d32f2f" if cycle else "#263238"}" '
                      f'stroke-width="{3 if cycle else 1.5}"/>'
-                     f'<text x="{x + 10:.0f}" y="{y + 20:.0f}" fill="#fff" font-size="14" '
+                     + (f'<rect class="shares" x="{x - 4:.0f}" y="{y - 4:.0f}" '
+                        f'width="{w + 8}" height="{h + 8}" rx="10" fill="none" '
+                        f'stroke="#ef6c00" stroke-width="2" stroke-dasharray="6 3"/>'
+                        if shares else "")
+                     + f'<text x="{x + 10:.0f}" y="{y + 20:.0f}" fill="#fff" font-size="14" '
                      f'font-weight="bold">{html.escape(name)}</text>'
                      f'<text x="{x + 10:.0f}" y="{y + 37:.0f}" fill="#cfd8dc" '
                      f'font-size="11">{html.escape(path)}</text>'
@@ -331,7 +346,11 @@ def render_html(doc: dict[str, Any]) -> str:
             f'<td>{html.escape(cols)}</td><td>{t["read_by"]["queries"]} / '
             f'{t["read_by"]["sources"]}</td></tr>')
     cycles = "".join(f"<li>{html.escape(' → '.join([*c, c[0]]))}</li>" for c in doc["cycles"])
-    shared = "".join(f"<li>{html.escape(json.dumps(s))}</li>" for s in doc["shared"])
+    shared = "".join(
+        f'<li data-signature="{s["short"]}"><code>{s["short"]}</code> {s["kind"]}: '
+        f'{_plural(s["steps"], "step")} over {html.escape(", ".join(s["topics"]))}, computed '
+        f'by {html.escape(", ".join(m["query"] + " (" + m["node"] + ")" for m in s["members"]))}'
+        f'</li>' for s in doc["shared"])
     modes = "".join(f'<span class="chip" style="border-color:{c}">[{m}]</span>'
                     for m, c in MODE_COLOUR.items())
     return f"""<!doctype html>
@@ -350,7 +369,8 @@ td, th {{ border-bottom: 1px solid #eceff1; padding: 6px 10px; text-align: left;
 <h1>theseus fleet — {html.escape(doc["root"])}</h1>
 <p>{len(doc["queries"])} queries, numbered upstream first; an edge is a topic one query
 writes and another reads, labelled with its changelog mode: {modes} Pale boxes are external
-topics; a red border marks a query on a cycle.</p>
+topics; a red border marks a query on a cycle, a dashed orange one a query that
+computes a subplan another query computes too (listed under Shared subplans).</p>
 <div class="pane">{_svg(doc)}</div>
 <h2>Topics</h2>
 <table class="topics"><tr><th>topic</th><th>written by</th><th>read by</th><th>format
