@@ -2,14 +2,18 @@
 
 Part 1 (checker): every upgrade pair under fixtures/upgrades/ goes through
 `theseus check`; the verdicts are printed and compared with each pair's expect.json.
-Part 2: scripts/demo_run.py (run on real Kafka); part 3: scripts/demo_migrate.py (live changes).
+Part 2 (fleet): fixtures/fleets/ship, the ship-load query and two queries reading its alerts,
+as one global plan; a change to the ship-load query whose impact lands on a consumer.
+Part 3: scripts/demo_run.py (run on real Kafka); part 4: scripts/demo_migrate.py (live changes).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +51,46 @@ def checker_part() -> int:
     return 1 if wrong else 0
 
 
+def fleet_part() -> int:
+    """The ship fleet, then the ship-load query renaming its output column 'capacity' to
+    'max_capacity': harmless for the query itself, but the pager query reads 'capacity'."""
+    fleet = ROOT / "fixtures" / "fleets" / "ship"
+    print("\n== a fleet: the ship-load query and two queries reading its alerts ==")
+    print("$ theseus fleet show fixtures/fleets/ship")
+    subprocess.run(THESEUS + ["fleet", "show", str(fleet)], cwd=ROOT)
+    with tempfile.TemporaryDirectory(prefix="theseus-fleet-") as tmp:
+        new = Path(tmp) / "ship"
+        shutil.copytree(fleet, new)
+        plan = new / "ship_load.json"
+        doc = json.loads(plan.read_text())
+        for node in doc["nodes"]:
+            for agg in node.get("aggregates", []):
+                if agg["name"] == "capacity":
+                    agg["name"] = "max_capacity"
+            if node["id"] == "over_capacity":
+                node["predicate"] = "load > max_capacity * 0.9"
+        plan.write_text(json.dumps(doc, indent=2) + "\n")
+        print("\n== the ship-load query renames its output column 'capacity' to "
+              "'max_capacity' ==")
+        print("$ theseus fleet check fixtures/fleets/ship <the fleet with that change>")
+        subprocess.run(THESEUS + ["fleet", "check", str(fleet), str(new)], cwd=ROOT)
+        out = subprocess.run(THESEUS + ["fleet", "check", str(fleet), str(new), "--format",
+                                        "json"], capture_output=True, text=True, cwd=ROOT)
+    report = json.loads(out.stdout)
+    by_query = {q["query"]: q for q in report["queries"]}
+    pager = by_query["overload_pager"]
+    hit = [f["code"] for f in pager["findings"] if f["effect"] == "unsupported"]
+    ok = (report["verdict"] == "unsupported" and out.returncode == 3
+          and by_query["ship_load"]["verdict"] != "unsupported"
+          and "upstream-column-removed" in hit and pager["caused_by"] == ["ship_load"])
+    print("fleet: the impact lands on overload_pager, caused by ship_load: "
+          + ("as expected" if ok else f"UNEXPECTED: {json.dumps(report)[:600]}"))
+    return 0 if ok else 1
+
+
 def main() -> int:
     rc = checker_part()
+    rc = fleet_part() or rc
     for part in ("demo_run.py", "demo_migrate.py"):
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / part)], cwd=ROOT)
         rc = r.returncode or rc
