@@ -165,3 +165,25 @@ def test_cli(tmp_path):
     nothing = CliRunner().invoke(main, ["fleet", "optimize", str(out), "-o",
                                         str(tmp_path / "o2")])
     assert nothing.exit_code == 0 and "nothing to share" in nothing.output
+
+
+def test_fleet_check_of_the_rewrite_says_how_to_deploy_it(tmp_path):
+    """fleet check before -> after: the shared query is started first (it is new), then the
+    rewritten queries migrate live in the next wave; the untouched query stays identical."""
+    from compat.fleet.check import check_dirs
+    from compat.fleet.report import render
+
+    out = tmp_path / "out"
+    (rw,) = optimize_dir(str(FLEET), str(out)).rewrites
+    report = check_dirs([str(FLEET), str(out)])
+    assert report.verdict == "migrate" and report.exit_code == 1
+    assert report.waves == [[rw.query], ["big_orders", "eu_revenue", "region_totals"]]
+    by = {r.query: r for r in report.queries}
+    assert by[rw.query].status == "new" and by[rw.query].wave == 0
+    assert by["test_orders"].verdict == "identical"
+    for q in ("big_orders", "eu_revenue", "region_totals"):
+        assert by[q].verdict == "migrate" and by[q].wave == 1
+        assert "source-topic-changed" in {f.code for f in by[q].findings}
+    text = render(report, "text")
+    assert f"migration waves (upstream first): 1. {rw.query} (new: theseus run); " \
+        "2. big_orders, eu_revenue, region_totals" in text

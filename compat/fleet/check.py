@@ -242,7 +242,7 @@ def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
         caused[name] = set()
         verdict[name] = _worst(findings[name])
     # Step 4: verdicts, advice under the flags, waves.
-    waves = _waves(new, rebuilt)
+    waves = _waves(new, rebuilt, {n for n in order if status[n] == "new"})
     wave_of = {q: i for i, w in enumerate(waves) for q in w}
     results: list[QueryResult] = []
     for i, name in enumerate(order + removed):
@@ -297,9 +297,20 @@ def _cascade(fleet: Fleet, producer: str, name: str, require: list[str]) -> Find
                    "be migrated too.")
 
 
-def _waves(fleet: Fleet, rebuilt: set[str]) -> list[list[str]]:
+def _waves(fleet: Fleet, rebuilt: set[str], new: set[str] = frozenset()) -> list[list[str]]:
     """The queries to migrate, in waves: a query's wave follows the waves of every rebuilt
-    query upstream of it; the queries of one cycle share a wave."""
+    query upstream of it; the queries of one cycle share a wave.  A query new to the fleet
+    that a migrating query reads (directly or through other new queries) is in the waves
+    too, before its readers: it is started with ``theseus run`` and must be writing before
+    the shadow of its reader backfills (``fleet optimize``'s shared queries are such)."""
+    starts: set[str] = set()
+    todo = list(rebuilt)
+    while todo:
+        for p in _producers(fleet, todo.pop()):
+            if p in new and p not in starts:
+                starts.add(p)
+                todo.append(p)
+    rebuilt = rebuilt | starts
     if not rebuilt:
         return []
     import networkx as nx  # the fleet commands only: ``theseus check`` never imports it

@@ -67,8 +67,11 @@ def render_text(report: FleetReport) -> str:
              f"  old: {report.old_root}   new: {report.new_root}",
              f"  {summary(report)}"]
     if report.waves:
+        new = _new(report)
         lines.append("  migration waves (upstream first): " + "; ".join(
-            f"{i + 1}. {', '.join(w)}" for i, w in enumerate(report.waves)))
+            f"{i + 1}. " + ", ".join(q + (" (new: theseus run)" if q in new else "")
+                                     for q in w)
+            for i, w in enumerate(report.waves)))
     for c in report.cycles:
         lines.append(f"  cycle: {' -> '.join(c + c[:1])}")
     for q in shown(report):
@@ -88,8 +91,10 @@ def render_markdown(report: FleetReport) -> str:
            R.VERDICT_TEXT[report.verdict] + ".", "",
            f"`{report.old_root}` → `{report.new_root}`: {summary(report)}.", ""]
     if report.waves:
+        new = _new(report)
         out += ["Migration waves, upstream first: " + "; ".join(
-            f"{i + 1}. " + ", ".join(f"`{q}`" for q in w)
+            f"{i + 1}. " + ", ".join(f"`{q}`" + (" (new: `theseus run`)" if q in new else "")
+                                     for q in w)
             for i, w in enumerate(report.waves)) + ".", ""]
     for c in report.cycles:
         out += [f"Cycle: {' → '.join(f'`{x}`' for x in c + c[:1])}.", ""]
@@ -143,3 +148,8 @@ def render_sarif(report: FleetReport) -> str:
         for res in run["results"]:
             res["ruleIndex"] = ids.index(res["ruleId"])
     return json.dumps(base, indent=2) + "\n"
+
+
+def _new(report: FleetReport) -> set[str]:
+    """The queries new to the fleet: in a wave, they are started, not migrated."""
+    return {r.query for r in report.queries if r.status == "new"}
