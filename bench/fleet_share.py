@@ -390,4 +390,9 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            epilog="BENCH_ROWS sets the input size; KAFKA_BOOTSTRAP an "
+                                   "existing broker.").parse_args()
     sys.exit(main())
