@@ -317,9 +317,13 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
         by_id[node.id] = node
     dependents: dict[str, list[str]] = {nid: [] for nid in by_id}
     for node in nodes:
-        check_arity(node, file, pointers)
-        for i, dep in enumerate(node.inputs):
+        ins = node.inputs
+        hi = node.max_inputs
+        if len(ins) < node.min_inputs or (hi is not None and len(ins) > hi):
+            check_arity(node, file, pointers)  # raises
+        for dep in ins:
             if dep not in by_id:
+                i = ins.index(dep)  # the first missing input
                 close = difflib.get_close_matches(dep, list(by_id), n=1, cutoff=0.6)
                 raise PlanError(f"input '{dep}' does not exist", file=file, node=node.id,
                                 pointer=pointers.get(node.id, "") + f"/inputs/{i}",

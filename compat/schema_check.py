@@ -180,12 +180,17 @@ class _CodeGen:
 
     def build(self, s: Any) -> Check:
         entry = self.function(s, "_entry")
+        return self.namespace()[entry]
+
+    def namespace(self) -> dict[str, Any]:
+        """Compile every function generated so far (one ``compile``: it is most of the
+        cost); they are the values of their names in the namespace returned."""
         ns: dict[str, Any] = dict(self.consts)
         exec(compile("\n".join(self.lines), "<plan schema>", "exec"), ns)  # noqa: S102
         for t in getattr(self, "tables", []):  # function names -> functions
             ns[t] = {k: ns[v] for k, v in ns[t].items()}
             self.consts[t] = ns[t]
-        return ns[entry]
+        return ns
 
 
 def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
@@ -195,8 +200,7 @@ def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
     ``shallow`` leaves the items of the top-level ``nodes`` array to the caller.
     """
     if shallow:
-        schema = {**schema, "properties": {**schema["properties"],
-                                           "nodes": {"type": "array", "minItems": 2}}}
+        schema = _shallow(schema)
     gen = _CodeGen(schema)
     target: Any = schema
     if pointer_to:
@@ -205,8 +209,37 @@ def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
     return gen.build(target)
 
 
+def _shallow(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "properties": {**schema["properties"],
+                                     "nodes": {"type": "array", "minItems": 2}}}
+
+
+#: the node schema that a plan's ``nodes`` hold
+NODE = "#/$defs/node"
+
+
+@cache
+def _plan_checks(name: str) -> dict[tuple[str | None, bool], Check]:
+    """The three checks a check of two plans uses (the whole plan, its top level alone,
+    one node), generated together and compiled at once: compiling is most of the cost of
+    a check, and the node's functions are the whole plan's."""
+    schema = load_schema(name)
+    if "nodes" not in schema.get("properties", {}) or \
+            "node" not in schema.get("$defs", {}):
+        return {}
+    gen = _CodeGen(schema)
+    names = {(None, False): gen.function(schema, "_entry"),
+             (None, True): gen.function(_shallow(schema), "_shallow"),
+             (NODE, False): gen.ref(NODE)}
+    ns = gen.namespace()
+    return {key: ns[fn] for key, fn in names.items()}
+
+
 @cache
 def compiled(name: str, pointer_to: str | None = None, shallow: bool = False) -> Check:
+    together = _plan_checks(name).get((pointer_to, shallow))
+    if together is not None:
+        return together
     return compile_schema(load_schema(name), pointer_to, shallow)
 
 
