@@ -47,15 +47,22 @@ def merkle(plan: Plan, memo: dict[int, int] | None = None,
     """
     memo = {} if memo is None else memo
     out: dict[str, int] = {}
+    gate: dict[type, bool] = {}
     for nid, node in plan.nodes.items():  # topological order: inputs first
-        if isinstance(node, _GATES):  # gates are deployment plumbing, not computation
+        cls = node.__class__
+        is_gate = gate.get(cls)
+        if is_gate is None:
+            is_gate = gate[cls] = issubclass(cls, _GATES)
+        if is_gate:  # gates are deployment plumbing, not computation
             out[nid] = out[node.inputs[0]]
             continue
         h = memo.get(id(node))
         if h is None:
             h = memo[id(node)] = hash(content(node) if content is not None else
                                       (node.step, node.content()))
-        out[nid] = hash((h, *[out[i] for i in node.inputs]))
+        ins = node.inputs
+        out[nid] = hash((h, out[ins[0]]) if len(ins) == 1 else
+                        (h, *[out[i] for i in ins]))
     return out
 
 
@@ -539,21 +546,28 @@ def frontier(plan: Plan, start: str) -> list[tuple[str, list[str]]]:
     enforcing node reached: copying it at every step is quadratic on long chains.
     """
     out: list[tuple[str, list[str]]] = []
+    nodes = plan.nodes
     # a link is (node id, link of the node nearer the consumer) or None
     stack: list[tuple[str, Any]] = [(start, None)]
     while stack:
         nid, link = stack.pop()
-        node = plan.nodes[nid]
-        if node.klass == ENFORCING:
-            path = []
-            while link is not None:
-                path.append(link[0])
-                link = link[1]
-            out.append((nid, path))
-            continue
-        here = link if isinstance(node, _GATES) else (nid, link)
-        for inp in reversed(node.inputs):
-            stack.append((inp, here))
+        while True:  # along a chain without the stack: its one input is popped next
+            node = nodes[nid]
+            if node.klass == ENFORCING:
+                path = []
+                while link is not None:
+                    path.append(link[0])
+                    link = link[1]
+                out.append((nid, path))
+                break
+            here = link if isinstance(node, _GATES) else (nid, link)
+            ins = node.inputs
+            if len(ins) == 1:
+                nid, link = ins[0], here
+                continue
+            for inp in reversed(ins):
+                stack.append((inp, here))
+            break
     return out
 
 
