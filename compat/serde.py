@@ -382,6 +382,22 @@ def _make(cls: type, values: dict[str, Any]) -> Any:
     return obj
 
 
+def _plain_items(cls: type, defaults: dict[str, Any]) -> Any:
+    """The converter of a list of plain dataclass values (columns, named expressions):
+    ``tuple([_make(cls, {**defaults, **x}) for x in v])`` in one call per list."""
+    new = object.__new__
+
+    def items(v: list[dict[str, Any]]) -> tuple[Any, ...]:
+        out = []
+        for x in v:
+            obj = new(cls)
+            obj.__dict__.update({**defaults, **x} if defaults else x)
+            out.append(obj)
+        return tuple(out)
+
+    return items
+
+
 def _own_fields(cls: type) -> tuple[dataclasses.Field, ...]:
     if issubclass(cls, Node):
         return step_fields(cls)
@@ -397,6 +413,8 @@ def _converter(t: Any) -> Any:
         conv = _converter(item)
         if conv is None:
             return tuple
+        if dataclasses.is_dataclass(item) and _reader(item).plain:
+            return _plain_items(item, _reader(item).defaults)
         return lambda v: tuple([conv(x) for x in v])
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(t) if a is not type(None)]
