@@ -358,11 +358,5 @@ def topological_order(inputs: Mapping[str, tuple[str, ...] | list[str]]) -> list
     """Ids with their inputs first; nodes that become ready together keep the order in
     which ``inputs`` first mentions them (so the same graph always gives the same order).
     Raises ``graphlib.CycleError`` naming a cycle."""
-    ts = graphlib.TopologicalSorter(inputs)
-    ts.prepare()
-    order: list[str] = []
-    while ts.is_active():
-        ready = ts.get_ready()
-        order.extend(ready)
-        ts.done(*ready)
-    return order
+    # static_order() is the loop of prepare, get_ready and done, run inside graphlib
+    return list(graphlib.TopologicalSorter(inputs).static_order())
