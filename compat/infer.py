@@ -14,7 +14,7 @@ and the helpers the step inferences share.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import singledispatch
 
@@ -75,6 +75,9 @@ class InferContext:
         self.nodes = nodes
         self.pointers = pointers
         self.sink_mode = sink_mode
+        #: results of step inferences that depend on nothing but their key (a step's
+        #: expressions and its input's info): steps that repeat them infer them once
+        self.memo: dict[tuple[object, ...], NodeInfo] = {}
 
     def pointer(self, node_id: str, field: str | None = None) -> str:
         base = self.pointers.get(node_id, "")
@@ -157,12 +160,21 @@ def analyze(plan: Plan, reuse: Plan | None = None) -> dict[str, NodeInfo]:
         reuse = None
     old_nodes = reuse.nodes if reuse is not None else {}
     old_infos = reuse.info if reuse is not None else {}
+    # infer_step's implementation per step class, looked up once as singledispatch would
+    # (a replacement of infer_step without ``dispatch``, a test's, is called as it is)
+    impls: dict[type, Callable[[Node, InferContext, list[NodeInfo]], NodeInfo]] = {}
+    dispatch = getattr(infer_step, "dispatch", None)
     for nid, node in plan.nodes.items():
         if old_nodes.get(nid) is node and node.infers_from_inputs and \
-                all(infos[i] == old_infos[i] for i in node.inputs):
+                all(infos[i] is old_infos[i] or infos[i] == old_infos[i]
+                    for i in node.inputs):
             infos[nid] = old_infos[nid]
             continue
-        infos[nid] = infer_step(node, ctx, [infos[i] for i in node.inputs])
+        impl = impls.get(node.__class__)
+        if impl is None:
+            impl = impls[node.__class__] = (dispatch(node.__class__) if dispatch is not None
+                                            else infer_step)
+        infos[nid] = impl(node, ctx, [infos[i] for i in node.inputs])
     plan.info = infos
     return infos
 

@@ -317,9 +317,13 @@ def build_graph(nodes: list[Node], file: str, pointers: dict[str, str],
         by_id[node.id] = node
     dependents: dict[str, list[str]] = {nid: [] for nid in by_id}
     for node in nodes:
-        check_arity(node, file, pointers)
-        for i, dep in enumerate(node.inputs):
+        ins = node.inputs
+        hi = node.max_inputs
+        if len(ins) < node.min_inputs or (hi is not None and len(ins) > hi):
+            check_arity(node, file, pointers)  # raises
+        for dep in ins:
             if dep not in by_id:
+                i = ins.index(dep)  # the first missing input
                 close = difflib.get_close_matches(dep, list(by_id), n=1, cutoff=0.6)
                 raise PlanError(f"input '{dep}' does not exist", file=file, node=node.id,
                                 pointer=pointers.get(node.id, "") + f"/inputs/{i}",
@@ -354,11 +358,5 @@ def topological_order(inputs: Mapping[str, tuple[str, ...] | list[str]]) -> list
     """Ids with their inputs first; nodes that become ready together keep the order in
     which ``inputs`` first mentions them (so the same graph always gives the same order).
     Raises ``graphlib.CycleError`` naming a cycle."""
-    ts = graphlib.TopologicalSorter(inputs)
-    ts.prepare()
-    order: list[str] = []
-    while ts.is_active():
-        ready = ts.get_ready()
-        order.extend(ready)
-        ts.done(*ready)
-    return order
+    # static_order() is the loop of prepare, get_ready and done, run inside graphlib
+    return list(graphlib.TopologicalSorter(inputs).static_order())

@@ -61,6 +61,10 @@ class _CodeGen:
         if name is None:
             if id(s) in self.names:
                 return self.names[id(s)]
+            if type(s) is dict and len(s) == 1 and "$ref" in s:
+                # nothing but a reference: its target's function, without a call around it
+                self.names[id(s)] = self.ref(s["$ref"])
+                return self.names[id(s)]
             name = f"_f{len(self.names)}"
             self.names[id(s)] = name
         body: list[str] = []
@@ -94,6 +98,11 @@ class _CodeGen:
             out.append(f"{pad}if type({var}) not in (int, float): return False")
         elif t is not None:
             raise NotImplementedError(t)
+        # Past the type check, the checks of other keywords need not test the type again.
+        is_str = "" if t == "string" else f"type({var}) is str and "
+        is_num = "" if t in ("integer", "number") else f"type({var}) in (int, float) and "
+        is_list = "" if t == "array" else f"type({var}) is list and "
+        is_dict = "" if t == "object" else f"type({var}) is dict and "
         if "const" in s:
             k = self.const(s["const"])
             out.append(f"{pad}if {var} != {k} or type({var}) is not type({k}): return False")
@@ -102,41 +111,48 @@ class _CodeGen:
             out.append(f"{pad}if type({var}) is not str or {var} not in {k}: return False")
         if "pattern" in s:
             k = self.const(re.compile(s["pattern"]).search)
-            out.append(f"{pad}if type({var}) is str and {k}({var}) is None: return False")
+            out.append(f"{pad}if {is_str}{k}({var}) is None: return False")
         if "minLength" in s:
-            out.append(f"{pad}if type({var}) is str and len({var}) < {s['minLength']}: "
-                       "return False")
+            out.append(f"{pad}if {is_str}len({var}) < {s['minLength']}: return False")
         if "minimum" in s:
-            out.append(f"{pad}if type({var}) in (int, float) and {var} < {s['minimum']!r}: "
-                       "return False")
+            out.append(f"{pad}if {is_num}{var} < {s['minimum']!r}: return False")
         if "maximum" in s:
-            out.append(f"{pad}if type({var}) in (int, float) and {var} > {s['maximum']!r}: "
-                       "return False")
+            out.append(f"{pad}if {is_num}{var} > {s['maximum']!r}: return False")
         if "minItems" in s:
-            out.append(f"{pad}if type({var}) is list and len({var}) < {s['minItems']}: "
-                       "return False")
+            out.append(f"{pad}if {is_list}len({var}) < {s['minItems']}: return False")
         if "items" in s and s["items"] not in (True, {}):
             f = self.function(s["items"])
-            out.append(f"{pad}if type({var}) is list:")
-            out.append(f"{pad}    for x in {var}:")
-            out.append(f"{pad}        if not {f}(x): return False")
+            # all() stops at the first invalid item, as a loop returning False would
+            out.append(f"{pad}if {is_list}not all(map({f}, {var})): return False")
         if "required" in s:
             for key in s["required"]:
-                out.append(f"{pad}if type({var}) is dict and {key!r} not in {var}: "
-                           "return False")
+                out.append(f"{pad}if {is_dict}{key!r} not in {var}: return False")
         if any(k in s for k in ("properties", "additionalProperties", "patternProperties")):
-            self.emit_object(s, var, out, depth)
+            self.emit_object(s, var, out, depth, known=t == "object")
         if "allOf" in s:
-            self.emit_all_of(s["allOf"], var, out, depth)
+            self.emit_all_of(s["allOf"], var, out, depth, known=t == "object")
 
-    def emit_object(self, s: dict[str, Any], var: str, out: list[str], depth: int) -> None:
+    def emit_object(self, s: dict[str, Any], var: str, out: list[str], depth: int,
+                    known: bool = False) -> None:
+        """``known``: ``var`` is known to be a dict here."""
         pad = "    " * depth
         props = {k: self.function(v) for k, v in s.get("properties", {}).items()}
-        table = self.const(props)  # filled with functions after exec
         patterns = [(re.compile(p).search, self.function(v))
                     for p, v in s.get("patternProperties", {}).items()]
         extra = s.get("additionalProperties", True)
         extra_f = self.function(extra) if extra not in (True, {}) else None
+        if not patterns and extra in (True, {}) and len(props) <= 3:
+            # Only a few keys have a schema, any other is allowed: look those up rather
+            # than go over every key (the result is the same: all checks must pass).
+            is_dict = "" if known else f"type({var}) is dict and "
+            for key, fn in props.items():
+                out.append(f"{pad}if {is_dict}{key!r} in {var} and not {fn}({var}[{key!r}]): "
+                           "return False")
+            return
+        if extra is False and known:
+            self.emit_closed_object(s, var, out, depth, patterns)
+            return
+        table = self.const(props)  # filled with functions after exec
         out.append(f"{pad}if type({var}) is dict:")
         out.append(f"{pad}    for key, val in {var}.items():")
         out.append(f"{pad}        f = {table}.get(key)")
@@ -158,7 +174,47 @@ class _CodeGen:
         self.tables = getattr(self, "tables", [])
         self.tables.append(table)
 
-    def emit_all_of(self, branches: list[Any], var: str, out: list[str], depth: int) -> None:
+    def emit_closed_object(self, s: dict[str, Any], var: str, out: list[str], depth: int,
+                           patterns: list[tuple[Any, str]]) -> None:
+        """An object (``var`` is a dict) whose keys are its properties and, failing that,
+        match a pattern: every key without a property is looked at only when there is
+        one, and each property's checks are written in place when they are a scalar's.
+        The same checks as ``emit_object``'s loop, in another order (all must pass)."""
+        pad = "    " * depth
+        props = s.get("properties", {})
+        keys = self.const(frozenset(props))
+        out.append(f"{pad}if not ({var}.keys() <= {keys}):")
+        out.append(f"{pad}    for key, val in {var}.items():")
+        out.append(f"{pad}        if key in {keys}: continue")
+        if patterns:
+            out.append(f"{pad}        matched = False")
+            for search, fn in patterns:
+                k = self.const(search)
+                out.append(f"{pad}        if {k}(key):")
+                out.append(f"{pad}            matched = True")
+                out.append(f"{pad}            if not {fn}(val): return False")
+            out.append(f"{pad}        if matched: continue")
+        out.append(f"{pad}        return False")
+        required = set(s.get("required", ()))  # checked already: present in var
+        for key, sub in props.items():
+            inner = pad
+            if key not in required:
+                out.append(f"{pad}if {key!r} in {var}:")
+                inner = pad + "    "
+            if _scalar(sub):
+                local = f"_v{len(self.consts) + len(out)}"
+                body: list[str] = []
+                self.emit(sub, local, body, len(inner) // 4)
+                if body:
+                    out.append(f"{inner}{local} = {var}[{key!r}]")
+                    out.extend(body)
+                elif inner != pad:
+                    out.append(f"{inner}pass")
+            else:
+                out.append(f"{inner}if not {self.function(sub)}({var}[{key!r}]): return False")
+
+    def emit_all_of(self, branches: list[Any], var: str, out: list[str], depth: int,
+                    known: bool = False) -> None:
         # ``allOf`` of ``if field == X then ...`` branches becomes one dispatch on the field.
         pad = "    " * depth
         dispatch: dict[str, dict[Any, str]] = {}
@@ -174,18 +230,38 @@ class _CodeGen:
             k = self.const(table)
             self.tables = getattr(self, "tables", [])
             self.tables.append(k)
-            out.append(f"{pad}if type({var}) is dict:")
-            out.append(f"{pad}    f = {k}.get({var}.get({field!r}))")
-            out.append(f"{pad}    if f is not None and not f({var}): return False")
+            if known:
+                out.append(f"{pad}f = {k}.get({var}.get({field!r}))")
+                out.append(f"{pad}if f is not None and not f({var}): return False")
+            else:
+                out.append(f"{pad}if type({var}) is dict:")
+                out.append(f"{pad}    f = {k}.get({var}.get({field!r}))")
+                out.append(f"{pad}    if f is not None and not f({var}): return False")
 
     def build(self, s: Any) -> Check:
         entry = self.function(s, "_entry")
+        return self.namespace()[entry]
+
+    def namespace(self) -> dict[str, Any]:
+        """Compile every function generated so far (one ``compile``: it is most of the
+        cost); they are the values of their names in the namespace returned."""
         ns: dict[str, Any] = dict(self.consts)
         exec(compile("\n".join(self.lines), "<plan schema>", "exec"), ns)  # noqa: S102
         for t in getattr(self, "tables", []):  # function names -> functions
             ns[t] = {k: ns[v] for k, v in ns[t].items()}
             self.consts[t] = ns[t]
-        return ns[entry]
+        return ns
+
+
+#: the keywords of a schema that ``_CodeGen.emit`` writes as checks of the value alone
+_SCALAR_KEYWORDS = frozenset({"type", "const", "enum", "pattern", "minLength", "minimum",
+                              "maximum", "description"})
+
+
+def _scalar(s: Any) -> bool:
+    """A schema of a scalar whose checks can be written in place (no call, no nesting)."""
+    return type(s) is dict and s.keys() <= _SCALAR_KEYWORDS and \
+        s.get("type") not in ("object", "array")
 
 
 def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
@@ -195,8 +271,7 @@ def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
     ``shallow`` leaves the items of the top-level ``nodes`` array to the caller.
     """
     if shallow:
-        schema = {**schema, "properties": {**schema["properties"],
-                                           "nodes": {"type": "array", "minItems": 2}}}
+        schema = _shallow(schema)
     gen = _CodeGen(schema)
     target: Any = schema
     if pointer_to:
@@ -205,8 +280,37 @@ def compile_schema(schema: dict[str, Any], pointer_to: str | None = None,
     return gen.build(target)
 
 
+def _shallow(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "properties": {**schema["properties"],
+                                     "nodes": {"type": "array", "minItems": 2}}}
+
+
+#: the node schema that a plan's ``nodes`` hold
+NODE = "#/$defs/node"
+
+
+@cache
+def _plan_checks(name: str) -> dict[tuple[str | None, bool], Check]:
+    """The three checks a check of two plans uses (the whole plan, its top level alone,
+    one node), generated together and compiled at once: compiling is most of the cost of
+    a check, and the node's functions are the whole plan's."""
+    schema = load_schema(name)
+    if "nodes" not in schema.get("properties", {}) or \
+            "node" not in schema.get("$defs", {}):
+        return {}
+    gen = _CodeGen(schema)
+    names = {(None, False): gen.function(schema, "_entry"),
+             (None, True): gen.function(_shallow(schema), "_shallow"),
+             (NODE, False): gen.ref(NODE)}
+    ns = gen.namespace()
+    return {key: ns[fn] for key, fn in names.items()}
+
+
 @cache
 def compiled(name: str, pointer_to: str | None = None, shallow: bool = False) -> Check:
+    together = _plan_checks(name).get((pointer_to, shallow))
+    if together is not None:
+        return together
     return compile_schema(load_schema(name), pointer_to, shallow)
 
 

@@ -234,18 +234,22 @@ def _from_doc(doc: Any, file: str, reuse: Plan | None) -> Plan:
         raise PlanError("unsupported plan format", file=file, pointer="/format",
                         expected=f"'{FORMAT}'", found=repr(doc["format"]))
     old_docs = reuse.documents if reuse is not None else {}
+    #: per node, whether its document equals the old plan's node of its id
+    same: list[bool] = []
     if not old_docs:
         schema_check.validate(doc, "plan.v1.json", file)
     else:
         shallow = schema_check.compiled("plan.v1.json", None, True)
-        node_ok = schema_check.compiled("plan.v1.json", "#/$defs/node")
+        node_ok = schema_check.compiled("plan.v1.json", schema_check.NODE)
         ok = shallow(doc)
         if ok:
             for d in doc["nodes"]:
                 # an id of the wrong type (a list) is no key: the schema check reports it
                 nid = d.get("id") if type(d) is dict else None
                 prev = old_docs.get(nid) if type(nid) is str else None
-                if (prev is None or not _same_doc(prev, d)) and not node_ok(d):
+                equal = prev is not None and _same_doc(prev, d)
+                same.append(equal)
+                if not equal and not node_ok(d):
                     ok = False
                     break
         if not ok:
@@ -257,15 +261,13 @@ def _from_doc(doc: Any, file: str, reuse: Plan | None) -> Plan:
         nodes = []
         for i, d in enumerate(doc["nodes"]):
             nid = d["id"]
-            prev = old_docs.get(nid)
-            if prev is not None and _same_doc(prev, d) and nid in old_nodes and \
-                    nid not in pointers:
+            if same and same[i] and nid in old_nodes and nid not in pointers:
                 node = old_nodes[nid]
-                pointers[nid] = f"/nodes/{i}"
+                ptr = pointers[nid] = f"/nodes/{i}"
+                if _reader(node.__class__).nested:
+                    _nested_pointers(node, d, ptr, pointers)
             else:
                 node = _node(d, f"/nodes/{i}", pointers)
-            if nid in old_nodes and node is old_nodes[nid]:
-                _nested_pointers(node, d, f"/nodes/{i}", pointers)
             nodes.append(node)
             documents[nid] = d
     except PlanError as e:
@@ -358,6 +360,8 @@ class _Reader:
     fields: tuple[tuple[str, str, Any], ...]
     #: every field a scalar under its own name: the document's dict is the object's
     plain: bool
+    #: some field holds nodes (a recursive step's body)
+    nested: bool
 
 
 @cache
@@ -369,13 +373,29 @@ def _reader(cls: type) -> _Reader:
         defaults.update(description=None, extras=_NO_EXTRAS)
     fields = tuple((f.name, json_key(f), _converter(hints[f.name])) for f in own)
     plain = all(conv is None and name == key for name, key, conv in fields)
-    return _Reader(cls, defaults, fields, plain)
+    return _Reader(cls, defaults, fields, plain, any(conv is _NODES for _, _, conv in fields))
 
 
 def _make(cls: type, values: dict[str, Any]) -> Any:
     obj = object.__new__(cls)
     obj.__dict__.update(values)
     return obj
+
+
+def _plain_items(cls: type, defaults: dict[str, Any]) -> Any:
+    """The converter of a list of plain dataclass values (columns, named expressions):
+    ``tuple([_make(cls, {**defaults, **x}) for x in v])`` in one call per list."""
+    new = object.__new__
+
+    def items(v: list[dict[str, Any]]) -> tuple[Any, ...]:
+        out = []
+        for x in v:
+            obj = new(cls)
+            obj.__dict__.update({**defaults, **x} if defaults else x)
+            out.append(obj)
+        return tuple(out)
+
+    return items
 
 
 def _own_fields(cls: type) -> tuple[dataclasses.Field, ...]:
@@ -393,6 +413,8 @@ def _converter(t: Any) -> Any:
         conv = _converter(item)
         if conv is None:
             return tuple
+        if dataclasses.is_dataclass(item) and _reader(item).plain:
+            return _plain_items(item, _reader(item).defaults)
         return lambda v: tuple([conv(x) for x in v])
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(t) if a is not type(None)]

@@ -47,15 +47,22 @@ def merkle(plan: Plan, memo: dict[int, int] | None = None,
     """
     memo = {} if memo is None else memo
     out: dict[str, int] = {}
+    gate: dict[type, bool] = {}
     for nid, node in plan.nodes.items():  # topological order: inputs first
-        if isinstance(node, _GATES):  # gates are deployment plumbing, not computation
+        cls = node.__class__
+        is_gate = gate.get(cls)
+        if is_gate is None:
+            is_gate = gate[cls] = issubclass(cls, _GATES)
+        if is_gate:  # gates are deployment plumbing, not computation
             out[nid] = out[node.inputs[0]]
             continue
         h = memo.get(id(node))
         if h is None:
             h = memo[id(node)] = hash(content(node) if content is not None else
                                       (node.step, node.content()))
-        out[nid] = hash((h, *[out[i] for i in node.inputs]))
+        ins = node.inputs
+        out[nid] = hash((h, out[ins[0]]) if len(ins) == 1 else
+                        (h, *[out[i] for i in ins]))
     return out
 
 
@@ -77,14 +84,43 @@ class Walk:
 
     def run(self) -> None:
         memo: dict[int, int] = {}
-
-        def content(node: Node) -> tuple[int, int]:
-            return self._raw_key(node), node.version
-
-        self.ho = merkle(self.old, memo, content)
-        self.hn = merkle(self.new, memo, content)
+        self.ho = self._merkle(self.old, memo)
+        self.hn = self._merkle(self.new, memo)
         self.memo = memo
         self.visit(self.old.sink, self.new.sink)
+
+    def _merkle(self, plan: Plan, memo: dict[int, int]) -> dict[str, int]:
+        """``merkle(plan, memo, content)`` where a node's content is its raw key and its
+        version (``(self._raw_key(node), node.version)``), written out: the same hashes
+        and raw key numbers, without two calls per node."""
+        out: dict[str, int] = {}
+        gate: dict[type, bool] = {}
+        raw = self._raw
+        raw_keys = self._raw_keys
+        for nid, node in plan.nodes.items():  # topological order: inputs first
+            cls = node.__class__
+            is_gate = gate.get(cls)
+            if is_gate is None:
+                is_gate = gate[cls] = issubclass(cls, _GATES)
+            if is_gate:
+                out[nid] = out[node.inputs[0]]
+                continue
+            h = memo.get(id(node))
+            if h is None:
+                k = raw.get(id(node))
+                if k is None:
+                    names = _RAW_FIELDS.get(cls)
+                    if names is None:
+                        k = self._raw_key(node)
+                    else:
+                        key = (node.step, len(node.inputs),
+                               *[getattr(node, f) for f in names])
+                        k = raw[id(node)] = raw_keys.setdefault(key, len(raw_keys))
+                h = memo[id(node)] = hash((k, node.version))
+            ins = node.inputs
+            out[nid] = hash((h, out[ins[0]]) if len(ins) == 1 else
+                            (h, *[out[i] for i in ins]))
+        return out
 
     # ------------------------------------------------------------------------------------
     def visit(self, o: Node, n: Node, state: Pair | None = None) -> None:
@@ -285,8 +321,8 @@ class Walk:
         self.ctx.upstream_of_state = state is not None
         self.ctx.state = _state_node(state)
         self.ctx.consumer = (o, n)
-        raw = self._raw_key
-        for tag, i1, i2, j1, j2 in align([raw(a) for a in olds], [raw(b) for b in news]):
+        raw = self._raw_keys_of
+        for tag, i1, i2, j1, j2 in align(raw(olds), raw(news)):
             if tag == "equal":
                 for a, b in zip(olds[i1:i2], news[j1:j2]):
                     self._versions(a, b)
@@ -322,6 +358,15 @@ class Walk:
             key = (node.step, len(node.inputs), *[getattr(node, f) for f in names])
             k = self._raw[id(node)] = self._raw_keys.setdefault(key, len(self._raw_keys))
         return k
+
+    def _raw_keys_of(self, nodes: list[Node]) -> list[int]:
+        """``[self._raw_key(n) for n in nodes]``, looking up the keys already numbered
+        (every node but gates, by ``merkle``) without a call each."""
+        got = self._raw.get
+        keys = [got(id(n)) for n in nodes]
+        if None in keys:
+            keys = [self._raw_key(n) for n in nodes]
+        return keys
 
     def _pair_in_gap(self, olds: list[Node], news: list[Node]) -> None:
         """Pair same-step nodes in order; the rest were added or removed."""
@@ -539,21 +584,28 @@ def frontier(plan: Plan, start: str) -> list[tuple[str, list[str]]]:
     enforcing node reached: copying it at every step is quadratic on long chains.
     """
     out: list[tuple[str, list[str]]] = []
+    nodes = plan.nodes
     # a link is (node id, link of the node nearer the consumer) or None
     stack: list[tuple[str, Any]] = [(start, None)]
     while stack:
         nid, link = stack.pop()
-        node = plan.nodes[nid]
-        if node.klass == ENFORCING:
-            path = []
-            while link is not None:
-                path.append(link[0])
-                link = link[1]
-            out.append((nid, path))
-            continue
-        here = link if isinstance(node, _GATES) else (nid, link)
-        for inp in reversed(node.inputs):
-            stack.append((inp, here))
+        while True:  # along a chain without the stack: its one input is popped next
+            node = nodes[nid]
+            if node.klass == ENFORCING:
+                path = []
+                while link is not None:
+                    path.append(link[0])
+                    link = link[1]
+                out.append((nid, path))
+                break
+            here = link if isinstance(node, _GATES) else (nid, link)
+            ins = node.inputs
+            if len(ins) == 1:
+                nid, link = ins[0], here
+                continue
+            for inp in reversed(ins):
+                stack.append((inp, here))
+            break
     return out
 
 

@@ -101,6 +101,19 @@ def test_shape_cache_shares_parses_but_keeps_errors_precise():
     assert "amount > 10 AND AND" in str(e.value)
 
 
+@pytest.mark.parametrize("alphabet", ["'\\.`1234567890a_ x()\u0663", "0123456789'. a"])
+def test_shape_key_is_the_literal_regex_with_placeholders(alphabet):
+    # ``shape`` replaces literals in two passes of plain substitutions: the same text as
+    # one pass of ``_LITERAL_RE`` calling ``_placeholder`` per literal
+    import random
+
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert E._NUMBER_RE.sub("1", E._STRING_RE.sub("'s'", text)) == \
+            E._LITERAL_RE.sub(E._placeholder, text), text
+
+
 def test_sqlglot_fallback_accepts_valid_spark_outside_the_subset():
     # a FILTER-free aggregate with an ORDER BY inside is outside our parser's subset
     ast = E.parse("array_sort(arr, (l, r) -> CASE WHEN l < r THEN -1 ELSE 1 END)")

@@ -34,6 +34,17 @@ register_codes({"project-changed": ("in_place", "info", "schema_evolution", REST
 @infer_step.register
 def _infer(node: Project, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
+    # What a project infers depends on its columns' names and expressions and on its
+    # input's info only: generated plans repeat the same project many times.
+    key = ("project", tuple([(c.name, c.expr) for c in node.columns]), src)
+    got = ctx.memo.get(key)
+    if got is not None:
+        return got
+    ctx.memo[key] = got = _infer_columns(node, ctx, src)
+    return got
+
+
+def _infer_columns(node: Project, ctx: InferContext, src: NodeInfo) -> NodeInfo:
     sc = scope(src)
     cols = []
     marks = set()
