@@ -187,8 +187,8 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
                                 new_pointer="/query"))
     # Step 4: requirements of the environment.
     findings, requirements = _apply_requirements(findings, old, new, set(require))
-    findings = _dedupe(findings)
-    verdict = _verdict(findings)
+    findings = dedupe(findings)
+    verdict = verdict_of(findings)
     # Step 6: severity and advice follow each finding's effect under the flags.
     findings = [settle(f, allow_migration=allow_migration) for f in findings]
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
@@ -271,7 +271,7 @@ def _apply_requirements(findings: list[Finding], old: Plan, new: Plan,
     return out, status
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
+def dedupe(findings: list[Finding]) -> list[Finding]:
     seen = set()
     out = []
     for f in findings:
@@ -282,7 +282,8 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _verdict(findings: list[Finding]) -> str:
+def verdict_of(findings: list[Finding]) -> str:
+    """The verdict the worst effect among ``findings`` gives."""
     worst = max((EFFECT_RANK[f.effect] for f in findings), default=0)
     return {0: "identical", 1: "in_place", 2: "migrate", 3: "unsupported"}[worst]
 

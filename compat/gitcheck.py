@@ -27,7 +27,8 @@ class Entry:
     error: str | None = None
 
 
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """``git ARGS`` in ``cwd``, its output captured; no git on PATH is one error."""
     try:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
     except FileNotFoundError:
@@ -81,12 +82,12 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                   schema_compat: str = "forward", allow_migration: bool = False
                   ) -> list[Entry]:
     cwd = Path.cwd()
-    top = _git(["rev-parse", "--show-toplevel"], cwd)
+    top = git(["rev-parse", "--show-toplevel"], cwd)
     if top.returncode != 0:
         raise CheckError("not inside a git repository", found=str(cwd),
                          expected="a git work tree (for --against)")
     root = Path(top.stdout.decode().strip())
-    if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd).returncode != 0:
+    if git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd).returncode != 0:
         raise CheckError(f"git ref '{ref}' not found", expected="a branch, tag or commit",
                          found=repr(ref))
     for p in paths:
@@ -105,7 +106,7 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             continue
         rel = path.resolve().relative_to(root).as_posix()
         seen.add(rel)
-        old = _git(["show", f"{ref}:{rel}"], root)
+        old = git(["show", f"{ref}:{rel}"], root)
         try:
             if old.returncode != 0:
                 load_plan(str(path))
@@ -131,11 +132,11 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             rel = rel_dir.relative_to(root).as_posix()
         except ValueError:
             continue
-        listing = _git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
+        listing = git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
         for name in listing.stdout.decode().splitlines():
             if name.lower().endswith(SUFFIXES) and name not in seen and \
                     not (root / name).exists():
-                blob = _git(["show", f"{ref}:{name}"], root).stdout
+                blob = git(["show", f"{ref}:{name}"], root).stdout
                 if _is_plan_text(blob, name):
                     seen.add(name)
                     entries.append(Entry(name, "removed"))

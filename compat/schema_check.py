@@ -159,20 +159,26 @@ class _CodeGen:
         out.append(f"{pad}        if f is not None:")
         out.append(f"{pad}            if not f(val): return False")
         out.append(f"{pad}            continue")
-        if patterns:
-            out.append(f"{pad}        matched = False")
-            for search, fn in patterns:
-                k = self.const(search)
-                out.append(f"{pad}        if {k}(key):")
-                out.append(f"{pad}            matched = True")
-                out.append(f"{pad}            if not {fn}(val): return False")
-            out.append(f"{pad}        if matched: continue")
+        self.emit_patterns(pad, patterns, out)
         if extra is False:
             out.append(f"{pad}        return False")
         elif extra_f:
             out.append(f"{pad}        if not {extra_f}(val): return False")
         self.tables = getattr(self, "tables", [])
         self.tables.append(table)
+
+    def emit_patterns(self, pad: str, patterns: list[tuple[Any, str]], out: list[str]) -> None:
+        """In the loop over an object's keys: a key matching a pattern is checked by the
+        pattern's function (all that match), and the loop goes on to the next key."""
+        if not patterns:
+            return
+        out.append(f"{pad}        matched = False")
+        for search, fn in patterns:
+            k = self.const(search)
+            out.append(f"{pad}        if {k}(key):")
+            out.append(f"{pad}            matched = True")
+            out.append(f"{pad}            if not {fn}(val): return False")
+        out.append(f"{pad}        if matched: continue")
 
     def emit_closed_object(self, s: dict[str, Any], var: str, out: list[str], depth: int,
                            patterns: list[tuple[Any, str]]) -> None:
@@ -186,14 +192,7 @@ class _CodeGen:
         out.append(f"{pad}if not ({var}.keys() <= {keys}):")
         out.append(f"{pad}    for key, val in {var}.items():")
         out.append(f"{pad}        if key in {keys}: continue")
-        if patterns:
-            out.append(f"{pad}        matched = False")
-            for search, fn in patterns:
-                k = self.const(search)
-                out.append(f"{pad}        if {k}(key):")
-                out.append(f"{pad}            matched = True")
-                out.append(f"{pad}            if not {fn}(val): return False")
-            out.append(f"{pad}        if matched: continue")
+        self.emit_patterns(pad, patterns, out)
         out.append(f"{pad}        return False")
         required = set(s.get("required", ()))  # checked already: present in var
         for key, sub in props.items():

@@ -485,13 +485,18 @@ def _nested_pointers(node: Node, d: dict[str, Any], ptr: str,
 
 
 def to_doc(plan: Plan) -> dict[str, Any]:
+    return plan_doc(plan, [node_doc(n) for n in plan.nodes.values()])
+
+
+def plan_doc(plan: Plan, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document of ``plan`` (its query, config, metadata and x- keys) over ``nodes``."""
     doc: dict[str, Any] = {"format": FORMAT, "query": plan.query}
     if plan.config:
         doc["config"] = dict(plan.config)
     if plan.metadata:
         doc["metadata"] = dict(plan.metadata)
     doc.update(plan.extras)
-    doc["nodes"] = [node_doc(n) for n in plan.nodes.values()]
+    doc["nodes"] = nodes
     return doc
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compat.check import VERDICT_EXIT, Report, check_plans
-from compat.findings import EFFECT_RANK, Finding, finding, register_codes, settle
+from compat.check import VERDICT_EXIT, Report, check_plans, dedupe, verdict_of
+from compat.findings import Finding, finding, register_codes, settle
 from compat.fleet.contract import Contract, impacts, produced
 from compat.fleet.graph import Fleet
 from compat.model import Plan
@@ -140,11 +140,6 @@ class FleetReport:
         }
 
 
-def _worst(findings: list[Finding]) -> str:
-    rank = max((EFFECT_RANK[f.effect] for f in findings), default=0)
-    return VERDICTS[rank]
-
-
 def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
                  schema_compat: str = "forward",
                  allow_migration: bool = False) -> FleetReport:
@@ -232,7 +227,7 @@ def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
             by.discard(name)
             findings[name] = got
             caused[name] = by
-            verdict[name] = _worst(got)
+            verdict[name] = verdict_of(got)
         now = {n for n in order if verdict[n] == "migrate"}
         if now == rebuilt and caused == prev:
             break
@@ -240,7 +235,7 @@ def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
     for name in removed:
         findings[name] = list(own[name])
         caused[name] = set()
-        verdict[name] = _worst(findings[name])
+        verdict[name] = verdict_of(findings[name])
     # Step 4: verdicts, advice under the flags, waves.
     waves = _waves(new, rebuilt, {n for n in order if status[n] == "new"})
     wave_of = {q: i for i, w in enumerate(waves) for q in w}
@@ -251,7 +246,7 @@ def check_fleets(old: Fleet, new: Fleet, *, require: list[str] | None = None,
         was = old.queries.get(name)
         results.append(QueryResult(
             name, status[name], verdict[name],
-            [settle(f, allow_migration=allow_migration) for f in _dedupe(findings[name])],
+            [settle(f, allow_migration=allow_migration) for f in dedupe(findings[name])],
             sorted(caused[name]), i, q.path, q.plan,
             was.plan if was is not None and not gone else None, reports.get(name),
             wave_of.get(name)))
@@ -330,17 +325,6 @@ def _waves(fleet: Fleet, rebuilt: set[str], new: set[str] = frozenset()) -> list
         waves[lv].extend(cond.nodes[c]["members"])
     rank = {q: i for i, q in enumerate(fleet.order())}
     return [sorted(w, key=rank.__getitem__) for w in waves]
-
-
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen = set()
-    out = []
-    for f in findings:
-        key = (f.code, f.message, f.old_pointer, f.new_pointer)
-        if key not in seen:
-            seen.add(key)
-            out.append(f)
-    return out
 
 
 

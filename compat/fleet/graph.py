@@ -20,13 +20,13 @@ import heapq
 import json
 import os
 import posixpath
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compat.check import is_sql, load_plan
 from compat.errors import CheckError, FleetError, PlanError
+from compat.gitcheck import git
 from compat.model import Plan
 from compat.steps import Source
 
@@ -253,12 +253,12 @@ def load_fleet_at(ref: str, root: str) -> Fleet:
     """The fleet under ``root`` as it was at the git ref ``ref`` (files are named
     ``REF:path``, as ``check --against`` names them).  A folder that did not exist at the
     ref is an empty fleet: every query in it is new."""
-    top = _git(["rev-parse", "--show-toplevel"], Path.cwd())
+    top = git(["rev-parse", "--show-toplevel"], Path.cwd())
     if top.returncode != 0:
         raise CheckError("not inside a git repository", found=str(Path.cwd()),
                          expected="a git work tree (for --against)")
     repo = Path(top.stdout.decode().strip())
-    if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo).returncode:
+    if git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo).returncode:
         raise CheckError(f"git ref '{ref}' not found", expected="a branch, tag or commit",
                          found=repr(ref))
     try:
@@ -267,24 +267,16 @@ def load_fleet_at(ref: str, root: str) -> Fleet:
         raise CheckError("path is outside the git repository", file=root,
                          expected=f"a path inside {repo}", found=str(Path(root).resolve())
                          ) from None
-    listing = _git(["ls-tree", "-r", "-z", "--name-only", ref, "--", rel_root], repo)
+    listing = git(["ls-tree", "-r", "-z", "--name-only", ref, "--", rel_root], repo)
     prefix = "" if rel_root == "." else rel_root + "/"
     files: dict[str, bytes] = {}
     for name in listing.stdout.decode(errors="surrogateescape").split("\0"):
         if not name.startswith(prefix) or not name.lower().endswith(SUFFIXES):
             continue
-        blob = _git(["show", f"{ref}:{name}"], repo)
+        blob = git(["show", f"{ref}:{name}"], repo)
         if blob.returncode == 0:
             files[name[len(prefix):]] = blob.stdout
     return load_fleet_files(f"{ref}:{rel_root}", files)
-
-
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
-    except FileNotFoundError:
-        raise CheckError("git is not installed", expected="git on PATH",
-                         found="no git") from None
 
 
 def _load_query(file: str, rel: str, raw: bytes) -> FleetQuery:

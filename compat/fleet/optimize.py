@@ -51,7 +51,7 @@ from compat.errors import FleetError
 from compat.fleet.signature import SHORT, Shared, node_signatures, shared_subplans, upstream
 from compat.infer import INSERT, analyze, duration_seconds
 from compat.model import Plan
-from compat.serde import FORMAT, from_doc, node_doc
+from compat.serde import FORMAT, from_doc, node_doc, plan_doc
 
 #: internal topics and the queries that write them are named after the signature
 TOPIC_PREFIX = "theseus.shared."
@@ -302,14 +302,7 @@ def _consumer_doc(plan: Plan, tops: list[str], tmpl: Plan, n0: str, tsig: Any,
         if nid not in keep:
             keep.add(nid)
             stack.extend(by_id[nid].get("inputs", ()))
-    doc: dict[str, Any] = {"format": FORMAT, "query": plan.query}
-    if plan.config:
-        doc["config"] = dict(plan.config)
-    if plan.metadata:
-        doc["metadata"] = dict(plan.metadata)
-    doc.update(plan.extras)
-    doc["nodes"] = [d for d in docs if d["id"] in keep]
-    return doc, did_rename
+    return plan_doc(plan, [d for d in docs if d["id"] in keep]), did_rename
 
 
 def _event_time(tmpl: Plan, n0: str, nodes: set[str], names: list[str]
