@@ -206,9 +206,12 @@ def test_renaming_node_ids_never_changes_signatures(data):
                 n["inputs"] = [ren[i] for i in n["inputs"]]
             for k in ("condition", "time_bound"):
                 if k in n:  # qualified by input ids
-                    for old, nw in ren.items():
-                        n[k] = n[k].replace(f"{old}.", f"__{nw}__.")
-                    n[k] = n[k].replace("__", "")
+                    # one pass per id through a marker no id holds, the new id quoted
+                    # (an id may be a keyword, or hold what the marker would be)
+                    for i, old in enumerate(ren):
+                        n[k] = n[k].replace(f"{old}.", f"\0{i}\0.")
+                    for i, nw in enumerate(ren.values()):
+                        n[k] = n[k].replace(f"\0{i}\0.", f"`{nw}`.")
         d["query"] = "renamed_" + p.query
         q = from_doc(d)
         analyze(q)
