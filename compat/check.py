@@ -60,6 +60,13 @@ class Report:
     passive_alignment: list[tuple[str, str, str]] = field(default_factory=list)
     #: ``--allow-migration``: the migrate verdict passes the gate (exit 0)
     allow_migration: bool = False
+    #: ``--checkpoint`` / ``--query``: what the checkpoint holds and what a restart on it
+    #: does (``migrate.ckcheck``); None for a check of two plans
+    checkpoint: dict[str, Any] | None = None
+    #: the old side's characteristics when it is a checkpoint alone (no old plan)
+    old_characteristics: list[str] | None = None
+    #: the old side is the checkpoint alone: ``old`` is then the new plan, for positions
+    old_is_checkpoint: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -71,22 +78,36 @@ class Report:
     def upgrade_types(self) -> list[str]:
         return sorted({f.upgrade_type for f in self.findings if f.effect != "none"})
 
+    @property
+    def old_chars(self) -> list[str]:
+        if self.old_characteristics is not None:
+            return self.old_characteristics
+        return characteristics(self.old)
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        old: dict[str, Any] = {"file": self.old.file, "query": self.old.query}
+        if self.checkpoint is not None:
+            old["checkpoint"] = self.checkpoint["path"]
+            if self.old_is_checkpoint:
+                old["file"] = None
+        doc = {
             "format": "theseus.report/1",
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "old": {"file": self.old.file, "query": self.old.query},
+            "old": old,
             "new": {"file": self.new.file, "query": self.new.query},
             "findings": [self._finding_json(f) for f in self.findings],
             "upgrade_types": self.upgrade_types,
-            "characteristics": {"old": characteristics(self.old),
+            "characteristics": {"old": self.old_chars,
                                 "new": characteristics(self.new)},
             "requirements": self.requirements,
             "schema_compat": self.schema_compat,
             "allow_migration": self.allow_migration,
             "alignment": [{"old": a, "new": b, "step": s} for a, b, s in self.alignment],
         }
+        if self.checkpoint is not None:
+            doc["checkpoint"] = self.checkpoint
+        return doc
 
 
     def _finding_json(self, f: Finding) -> dict[str, Any]:

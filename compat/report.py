@@ -60,11 +60,13 @@ def _loc(report: Report, f: Finding) -> str:
 def render_text(report: Report) -> str:
     lines = [f"verdict: {report.verdict} — {VERDICT_TEXT[report.verdict]} "
              f"(exit {report.exit_code})",
-             f"  old: {report.old.file}   new: {report.new.file}"]
+             f"  old: {_old_side(report)}   new: {report.new.file}"]
     if report.upgrade_types:
         lines.append(f"  upgrade types: {', '.join(report.upgrade_types)}")
-    lines.append(f"  characteristics: old {', '.join(characteristics(report.old))}; "
+    lines.append(f"  characteristics: old {', '.join(report.old_chars)}; "
                  f"new {', '.join(characteristics(report.new))}")
+    if report.checkpoint is not None:
+        lines += checkpoint_lines(report.checkpoint)
     for r in report.requirements:
         lines.append(f"  requirement {r['name']}: {'met' if r['met'] else 'NOT met'} "
                      f"({r['note']})")
@@ -86,7 +88,11 @@ def render_markdown(report: Report) -> str:
     icon = {"identical": "✅", "in_place": "✅", "migrate": "⚠️", "unsupported": "⛔"}
     out = [f"### {icon[report.verdict]} Theseus: `{report.verdict}`",
            "", VERDICT_TEXT[report.verdict] + ".", "",
-           f"`{report.old.file}` → `{report.new.file}`", ""]
+           f"`{_old_side(report)}` → `{report.new.file}`", ""]
+    if report.checkpoint is not None:
+        out += ["<details><summary>Checkpoint</summary>", "", "```"]
+        out += [ln.strip() for ln in checkpoint_lines(report.checkpoint)]
+        out += ["```", "", "</details>", ""]
     if report.findings:
         out += ["| | code | effect | where | finding | what to do |",
                 "|---|---|---|---|---|---|"]
@@ -101,6 +107,44 @@ def render_markdown(report: Report) -> str:
     out += [f"| `{a}` | `{b}` | {s} |" for a, b, s in report.alignment]
     out += ["", "</details>", ""]
     return "\n".join(out)
+
+
+def _old_side(report: Report) -> str:
+    if report.checkpoint is None:
+        return report.old.file
+    if report.old_is_checkpoint:
+        return f"checkpoint {report.checkpoint['path']}"
+    return f"{report.old.file} + checkpoint {report.checkpoint['path']}"
+
+
+_OUTCOME = {"fails": "Spark refuses to start", "wrong_state": "Spark starts with wrong state",
+            "starts": "Spark starts, state intact"}
+
+
+def checkpoint_lines(ck: dict[str, Any]) -> list[str]:
+    """The ``checkpoint`` section of a report as text lines."""
+    r = ck["restart"]
+    lines = [f"  restart on the checkpoint: {_OUTCOME[r['outcome']]}"
+             + (f" ({r['error_class']})" if r["error_class"] else ""),
+             f"  checkpoint: {ck['path']}",
+             f"    last committed batch {ck['last_committed_batch']}, shuffle partitions "
+             f"{ck['shuffle_partitions']}, watermark {ck['watermark_ms']} ms"]
+    for src in ck["sources"]:
+        if src["offsets"]:
+            for topic, parts in src["offsets"].items():
+                offs = ", ".join(f"{p}:{o}" for p, o in parts.items())
+                lines.append(f"    source {src['index']}: {topic} [{offs}]")
+        else:
+            lines.append(f"    source {src['index']}: {json.dumps(src['raw'])}")
+    if not ck["operators"]:
+        lines.append("    no stateful operator")
+    for op in ck["operators"]:
+        lines.append(f"    operator {op['id']} {op['name']} (metadata v{op['metadata_version']}"
+                     f", {op['partitions']} partitions)")
+        for st in op["stores"]:
+            lines.append(f"      store {st['name']}: key {st['key_schema'] or '?'}, "
+                         f"value {st['value_schema'] or '?'}")
+    return lines
 
 
 def _md(s: str) -> str:

@@ -115,10 +115,18 @@ def main() -> None:
 
 
 @main.command(help=CHECK_HELP)
-@click.argument("paths", nargs=-1, required=True, metavar="OLD NEW | PATH...")
+@click.argument("paths", nargs=-1, required=True, metavar="OLD NEW | PATH... | NEW")
 @click.option("--against", "against", default=None, metavar="REF",
               help="Compare every plan under PATH... with its version at git REF (new and "
                    "removed plans are reported); the exit code is the worst outcome.")
+@click.option("--checkpoint", "checkpoint", default=None, metavar="DIR",
+              help="Check NEW against this Spark checkpoint directory (no old plan): what "
+                   "Spark will say when NEW restarts on it.  Starts Spark (local).")
+@click.option("--query", "query", default=None, metavar="NAME",
+              help="Check NEW against the checkpoint and recorded plan of query NAME in "
+                   "the store (--state).  Starts Spark (local).")
+@click.option("--state", "state", default=".theseus", show_default=True, metavar="STORE",
+              help="The store, with --query.")
 @click.option("--require", "require", default="", metavar="LIST",
               help="backfill,ordered,exactly_once,live,cascading")
 @click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
@@ -130,12 +138,31 @@ def main() -> None:
               show_default=True, help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to a file instead of stdout.")
-def check(paths: tuple[str, ...], against: str | None, require: str, schema_compat: str,
+def check(paths: tuple[str, ...], against: str | None, checkpoint: str | None,
+          query: str | None, state: str, require: str, schema_compat: str,
           allow_migration: bool, fmt: str, output: str | None) -> None:
     from compat.check import check_files, parse_require
     from compat.errors import CheckError
     from compat.report import render
 
+    if checkpoint is not None or query is not None:
+        if (checkpoint is None) == (query is None) or against is not None or len(paths) != 1:
+            raise CheckError("a checkpoint check takes one plan: --checkpoint DIR NEW, or "
+                             "--query NAME [--state STORE] NEW",
+                             expected="one of --checkpoint, --query and one path",
+                             found=f"{len(paths)} path(s)"
+                             + (", --against" if against is not None else "")
+                             + (", both --checkpoint and --query"
+                                if checkpoint is not None and query is not None else ""))
+        # Only this path imports PySpark (lazily, in migrate.stateops).
+        from migrate.ckcheck import check_checkpoint
+
+        report = check_checkpoint(checkpoint, paths[0], query=query, state=state,
+                                  require=parse_require(require),
+                                  schema_compat=schema_compat,
+                                  allow_migration=allow_migration)
+        _emit(render(report, fmt), output)
+        sys.exit(report.exit_code)
     if against is not None:
         from compat import gitcheck
 

@@ -1,0 +1,441 @@
+"""A Spark Structured Streaming checkpoint, read in plain Python (no Spark, no JVM).
+
+What a checkpoint directory holds (Spark 4.x, the formats of its own readers):
+
+    metadata                         {"id": "<query id>"}
+    offsets/<batch>                  "v1", then OffsetSeqMetadata JSON (batchWatermarkMs,
+                                     batchTimestampMs, conf: the SQL confs a restart keeps,
+                                     spark.sql.shuffle.partitions among them), then one line
+                                     per source, in the query's source order ("-" = none)
+    commits/<batch>                  "v1", then {"nextBatchWatermarkMs": ...}: the batch is done
+    state/<op>/_metadata/metadata    OperatorStateMetadataV1: "v1", then {"operatorInfo":
+                                     {"operatorId", "operatorName"}, "stateStoreInfo":
+                                     [{"storeName", "numColsPrefixKey", "numPartitions"}]}
+    state/<op>/_metadata/v2/<batch>  OperatorStateMetadataV2 (transformWithState): the same
+                                     plus "operatorPropertiesJson" and each store's
+                                     "stateSchemaFilePath"
+    state/<op>/0/[<store>/]_metadata/schema
+                                     the state schema, as StateSchemaCompatibilityChecker
+                                     writes it: Java ``writeUTF("v1"|"v2")``; v1 = two UTF
+                                     strings (key, value schema JSON); v2 = for key then value
+                                     an int count of chunks and that many UTF strings
+    state/<op>/_stateSchema/<store>/<batch>_<uuid>
+                                     StateSchemaV3File (transformWithState): "v3", then the
+                                     column families' schemas as JSON
+
+Only batches with a commit count: an offsets file without its commit is a batch Spark will
+run again at restart.  What the files do not hold (the source topics of a source that is not
+the gated Kafka source, the sink, window sizes) is never guessed: ``Checkpoint.not_verified``
+says it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compat.errors import TheseusError
+
+
+class CheckpointError(TheseusError):
+    """A checkpoint directory cannot be read, or holds nothing that can be checked."""
+
+
+@dataclass(frozen=True)
+class StateStore:
+    name: str
+    partitions: int
+    prefix_key_columns: int = 0
+    #: Spark's StructType JSON (``{"type": "struct", "fields": [...]}``); None: not recorded
+    key_schema: dict[str, Any] | None = None
+    value_schema: dict[str, Any] | None = None
+    schema_file: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "partitions": self.partitions,
+                "key_schema": type_string(self.key_schema) if self.key_schema else None,
+                "value_schema": type_string(self.value_schema) if self.value_schema
+                else None}
+
+
+@dataclass(frozen=True)
+class Operator:
+    id: int
+    name: str
+    stores: tuple[StateStore, ...]
+    metadata_version: int = 1
+
+    @property
+    def partitions(self) -> int | None:
+        return self.stores[0].partitions if self.stores else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "metadata_version": self.metadata_version,
+                "partitions": self.partitions, "stores": [s.to_json() for s in self.stores]}
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    query_id: str | None
+    #: the last batch whose commit is written (None: no batch was ever committed)
+    last_committed: int | None
+    #: the offsets of that batch, one entry per source in the query's source order
+    offsets: list[Any]
+    conf: dict[str, str]
+    watermark_ms: int | None
+    operators: list[Operator]
+    not_verified: list[str] = field(default_factory=list)
+
+    @property
+    def shuffle_partitions(self) -> int | None:
+        v = self.conf.get("spark.sql.shuffle.partitions")
+        return int(v) if v is not None and str(v).isdigit() else None
+
+    def source_offsets(self) -> dict[str, dict[str, int]]:
+        """Offsets per topic and partition, for the sources whose offsets are the gated Kafka
+        source's (``{topic: {partition: offset}}``) or Spark's Kafka source's (the same)."""
+        out: dict[str, dict[str, int]] = {}
+        for doc in self.offsets:
+            for topic, parts in kafka_offsets(doc).items():
+                out.setdefault(topic, {}).update(parts)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "query_id": self.query_id,
+                "last_committed_batch": self.last_committed,
+                "shuffle_partitions": self.shuffle_partitions,
+                "watermark_ms": self.watermark_ms,
+                "sources": [{"index": i, "offsets": kafka_offsets(doc) or None,
+                             "raw": None if kafka_offsets(doc) else doc}
+                            for i, doc in enumerate(self.offsets)],
+                "operators": [op.to_json() for op in self.operators],
+                "not_verified": list(self.not_verified)}
+
+
+def kafka_offsets(doc: Any) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: offset}}`` when ``doc`` has that shape, else {}."""
+    if not isinstance(doc, dict) or not doc:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict) or not all(
+                isinstance(p, str) and p.lstrip("-").isdigit() and isinstance(o, int)
+                and not isinstance(o, bool) for p, o in parts.items()):
+            return {}
+        out[str(topic)] = {p: o for p, o in sorted(parts.items(), key=lambda x: int(x[0]))}
+    return out
+
+
+# -- types as text ------------------------------------------------------------------------
+
+_SIMPLE = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def type_string(t: Any) -> str:
+    """A Spark type JSON as Spark SQL type text (``struct<k:string,n:bigint>``)."""
+    if isinstance(t, str):
+        return _SIMPLE.get(t, t)
+    if not isinstance(t, dict):
+        return str(t)
+    kind = t.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f.get('name')}:{type_string(f.get('type'))}"
+                                    for f in t.get("fields", [])) + ">"
+    if kind == "array":
+        return f"array<{type_string(t.get('elementType'))}>"
+    if kind == "map":
+        return f"map<{type_string(t.get('keyType'))},{type_string(t.get('valueType'))}>"
+    if kind == "udt":
+        return str(t.get("class") or t.get("pyClass") or "udt")
+    return str(kind)
+
+
+def compatible(stored: Any, new: Any) -> bool:
+    """Spark's ``DataType.equalsIgnoreNameAndCompatibleNullability(new, stored)``, the rule
+    of ``StateStoreSchemaCompatibilityChecker``: the same shape and the same types field by
+    field, names ignored; a field stored as NOT NULL may not become nullable."""
+    if isinstance(stored, dict) and isinstance(new, dict):
+        kind = stored.get("type")
+        if kind != new.get("type"):
+            return False
+        if kind == "struct":
+            a, b = stored.get("fields", []), new.get("fields", [])
+            return len(a) == len(b) and all(
+                (fs.get("nullable", True) or not fn.get("nullable", True))
+                and compatible(fs.get("type"), fn.get("type")) for fs, fn in zip(a, b))
+        if kind == "array":
+            return (stored.get("containsNull", True) or not new.get("containsNull", True)) \
+                and compatible(stored.get("elementType"), new.get("elementType"))
+        if kind == "map":
+            return (stored.get("valueContainsNull", True)
+                    or not new.get("valueContainsNull", True)) \
+                and compatible(stored.get("keyType"), new.get("keyType")) \
+                and compatible(stored.get("valueType"), new.get("valueType"))
+        return stored == new
+    return stored == new
+
+
+def field_names(schema: dict[str, Any] | None) -> list[str]:
+    return [str(f.get("name")) for f in (schema or {}).get("fields", [])]
+
+
+# -- reading ------------------------------------------------------------------------------
+
+def _batches(folder: Path) -> list[int]:
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir()
+                  if p.name.isdigit() and p.is_file())
+
+
+def _read_text(path: Path, root: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError("a checkpoint file is not text", file=str(path),
+                              expected="UTF-8 text written by Spark",
+                              found="binary data") from None
+    except OSError as e:
+        raise CheckpointError(f"cannot read a checkpoint file: {e.strerror or e}",
+                              file=str(path)) from None
+
+
+def _version_and_json(path: Path, root: str, what: str, max_version: int) -> tuple[int, list]:
+    """A Spark log file: a ``v<N>`` line then JSON lines (``-`` for none)."""
+    lines = _read_text(path, root).split("\n")
+    head = lines[0].strip() if lines else ""
+    m = re.fullmatch(r"v(\d+)", head)
+    if not m:
+        raise CheckpointError(f"corrupted {what}", file=str(path), pointer=None,
+                              expected="a first line 'v1' as Spark writes it",
+                              found=repr(head[:40]) if head else "an empty file",
+                              hint="restore the file from a backup, or start the query on "
+                                   "a fresh checkpoint (a live migration)")
+    version = int(m.group(1))
+    if version > max_version:
+        raise CheckpointError(f"{what} of a newer Spark", file=str(path),
+                              expected=f"version <= v{max_version}", found=head)
+    docs = []
+    for i, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        if line.strip() == "-":
+            docs.append(None)
+            continue
+        try:
+            docs.append(json.loads(line))
+        except ValueError as e:
+            raise CheckpointError(f"corrupted {what}", file=str(path),
+                                  expected=f"JSON on line {i}",
+                                  found=f"{line[:60]!r} ({e})",
+                                  hint="restore the file from a backup, or start the query "
+                                       "on a fresh checkpoint (a live migration)") from None
+    return version, docs
+
+
+def _read_utf(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">H", buf, pos)
+    pos += 2
+    # Java's modified UTF-8 differs from UTF-8 only for NUL and supplementary characters,
+    # which a schema's JSON holds only inside names: surrogatepass reads both
+    return buf[pos:pos + n].decode("utf-8", "surrogatepass"), pos + n
+
+
+def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list[dict]:
+    """The (key, value) schemas of a v1/v2 schema file, or the column families of a v3
+    file (a list of dicts with ``keySchema`` and ``valueSchema``)."""
+    buf = path.read_bytes()
+    try:
+        version, pos = _read_utf(buf, 0)
+        if version == "v1":
+            key, pos = _read_utf(buf, pos)
+            value, pos = _read_utf(buf, pos)
+            return json.loads(key), json.loads(value)
+        if version == "v2":
+            parts = []
+            for _ in range(2):
+                (chunks,) = struct.unpack_from(">i", buf, pos)
+                pos += 4
+                text = []
+                for _ in range(chunks):
+                    s, pos = _read_utf(buf, pos)
+                    text.append(s)
+                parts.append(json.loads("".join(text)))
+            return parts[0], parts[1]
+        if version == "v3":
+            return _json_objects(buf[pos:].decode("utf-8", "replace"))
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError("corrupted state schema file", file=str(path),
+                              expected="a schema file as StateSchemaCompatibilityChecker "
+                                       "writes it", found=str(e)[:120]) from None
+    raise CheckpointError("unknown state schema file version", file=str(path),
+                          expected="v1, v2 or v3", found=repr(version[:20]))
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Every top-level JSON object with a ``keySchema`` in ``text`` (v3 files frame their
+    JSON documents in ways that changed between Spark releases; the documents did not)."""
+    dec = json.JSONDecoder()
+    out, i = [], 0
+    while True:
+        i = text.find("{", i)
+        if i < 0:
+            return out
+        try:
+            doc, end = dec.raw_decode(text, i)
+        except ValueError:
+            i += 1
+            continue
+        if isinstance(doc, dict) and "keySchema" in doc:
+            for k in ("keySchema", "valueSchema"):
+                if isinstance(doc.get(k), str):
+                    doc[k] = json.loads(doc[k])
+            out.append(doc)
+        i = end
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint directory; CheckpointError (exit 2) when it is not one, has no
+    committed batch, or a file Spark would need is corrupted."""
+    root = Path(path)
+    shown = str(path)
+    if not root.is_dir():
+        raise CheckpointError("not a checkpoint directory", file=shown,
+                              expected="a Spark checkpoint directory (metadata, offsets/, "
+                                       "commits/)",
+                              found="no such directory" if not root.exists() else "a file")
+    has = {n: (root / n).exists() for n in ("metadata", "offsets", "commits")}
+    if not has["offsets"] and not has["metadata"]:
+        found = sorted(p.name for p in root.iterdir())[:6]
+        raise CheckpointError("not a checkpoint directory", file=shown,
+                              expected="a Spark checkpoint directory (metadata, offsets/, "
+                                       "commits/)",
+                              found=("an empty directory" if not found else
+                                     "entries " + ", ".join(found)),
+                              hint="pass the directory given as checkpointLocation (theseus "
+                                   "run records it in the store's queries/<query>/status.json)")
+    query_id = None
+    if has["metadata"]:
+        try:
+            meta = json.loads(_read_text(root / "metadata", shown))
+            query_id = meta.get("id") if isinstance(meta, dict) else None
+        except ValueError:
+            raise CheckpointError("corrupted checkpoint metadata", file=str(root / "metadata"),
+                                  expected='{"id": "<query id>"}', found="not JSON") from None
+    commits = _batches(root / "commits")
+    offsets = _batches(root / "offsets")
+    if not commits:
+        raise CheckpointError("the checkpoint has no committed batch", file=shown,
+                              expected="at least one file under commits/",
+                              found=(f"{len(offsets)} batch(es) planned in offsets/, none "
+                                     "committed" if offsets else "no batch at all"),
+                              hint="nothing in it can be checked: the query never finished "
+                                   "a batch; starting the new plan on it is starting afresh")
+    last = commits[-1]
+    # The commit file must be readable too: Spark reads it at restart.
+    _version_and_json(root / "commits" / str(last), shown, "commit log file", 1)
+    opath = root / "offsets" / str(last)
+    if not opath.exists():
+        raise CheckpointError("the last committed batch has no offsets file", file=str(opath),
+                              expected=f"offsets/{last}", found="no such file")
+    _v, docs = _version_and_json(opath, shown, "offsets file", 1)
+    if not docs or not isinstance(docs[0], dict):
+        raise CheckpointError("corrupted offsets file", file=str(opath),
+                              expected="OffsetSeqMetadata JSON on line 2",
+                              found="nothing" if not docs else type(docs[0]).__name__)
+    meta = docs[0]
+    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],
+                    conf=conf, watermark_ms=meta.get("batchWatermarkMs"),
+                    operators=_operators(root, last))
+    for i, doc in enumerate(ck.offsets):
+        if doc is not None and not kafka_offsets(doc):
+            ck.not_verified.append(f"source {i}: its offsets are not Kafka offsets "
+                                   "(topic -> partition -> offset); its topics and "
+                                   "partitions are not compared")
+    return ck
+
+
+def _operators(root: Path, last: int) -> list[Operator]:
+    state = root / "state"
+    if not state.is_dir():
+        return []
+    ops = []
+    for d in sorted((p for p in state.iterdir() if p.name.isdigit() and p.is_dir()),
+                    key=lambda p: int(p.name)):
+        ops.append(_operator(d, last))
+    return ops
+
+
+def _operator(d: Path, last: int) -> Operator:
+    meta_dir = d / "_metadata"
+    v2 = [b for b in _batches(meta_dir / "v2") if b <= last] if (meta_dir / "v2").is_dir() \
+        else []
+    stores: list[StateStore] = []
+    if v2:
+        path = meta_dir / "v2" / str(v2[-1])
+        _ver, docs = _version_and_json(path, str(d), "operator metadata (v2)", 2)
+        doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+        info = doc.get("operatorInfo") or {}
+        families = []
+        for s in doc.get("stateStoreInfo") or []:
+            sp = s.get("stateSchemaFilePath")
+            if sp:
+                local = Path(str(sp).removeprefix("file:"))
+                if local.exists():
+                    got = read_schema_file(local)
+                    families += got if isinstance(got, list) else []
+            stores.append(StateStore(str(s.get("storeName")), int(s.get("numPartitions", 0)),
+                                     int(s.get("numColsPrefixKey", 0)),
+                                     schema_file=str(sp) if sp else None))
+        # One state store, many column families: each family is a store of its own here.
+        if families:
+            n = stores[0].partitions if stores else 0
+            stores = [StateStore(str(f.get("colFamilyName", "default")), n, 0,
+                                 f.get("keySchema"), f.get("valueSchema"))
+                      for f in families]
+        return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),
+                        tuple(stores), 2)
+    path = meta_dir / "metadata"
+    if not path.exists():
+        # A Spark before 3.5 wrote no operator metadata: the id is the directory's name,
+        # the operator's name is unknown.
+        return Operator(int(d.name), "unknown", tuple(_stores_from_schemas(d, None)), 0)
+    _ver, docs = _version_and_json(path, str(d), "operator metadata", 2)
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    info = doc.get("operatorInfo") or {}
+    stores = _stores_from_schemas(d, doc.get("stateStoreInfo") or [])
+    return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),
+                    tuple(stores), 1)
+
+
+def _stores_from_schemas(d: Path, infos: list[dict] | None) -> list[StateStore]:
+    """The stores of an operator, each with the schema written under partition 0 (the
+    default store's at ``0/_metadata/schema``, another store's at
+    ``0/<store>/_metadata/schema``)."""
+    names = [str(s.get("storeName", "default")) for s in infos] if infos is not None else \
+        ["default"] + sorted(p.name for p in (d / "0").iterdir()
+                             if p.is_dir() and (p / "_metadata" / "schema").exists()) \
+        if (d / "0").is_dir() else ["default"]
+    out = []
+    for i, name in enumerate(names):
+        schema = d / "0" / ("_metadata" if name == "default" else f"{name}/_metadata") / \
+            "schema"
+        key = value = None
+        if schema.exists():
+            got = read_schema_file(schema)
+            if isinstance(got, tuple):
+                key, value = got
+        elif infos is None and name == "default":
+            continue
+        info = infos[i] if infos is not None else {}
+        out.append(StateStore(name, int(info.get("numPartitions", 0) or 0),
+                              int(info.get("numColsPrefixKey", 0) or 0), key, value,
+                              str(schema) if schema.exists() else None))
+    return out

@@ -1,0 +1,346 @@
+"""A new plan against a Spark checkpoint: what Spark will say when the new plan restarts on it.
+
+Plain Python over two :class:`~compat.checkpoint.Checkpoint` values: the real one, and the
+new plan's operators as Spark plans them (``migrate.stateops`` writes them into a scratch
+checkpoint of one empty batch).  The rules are Spark's own, applied in Spark's order at a
+restart:
+
+1. the sources: the offset log lists one entry per source, in the query's source order;
+   another number of sources fails the restart, a source of another topic fails the gated
+   source, more partitions are read from their earliest offset;
+2. the shuffle partitions the offset log pins (``spark.sql.shuffle.partitions``): Spark
+   restores them over the session's and the plan's;
+3. the operators (``IncrementalExecution.checkOperatorValidWithMetadata``): the map
+   operator id -> name of the new plan must equal the checkpoint's, both ways
+   (``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``);
+4. each state store's key, then value schema (``StateSchemaCompatibilityChecker``): the
+   same types field by field, names ignored (``STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE``,
+   ``STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE``); compatible types under other names start,
+   but read the old state as if it were the new one.
+
+``predict`` says what the restart does: ``fails`` (with Spark's error class), ``wrong_state``
+(starts, but the state holds something else than the new plan would have computed) or
+``starts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compat.checkpoint import Checkpoint, Operator, compatible, field_names, type_string
+from compat.findings import MIGRATE, Finding, finding, register_codes
+from compat.model import Plan
+from compat.steps import Source
+
+FRESH = "Deploy it with a live migration (theseus migrate start --strategy shadow): the " \
+        "new plan starts on a fresh checkpoint and rebuilds its state from the source " \
+        "history. Never switch spark.sql.streaming.stateStore.stateSchemaCheck off to get " \
+        "past this."
+
+register_codes({
+    "checkpoint-drift": ("in_place", "warning", "topology",
+                         "The store's recorded plan is not what made this checkpoint: the "
+                         "checkpoint is what Spark restarts from. Record the plan that runs "
+                         "(or find out who restarted the query by hand) before changing it."),
+    "checkpoint-operators-mismatch": ("migrate", "error", "topology", FRESH),
+    "checkpoint-key-schema-incompatible": ("migrate", "error", "schema_evolution", FRESH),
+    "checkpoint-value-schema-incompatible": ("migrate", "error", "schema_evolution", FRESH),
+    "checkpoint-state-reinterpreted": ("migrate", "error", "schema_evolution", FRESH),
+    "checkpoint-state-missing": ("migrate", "error", "topology", FRESH),
+    "checkpoint-sources-changed": ("migrate", "error", "source_modifying", FRESH),
+    "checkpoint-source-topic-changed": ("migrate", "error", "source_modifying", FRESH),
+    "checkpoint-source-partitions-changed": ("in_place", "info", "scaling",
+                                             "Nothing to do: the source reads partitions "
+                                             "the checkpoint does not know from their "
+                                             "earliest offset."),
+    "checkpoint-partitions-pinned": ("in_place", "warning", "scaling",
+                                     "To change the state partition count, deploy with a "
+                                     "live migration (a fresh checkpoint); restarting in "
+                                     "place keeps the checkpoint's count."),
+    "checkpoint-not-verified": ("none", "info", "transparent",
+                                "Check it by other means (the store's recorded plan, "
+                                "theseus check OLD NEW)."),
+})
+
+#: error classes Spark raises at restart, per finding code
+ERROR_CLASS = {
+    "checkpoint-operators-mismatch": "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "checkpoint-key-schema-incompatible": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "checkpoint-value-schema-incompatible": "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "checkpoint-sources-changed": "(no error class: an IllegalStateException on the number "
+                                  "of sources)",
+    "checkpoint-source-topic-changed": "(the gated source's SourceError: no entry for the "
+                                       "topic)",
+}
+#: codes after which Spark starts but with state that is not the new plan's
+WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-missing")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    outcome: str  # fails | wrong_state | starts
+    error_class: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "error_class": self.error_class,
+                "reason": self.reason}
+
+
+def stateful_nodes(plan: Plan) -> list[str]:
+    """The plan's stateful steps in the order Spark numbers their operators: from the
+    sink, a parent before its inputs, inputs left to right (Spark's ``transform`` of the
+    physical plan), each step once."""
+    out: list[str] = []
+    seen: set[str] = set()
+    stack = [plan.sink_id]
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if plan.info[nid].stateful:
+            out.append(nid)
+        stack.extend(reversed(plan.nodes[nid].inputs))
+    return out
+
+
+class _Ctx:
+    def __init__(self, new: Plan, new_ops: Checkpoint) -> None:
+        self.new = new
+        nodes = stateful_nodes(new)
+        # Matched in order: the i-th operator is the i-th stateful step when counts agree.
+        self.node_of = {op.id: nodes[i] for i, op in enumerate(new_ops.operators)} \
+            if len(nodes) == len(new_ops.operators) else {}
+
+    def at(self, op_id: int | None) -> dict[str, Any]:
+        nid = self.node_of.get(op_id) if op_id is not None else None
+        if nid is None:
+            return {"new": None, "new_pointer": "/nodes"}
+        return {"new": nid, "new_pointer": self.new.pointer(nid)}
+
+
+def compare(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[Finding]:
+    """Findings of restarting ``new`` (whose dry run is ``new_ops``) on ``ck``."""
+    ctx = _Ctx(new, new_ops)
+    out = _sources(ck, new_ops, new)
+    out += _partitions(ck, new)
+    out += _operators(ck, new_ops, ctx)
+    return out
+
+
+def _sources(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[Finding]:
+    out: list[Finding] = []
+    # The dry run's offsets name each source's node, in Spark's order.
+    order = [doc.get("theseus_empty") if isinstance(doc, dict) else None
+             for doc in new_ops.offsets]
+    if len(ck.offsets) != len(order):
+        return [finding("checkpoint-sources-changed",
+                        f"Spark refuses to restart: the checkpoint's offsets hold "
+                        f"{len(ck.offsets)} source(s), the new plan reads {len(order)} "
+                        "stream source(s) (Spark's 'There are N sources in the checkpoint "
+                        "offsets and now there are M sources requested by the query')",
+                        new_pointer="/nodes")]
+    for i, (doc, nid) in enumerate(zip(ck.offsets, order)):
+        node = new.nodes.get(nid) if nid else None
+        if not isinstance(node, Source):
+            continue
+        from compat.checkpoint import kafka_offsets
+
+        offs = kafka_offsets(doc)
+        if not offs:
+            continue
+        if node.topic not in offs:
+            out.append(finding("checkpoint-source-topic-changed",
+                               f"Spark refuses to restart: source {i} of the checkpoint read "
+                               f"{', '.join(map(repr, offs))}; the new plan's source "
+                               f"'{nid}' reads '{node.topic}' (the gated source fails: no "
+                               "offset for its topic)", new=nid,
+                               new_pointer=new.pointer(nid, "topic")))
+            continue
+        known = len(offs[node.topic])
+        if node.partitions != known:
+            more = node.partitions > known
+            out.append(finding("checkpoint-source-partitions-changed",
+                               f"source '{nid}' declares {node.partitions} partitions of "
+                               f"'{node.topic}', the checkpoint has offsets for {known}: "
+                               + ("Spark starts; the partitions it has no offset for are "
+                                  "read from their earliest offset" if more else
+                                  "Spark starts; the source reads the partitions the "
+                                  "broker has (the broker's metadata wins)"),
+                               new=nid, new_pointer=new.pointer(nid, "partitions")))
+    return out
+
+
+def _partitions(ck: Checkpoint, new: Plan) -> list[Finding]:
+    pinned = ck.shuffle_partitions
+    wanted = new.state_partitions
+    if pinned is None or wanted is None or pinned == wanted:
+        return []
+    return [finding("checkpoint-partitions-pinned",
+                    f"the checkpoint pins spark.sql.shuffle.partitions = {pinned}; the new "
+                    f"plan asks for {wanted}: Spark restarts with {pinned} and ignores the "
+                    "plan's count", new_pointer="/config/state_partitions")]
+
+
+def _operators(ck: Checkpoint, new_ops: Checkpoint, ctx: _Ctx) -> list[Finding]:
+    old = {op.id: op for op in ck.operators}
+    new = {op.id: op for op in new_ops.operators}
+    if not old:
+        if new:
+            return [finding("checkpoint-state-missing",
+                            f"the checkpoint holds no state (its query was stateless), the "
+                            f"new plan has {len(new)} stateful operator(s): Spark starts "
+                            "them with empty state, so they compute only from the input "
+                            "after the restart", **ctx.at(min(new)))]
+        return []
+    if any(op.name == "unknown" for op in old.values()):
+        ctx_note = [finding("checkpoint-not-verified",
+                            "the checkpoint has no operator metadata (written by a Spark "
+                            "before 3.5): operator names are not compared",
+                            new_pointer="/nodes")]
+    else:
+        ctx_note = []
+        names_old = {i: op.name for i, op in old.items()}
+        names_new = {i: op.name for i, op in new.items()}
+        if names_old != names_new:
+            return [finding("checkpoint-operators-mismatch",
+                            "Spark refuses to restart "
+                            "(STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA): the "
+                            f"checkpoint's stateful operators are {_ops(old)}, the new "
+                            f"plan's are {_ops(new)}",
+                            **ctx.at(_first_diff(names_old, names_new)))]
+    out = list(ctx_note)
+    for i in sorted(set(old) & set(new)):
+        out += _stores(old[i], new[i], ctx)
+    return out
+
+
+def _ops(ops: dict[int, Operator]) -> str:
+    return "[" + ", ".join(f"{i}: {op.name}" for i, op in sorted(ops.items())) + "]" \
+        if ops else "none"
+
+
+def _first_diff(a: dict[int, str], b: dict[int, str]) -> int | None:
+    for i in sorted(set(a) | set(b)):
+        if a.get(i) != b.get(i):
+            return i if i in b else None
+    return None
+
+
+def _stores(old: Operator, new: Operator, ctx: _Ctx) -> list[Finding]:
+    out: list[Finding] = []
+    new_stores = {s.name: s for s in new.stores}
+    where = ctx.at(new.id)
+    label = f"operator {old.id} ({old.name})"
+    for s in old.stores:
+        n = new_stores.get(s.name)
+        if n is None or s.key_schema is None or n.key_schema is None:
+            out.append(finding("checkpoint-not-verified",
+                               f"{label}, state store '{s.name}': the checkpoint records no "
+                               "state schema for it; its key and value are not compared",
+                               **where))
+            continue
+        store = "" if s.name == "default" else f", state store '{s.name}'"
+        if not compatible(s.key_schema, n.key_schema):
+            out.append(finding("checkpoint-key-schema-incompatible",
+                               f"Spark refuses to restart (STATE_STORE_KEY_SCHEMA_NOT_"
+                               f"COMPATIBLE): {label}{store} keys its state by "
+                               f"{type_string(s.key_schema)}, the new plan by "
+                               f"{type_string(n.key_schema)}", **where))
+            continue
+        if s.value_schema is not None and n.value_schema is not None and \
+                not compatible(s.value_schema, n.value_schema):
+            out.append(finding("checkpoint-value-schema-incompatible",
+                               f"Spark refuses to restart (STATE_STORE_VALUE_SCHEMA_NOT_"
+                               f"COMPATIBLE): {label}{store} stores "
+                               f"{type_string(s.value_schema)}, the new plan "
+                               f"{type_string(n.value_schema)}", **where))
+            continue
+        renamed = [(a, b) for a, b in zip(field_names(s.key_schema), field_names(n.key_schema))
+                   if a.lower() != b.lower()]
+        renamed += [(a, b) for a, b in zip(field_names(s.value_schema),
+                                           field_names(n.value_schema)) if a.lower() != b.lower()]
+        if renamed:
+            pairs = ", ".join(f"{a} -> {b}" for a, b in renamed)
+            out.append(finding("checkpoint-state-reinterpreted",
+                               f"Spark restarts, but with the wrong state: {label}{store} has "
+                               f"the same types under other names ({pairs}); Spark compares "
+                               "types only and reads the old state as the new plan's",
+                               **where))
+    return out
+
+
+def drift(ck: Checkpoint, recorded_ops: Checkpoint) -> list[str]:
+    """How the checkpoint differs from what the recorded plan would have written."""
+    diffs: list[str] = []
+    old = {op.id: op for op in ck.operators}
+    rec = {op.id: op for op in recorded_ops.operators}
+    if {i: o.name for i, o in old.items()} != {i: o.name for i, o in rec.items()}:
+        diffs.append(f"operators {_ops(old)} in the checkpoint, {_ops(rec)} from the "
+                     "recorded plan")
+    for i in sorted(set(old) & set(rec)):
+        rs = {s.name: s for s in rec[i].stores}
+        for s in old[i].stores:
+            r = rs.get(s.name)
+            if r is None or s.key_schema is None or r.key_schema is None:
+                continue
+            for part, a, b in (("key", s.key_schema, r.key_schema),
+                               ("value", s.value_schema, r.value_schema)):
+                if a is not None and b is not None and \
+                        type_string(a).lower() != type_string(b).lower():
+                    diffs.append(f"operator {i} ({old[i].name}) {part} "
+                                 f"{type_string(a)} in the checkpoint, {type_string(b)} "
+                                 "from the recorded plan")
+    if len(ck.offsets) != len(recorded_ops.offsets):
+        diffs.append(f"{len(ck.offsets)} source(s) in the checkpoint, "
+                     f"{len(recorded_ops.offsets)} in the recorded plan")
+    return diffs
+
+
+def drift_finding(diffs: list[str], recorded: Plan) -> Finding:
+    return finding("checkpoint-drift",
+                   "the checkpoint was not made by the store's recorded plan "
+                   f"({recorded.file}): " + "; ".join(diffs) + ". The plan check against "
+                   "the recorded plan is not to be trusted; the checkpoint decides",
+                   old_pointer="/nodes", new_pointer="/nodes")
+
+
+def predict(findings: list[Finding]) -> Prediction:
+    """What Spark does when the new plan restarts on the checkpoint."""
+    for f in findings:
+        if f.code in ERROR_CLASS:
+            return Prediction("fails", ERROR_CLASS[f.code], f.message)
+    for f in findings:
+        if f.code in WRONG_STATE:
+            return Prediction("wrong_state", None, f.message)
+    # The plan check against the recorded plan knows what the checkpoint cannot show: a
+    # changed window, join type or argument keeps the state's types and changes its meaning.
+    for f in findings:
+        if f.effect == "migrate" and not f.code.startswith("checkpoint-") and \
+                f.code != "state-partitions-changed":
+            return Prediction("wrong_state", None,
+                              f"Spark restarts (the state's types still fit), but {f.message}")
+    return Prediction("starts", None, "the checkpoint's operators, state schemas and sources "
+                      "fit the new plan")
+
+
+def characteristics(ck: Checkpoint) -> list[str]:
+    """The characteristics a checkpoint shows (stateful, joined, multistage, windowed...)."""
+    ops = ck.operators
+    if not ops:
+        return ["simple"]
+    out = ["stateful"]
+    if any("window" in (type_string(s.key_schema) if s.key_schema else "")
+           for op in ops for s in op.stores) or any("session" in op.name.lower() for op in ops):
+        out.append("windowed")
+    if any("join" in op.name.lower() for op in ops):
+        out.append("joined")
+    if len(ops) > 1:
+        out.append("multistage")
+    return out
+
+
+__all__ = ["MIGRATE", "Prediction", "compare", "drift", "drift_finding", "predict",
+           "stateful_nodes"]

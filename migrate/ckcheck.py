@@ -1,0 +1,149 @@
+"""``theseus check --checkpoint DIR NEW`` and ``theseus check --query NAME --state STORE NEW``.
+
+1. Load and validate the new plan (a bad plan fails before Spark starts).
+2. Read the checkpoint in plain Python (``compat.checkpoint``): not a checkpoint, no
+   committed batch, a corrupted log file fail here, exit 2, before Spark starts.
+3. Learn the new plan's stateful operators from Spark (``migrate.stateops``: a dry run on
+   empty input) and, with a recorded plan, the recorded plan's too.
+4. Drift first: when the checkpoint is not what the recorded plan makes, say so.
+5. Compare the new plan with the checkpoint (``compat.checkpoint_check``); with a recorded
+   plan and no drift, add the plan check of the recorded plan against the new one (it knows
+   what a checkpoint does not hold: the sink, window sizes, join types, expressions).
+6. The verdict is the worst effect; ``checkpoint.restart`` predicts what Spark does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from compat.check import Report, check_plans, dedupe, load_plan, verdict_of
+from compat.checkpoint import Checkpoint, CheckpointError, read_checkpoint
+from compat.checkpoint_check import (
+    characteristics,
+    compare,
+    drift,
+    drift_finding,
+    predict,
+    stateful_nodes,
+)
+from compat.findings import Finding, finding, settle
+from compat.model import Plan
+
+
+def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
+    """The checkpoint directory and recorded plan of ``query`` in the store; an error that
+    says on which host the checkpoint is when it is not on this one."""
+    from migrate.store import open_store
+
+    store = open_store(store_spec)
+    instance = store.live_instance(query)
+    status = store.status(instance)
+    if not status:
+        raise CheckpointError(f"no query named '{query}' in the store", file=str(store),
+                              expected="a query started with theseus run", found=repr(query))
+    ck = status.get("checkpoint")
+    if not ck:
+        raise CheckpointError(f"the store records no checkpoint for '{query}'",
+                              file=str(store), expected="status.json with a checkpoint",
+                              found="none")
+    host = status.get("host")
+    if not Path(ck).is_dir() and host and host != socket.gethostname():
+        raise CheckpointError(f"the checkpoint of '{query}' is on another host",
+                              file=ck, expected=f"this host ({socket.gethostname()})",
+                              found=f"host '{host}'",
+                              hint=f"run this check on {host}, where the checkpoint is "
+                                   f"({ck})")
+    plan_path = store.plan_path(instance)
+    recorded = load_plan(str(plan_path)) if plan_path.exists() else None
+    return ck, recorded
+
+
+def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None = None,
+                     state: str | None = None, require: list[str] | None = None,
+                     schema_compat: str = "forward", allow_migration: bool = False,
+                     spark: Any = None) -> Report:
+    # Step 1. The new plan.
+    new = load_plan(new_path)
+    recorded: Plan | None = None
+    if query is not None:
+        checkpoint, recorded = locate(state or ".theseus", query)
+        if recorded is not None and recorded.query != new.query:
+            raise CheckpointError("the new plan is of another query", file=new_path,
+                                  pointer="/query", expected=repr(query),
+                                  found=repr(new.query))
+    assert checkpoint is not None
+    # Step 2. The checkpoint, before any Spark.
+    ck = read_checkpoint(checkpoint)
+    # Step 3. Spark's view of the plans' operators.
+    from migrate.stateops import plan_operators
+
+    new_ops = plan_operators(new, spark, shuffle_partitions=ck.shuffle_partitions)
+    findings: list[Finding] = []
+    drifted: list[str] = []
+    if recorded is not None:
+        rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions)
+        # Step 4. Drift.
+        drifted = drift(ck, rec_ops)
+        if drifted:
+            findings.append(drift_finding(drifted, recorded))
+    # Step 5. The checkpoint's rules, then the plan check (sink, semantics).
+    findings += compare(ck, new_ops, new)
+    plan_report = None
+    if recorded is not None and not drifted:
+        plan_report = check_plans(recorded, new, require=require, schema_compat=schema_compat,
+                                  allow_migration=allow_migration)
+        findings += [f for f in plan_report.findings
+                     if f.code not in ("state-partitions-changed",)
+                     or not ck.shuffle_partitions]
+    else:
+        findings += _unverified(ck, new, recorded is not None)
+    findings += [finding("checkpoint-not-verified", note, new_pointer="/nodes")
+                 for note in ck.not_verified]
+    findings = dedupe(findings)
+    # Step 6.
+    verdict = verdict_of(findings)
+    prediction = predict(findings)
+    findings = [settle(f, allow_migration=allow_migration) for f in findings]
+    section = ck.to_json()
+    section["restart"] = prediction.to_json()
+    section["drift"] = drifted
+    section["matched"] = _matched(ck, new_ops, new)
+    old = recorded or new
+    return Report(verdict, findings, old, new,
+                  plan_report.alignment if plan_report else [], sorted(set(require or [])),
+                  schema_compat, plan_report.requirements if plan_report else [],
+                  allow_migration=allow_migration, checkpoint=section,
+                  old_characteristics=None if recorded else characteristics(ck),
+                  old_is_checkpoint=recorded is None)
+
+
+def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, Any]]:
+    nodes = stateful_nodes(new)
+    by_id = {op.id: op for op in new_ops.operators}
+    out = []
+    for i, op in enumerate(ck.operators):
+        n = by_id.get(op.id)
+        out.append({"operator": op.id, "checkpoint": op.name,
+                    "new": n.name if n else None,
+                    "node": nodes[i] if n and len(nodes) == len(new_ops.operators)
+                    and i < len(nodes) else None})
+    return out
+
+
+def _unverified(ck: Checkpoint, new: Plan, drifted: bool) -> list[Finding]:
+    why = "the recorded plan did not make this checkpoint" if drifted else \
+        "no recorded plan (--checkpoint alone)"
+    notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
+             f"it, and there is {why}"]
+    if any(new.info[n].stateful for n in new.nodes):
+        notes.append("what the state means beyond its types: window sizes and slides, join "
+                     "types and time bounds, aggregate argument expressions, filters "
+                     f"before state ({why})")
+    return [finding("checkpoint-not-verified", n, new_pointer="/nodes") for n in notes]
+
+
+def describe(path: str) -> str:
+    return os.path.abspath(path)

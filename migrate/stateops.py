@@ -1,0 +1,141 @@
+"""The stateful operators a plan's Spark query would have, as Spark itself plans them.
+
+A streaming DataFrame has no physical plan until it runs: Spark numbers its stateful
+operators, computes their state schemas and partition counts only when it plans a
+micro-batch (``IncrementalExecution``).  So the closest faithful way to learn them without
+touching Kafka is a **dry run**: the plan is built by the same builders as ``theseus run``
+(``migrate.build``), except that every source reads ``theseus_empty`` — a Python data
+source with the source's exact schema and no rows — and the sink discards; one empty
+micro-batch runs into a scratch checkpoint.  Planning that batch makes Spark write the
+operator metadata and state schema files, which are then read back with the same reader as
+the real checkpoint (``compat.checkpoint``).  No input is read, nothing is written to Kafka.
+
+Its offsets also give the order in which Spark lists the plan's sources in the offset log:
+each empty source's offset names its plan node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+from compat.checkpoint import Checkpoint, read_checkpoint
+from compat.errors import RuntimeFailure
+from compat.model import Node, Plan
+from compat.steps import Source
+
+EMPTY_FORMAT = "theseus_empty"
+_REGISTERED: set[int] = set()
+
+
+def _register(spark: Any) -> None:
+    if id(spark) in _REGISTERED:
+        return
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+
+    class EmptyStreamReader(DataSourceStreamReader):
+        def __init__(self, options: dict) -> None:
+            self.offset = {"theseus_empty": options.get("node", ""),
+                           "topic": options.get("topic", ""),
+                           "partitions": int(options.get("partitions", "0") or 0)}
+
+        def initialOffset(self) -> dict:
+            return self.offset
+
+        def latestOffset(self) -> dict:
+            return self.offset
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return [InputPartition(0)]
+
+        def read(self, partition: Any):
+            return iter(())
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class EmptyBatchReader(DataSourceReader):
+        def read(self, partition: Any):
+            return iter(())
+
+    class EmptySource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return EMPTY_FORMAT
+
+        def schema(self) -> str:
+            return self.options["schema"]
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return EmptyBatchReader()
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return EmptyStreamReader(dict(self.options))
+
+    spark.dataSource.register(EmptySource)
+    _REGISTERED.add(id(spark))
+
+
+def _empty_builder(spark: Any, plan: Plan) -> Any:
+    from migrate.build import Builder, BuildOptions
+    from migrate.build.core import ddl
+
+    class DryBuilder(Builder):
+        def _build(self, node: Node) -> Any:
+            if not isinstance(node, Source):
+                return super()._build(node)
+            info = self.plan.info[node.id]
+            opts = {"schema": ddl(info.columns, info.names), "node": node.id,
+                    "topic": node.topic, "partitions": str(node.partitions)}
+            if node.role == "table":
+                return self.spark.read.format(EMPTY_FORMAT).options(**opts).load()
+            df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()
+            if node.event_time and self.watermarks_read():
+                df = df.withWatermark(node.event_time.column, node.event_time.watermark)
+            return df
+
+    return DryBuilder(spark, plan, BuildOptions(bootstrap="unused:0"))
+
+
+def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None = None,
+                   timeout: float = 300.0) -> Checkpoint:
+    """A checkpoint of one empty micro-batch of ``plan``: its operators (ids, names, state
+    stores, partition counts, key and value schemas) as Spark plans them, and its sources
+    in Spark's order (``offsets[i]["theseus_empty"]`` is the node id of source ``i``).
+
+    ``shuffle_partitions``: the count the query would run with (a restart on a checkpoint
+    keeps the checkpoint's, whatever the plan says)."""
+    from migrate.run import DEFAULT_STATE_PARTITIONS, spark_session
+
+    parts = shuffle_partitions or plan.state_partitions or DEFAULT_STATE_PARTITIONS
+    if spark is None:
+        spark = spark_session("local[2]", parts)
+    _register(spark)
+    builder = _empty_builder(spark, plan)
+    df = builder.dataframe()
+    scratch = tempfile.mkdtemp(prefix="theseus-dryrun-")
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+    try:
+        q = (df.writeStream.queryName(f"theseus_dryrun_{plan.query}")
+             .outputMode(plan.sink.mode).foreachBatch(lambda _df, _id: None)
+             .option("checkpointLocation", scratch).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(timeout)
+        finally:
+            if q.isActive:
+                q.stop()
+        exc = q.exception()
+        if exc is not None:
+            raise RuntimeFailure(f"Spark cannot plan this query: "
+                                 f"{str(exc).strip().splitlines()[0][:300]}", file=plan.file)
+        return read_checkpoint(scratch)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+        shutil.rmtree(scratch, ignore_errors=True)

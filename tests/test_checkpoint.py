@@ -1,0 +1,285 @@
+"""Reading a Spark checkpoint in plain Python, and Spark's restart rules over it.
+
+``fixtures/checkpoints/agg_dedup`` is a real checkpoint written by Spark 4.3 (RocksDB state
+store) for ``plan.json`` beside it (a dedup under an aggregate, two batches), with its
+state data files left out: only the logs, operator metadata and schema files, which are
+what ``compat.checkpoint`` reads.  The rules are tested against Spark's own behaviour in
+``tests/integration/test_checkpoint_truth.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from compat.check import load_plan
+from compat.checkpoint import (
+    CheckpointError,
+    Operator,
+    compatible,
+    read_checkpoint,
+    read_schema_file,
+    type_string,
+)
+from compat.checkpoint_check import compare, drift, predict, stateful_nodes
+from migrate.cli import main
+from tests.conftest import FIXTURES, ROOT
+
+CK = FIXTURES / "checkpoints" / "agg_dedup"
+
+
+def test_reads_spark_checkpoint():
+    ck = read_checkpoint(CK)
+    assert ck.query_id == "aac996b2-e3cb-431e-9a79-d20a6f019ff2"
+    assert ck.last_committed == 1
+    assert ck.shuffle_partitions == 3
+    assert ck.source_offsets() == {"probe-17759073": {"0": 10, "1": 10}}
+    assert [(op.id, op.name, op.partitions) for op in ck.operators] == \
+        [(0, "stateStoreSave", 3), (1, "dedupe", 3)]
+    agg, dedup = ck.operators
+    assert type_string(agg.stores[0].key_schema) == "struct<k:string>"
+    assert type_string(agg.stores[0].value_schema) == "struct<sum:bigint,count:bigint>"
+    assert type_string(dedup.stores[0].key_schema) == "struct<k:string,v:int>"
+    assert ck.not_verified == []
+
+
+def _utf(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def test_schema_file_v1_and_v2_round(tmp_path):
+    key = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True,
+                                         "metadata": {}}]}
+    val = {"type": "struct", "fields": [{"name": "b", "type": "string", "nullable": False,
+                                         "metadata": {}}]}
+    v1 = tmp_path / "v1"
+    v1.write_bytes(_utf("v1") + _utf(json.dumps(key)) + _utf(json.dumps(val)))
+    assert read_schema_file(v1) == (key, val)
+    # v2 splits each schema into chunks (Java's writeUTF takes 65535 bytes at most)
+    kt, vt = json.dumps(key), json.dumps(val)
+    v2 = tmp_path / "v2"
+    v2.write_bytes(_utf("v2") + struct.pack(">i", 2) + _utf(kt[:10]) + _utf(kt[10:])
+                   + struct.pack(">i", 1) + _utf(vt))
+    assert read_schema_file(v2) == (key, val)
+    bad = tmp_path / "bad"
+    bad.write_bytes(_utf("v2") + struct.pack(">i", 3) + _utf(kt[:10]))
+    with pytest.raises(CheckpointError, match="corrupted state schema file"):
+        read_schema_file(bad)
+
+
+def _s(*types, names=None, nullable=True):
+    names = names or [f"f{i}" for i in range(len(types))]
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": nullable,
+                                          "metadata": {}} for n, t in zip(names, types)]}
+
+
+def test_compatible_is_sparks_rule():
+    assert compatible(_s("string", "long"), _s("string", "long", names=["x", "y"]))
+    assert not compatible(_s("integer"), _s("long"))  # widening is not compatible in state
+    assert not compatible(_s("string"), _s("string", "long"))
+    # a nullable field may not be read as NOT NULL the other way round
+    assert compatible(_s("string", nullable=True), _s("string", nullable=False))
+    assert not compatible(_s("string", nullable=False), _s("string", nullable=True))
+    nested = {"type": "struct", "fields": [{"name": "w", "type": _s("timestamp", "timestamp"),
+                                            "nullable": True}]}
+    assert compatible(nested, nested)
+
+
+# -- the restart rules, over the real checkpoint and altered copies of its operators ------
+
+def _plan():
+    return load_plan(str(CK / "plan.json"))
+
+
+def _new_ops(ops=None, offsets=None):
+    ck = read_checkpoint(CK)
+    ck.offsets = offsets if offsets is not None else [{"theseus_empty": "src"}]
+    if ops is not None:
+        ck.operators = ops
+    return ck
+
+
+def _codes(findings):
+    return sorted(f.code for f in findings)
+
+
+def test_same_operators_start():
+    fs = compare(read_checkpoint(CK), _new_ops(), _plan())
+    assert fs == []
+    assert predict(fs).outcome == "starts"
+
+
+def test_operator_added_fails_with_metadata_mismatch():
+    ck = read_checkpoint(CK)
+    extra = Operator(2, "dedupe", ck.operators[1].stores)
+    fs = compare(ck, _new_ops(ck.operators + [extra]), _plan())
+    assert _codes(fs) == ["checkpoint-operators-mismatch"]
+    p = predict(fs)
+    assert (p.outcome, p.error_class) == \
+        ("fails", "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA")
+
+
+def _with_store(op, **kw):
+    return replace(op, stores=(replace(op.stores[0], **kw),))
+
+
+def test_key_type_changed_fails_and_renamed_key_is_wrong_state():
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    wider = _with_store(agg, key_schema=_s("long", names=["k"]))
+    fs = compare(ck, _new_ops([wider, dedup]), _plan())
+    assert _codes(fs) == ["checkpoint-key-schema-incompatible"]
+    assert predict(fs).error_class == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+    other = _with_store(agg, key_schema=_s("string", names=["region"]))
+    fs = compare(ck, _new_ops([other, dedup]), _plan())
+    assert _codes(fs) == ["checkpoint-state-reinterpreted"]
+    assert fs[0].new_node == "agg"  # operator 0 is the aggregate, matched in order
+    assert predict(fs).outcome == "wrong_state"
+
+
+def test_value_schema_changed_fails():
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    more = _with_store(agg, value_schema=_s("long", "long", "double"))
+    fs = compare(ck, _new_ops([more, dedup]), _plan())
+    assert _codes(fs) == ["checkpoint-value-schema-incompatible"]
+    assert predict(fs).error_class == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+
+
+def test_sources_and_partitions():
+    ck = read_checkpoint(CK)
+    plan = _plan()
+    fs = compare(ck, _new_ops(offsets=[{"theseus_empty": "src"}, {"theseus_empty": "src"}]),
+                 plan)
+    assert _codes(fs) == ["checkpoint-sources-changed"] and predict(fs).outcome == "fails"
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["nodes"][0]["partitions"] = 4
+    doc["nodes"][0]["topic"] = "other"
+    doc["config"]["state_partitions"] = 8
+    p2 = CK.parent / "_tmp_plan.json"
+    try:
+        p2.write_text(json.dumps(doc))
+        fs = compare(ck, _new_ops(), load_plan(str(p2)))
+    finally:
+        p2.unlink()
+    assert _codes(fs) == ["checkpoint-partitions-pinned", "checkpoint-source-topic-changed"]
+    doc["nodes"][0]["topic"] = "probe-17759073"
+    try:
+        p2.write_text(json.dumps(doc))
+        fs = compare(ck, _new_ops(), load_plan(str(p2)))
+    finally:
+        p2.unlink()
+    assert _codes(fs) == ["checkpoint-partitions-pinned", "checkpoint-source-partitions-changed"]
+    assert predict(fs).outcome == "starts"
+
+
+def test_stateless_checkpoint_and_stateful_plan_is_wrong_state():
+    ck = read_checkpoint(CK)
+    ck.operators = []
+    fs = compare(ck, _new_ops(), _plan())
+    assert _codes(fs) == ["checkpoint-state-missing"]
+    assert predict(fs).outcome == "wrong_state"
+
+
+def test_drift_names_the_differences():
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    rec = _new_ops([_with_store(agg, key_schema=_s("string", "string", names=["k", "g"]))])
+    diffs = drift(ck, rec)
+    assert any("operators [0: stateStoreSave, 1: dedupe]" in d for d in diffs)
+    assert any("struct<k:string> in the checkpoint, struct<k:string,g:string>" in d
+               for d in diffs)
+    assert drift(ck, _new_ops()) == []
+
+
+def test_operator_order_is_sparks():
+    assert stateful_nodes(_plan()) == ["agg", "d"]
+
+
+# -- bad input: one line, exit 2, no traceback, and Spark never started -------------------
+
+def _check(*args):
+    return CliRunner().invoke(main, ["check", *args])
+
+
+@pytest.fixture()
+def ck_copy(tmp_path):
+    dst = tmp_path / "ck"
+    shutil.copytree(CK, dst)
+    return dst
+
+
+def _one_line_exit_2(r, *needles):
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.output, r.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_not_a_checkpoint(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    _one_line_exit_2(_check("--checkpoint", str(tmp_path), str(CK / "plan.json")),
+                     "not a checkpoint directory", str(tmp_path), "notes.txt")
+    _one_line_exit_2(_check("--checkpoint", str(tmp_path / "nope"), str(CK / "plan.json")),
+                     "no such directory")
+
+
+def test_no_committed_batch(ck_copy):
+    shutil.rmtree(ck_copy / "commits")
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "no committed batch", "2 batch(es) planned")
+
+
+def test_corrupted_offsets(ck_copy):
+    (ck_copy / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0,\n{"t": {"0": 1}}\n')
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted offsets file", "offsets/1", "line 2")
+    assert "expected JSON" in line
+    (ck_copy / "offsets" / "1").write_bytes(b"\x00\x01garbage")
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "corrupted offsets file", "'v1'")
+
+
+def test_bad_flag_combinations():
+    r = _check("--checkpoint", str(CK), str(CK / "plan.json"), str(CK / "plan.json"))
+    _one_line_exit_2(r, "one plan")
+    r = _check("--checkpoint", str(CK), "--query", "q", str(CK / "plan.json"))
+    _one_line_exit_2(r, "both --checkpoint and --query")
+
+
+def test_query_not_in_store(tmp_path):
+    _one_line_exit_2(_check("--query", "nope", "--state", str(tmp_path / "st"),
+                            str(CK / "plan.json")), "no query named 'nope'")
+
+
+def test_query_checkpoint_on_other_host(tmp_path):
+    from migrate.store import open_store
+
+    store = open_store(str(tmp_path / "st"))
+    store.put_plan("probe", (CK / "plan.json").read_text())
+    store.set_status("probe", checkpoint="/elsewhere/ck/0", host="other-host")
+    line = _one_line_exit_2(_check("--query", "probe", "--state", str(tmp_path / "st"),
+                                   str(CK / "plan.json")), "on another host")
+    assert "run this check on other-host" in line and "/elsewhere/ck/0" in line
+
+
+def test_bad_checkpoint_never_imports_pyspark(tmp_path):
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom migrate.cli import main\n"
+            f"r = CliRunner().invoke(main, ['check', '--checkpoint', {str(tmp_path)!r}, "
+            f"{str(CK / 'plan.json')!r}])\n"
+            "assert r.exit_code == 2, r.output\n"
+            "print(sorted(m for m in ('pyspark', 'confluent_kafka') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
