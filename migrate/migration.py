@@ -128,6 +128,9 @@ class Migration:
     master: str = "local[2]"
     trigger: str = "1 second"
     error: str | None = None
+    #: what the checkpoint check said before an in-place restart (``checkpoint.restart``
+    #: of ``theseus check --query``): outcome and reason, "" when it did not run
+    checkpoint: str = ""
 
     def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
@@ -414,11 +417,55 @@ class Migrator:
                                  found=report.verdict)
         shadow = self.m.strategy == "shadow" or (self.m.strategy == "auto" and
                                                   report.verdict == "migrate")
+        if not shadow and not self.checkpoint_agrees():
+            # The checkpoint contradicts the plan check: an in-place restart would fail or
+            # run on wrong state.  auto falls back to a shadow (a fresh checkpoint).
+            if self.m.strategy == "in-place":
+                self.m.phase = "refused"
+                self.m.error = self.m.checkpoint
+                self.save()
+                raise MigrationError("--strategy in-place, but the checkpoint contradicts "
+                                     "the plan check: " + self.m.checkpoint,
+                                     file=self.m.new_plan,
+                                     hint="use --strategy auto or shadow (a live migration "
+                                          "on a fresh checkpoint)")
+            self.echo(f"theseus: the checkpoint contradicts the plan check "
+                      f"({self.m.checkpoint}): migrating through a shadow query instead")
+            shadow = True
         self.m.kind = "shadow" if shadow else "in_place"
         if shadow:
             self.require_history(new)
         self.m.phase = "shadow" if shadow else "in_place"
         self.save()
+
+    def checkpoint_agrees(self) -> bool:
+        """Step 1 (before an in-place restart). Check the new plan against the running
+        query's checkpoint (``theseus check --query``): False when Spark would refuse to
+        restart on it or would restart on wrong state; ``m.checkpoint`` says why."""
+        from compat.checkpoint import CheckpointError
+        from migrate.ckcheck import check_checkpoint
+
+        st = self.store.status(self.m.old_instance)
+        ck = st.get("checkpoint")
+        if not ck or not os.path.isdir(ck):
+            self.m.checkpoint = f"not verified: no checkpoint on this host ({ck or 'none'})"
+            return True
+        try:
+            report = check_checkpoint(None, self.m.new_plan, query=self.m.query,
+                                      state=self.store.spec, require=self.m.require)
+        except CheckpointError as e:
+            if "no committed batch" in e.message:
+                self.m.checkpoint = "not verified: " + e.render()
+                return True  # nothing committed: a restart starts afresh anyway
+            self.m.checkpoint = "unreadable checkpoint: " + e.render()
+            return False
+        restart = report.checkpoint["restart"] if report.checkpoint else None
+        if restart is None:
+            return True
+        self.m.checkpoint = f"{restart['outcome']}" + \
+            (f" ({restart['error_class']})" if restart["error_class"] else "") + \
+            f": {restart['reason']}"
+        return restart["outcome"] == "starts"
 
     def require_history(self, new: Plan) -> None:
         """A stateful shadow recomputes its state from the earliest offsets: refuse when

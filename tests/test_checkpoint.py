@@ -283,3 +283,61 @@ def test_bad_checkpoint_never_imports_pyspark(tmp_path):
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# -- migrate start --strategy auto consults the checkpoint before an in-place restart ------
+
+def _migrator(tmp_path, strategy, outcome, monkeypatch):
+    import migrate.ckcheck
+    from migrate.migration import Migration, Migrator
+    from migrate.store import DirectoryStore
+
+    store = DirectoryStore(tmp_path / "store")
+    ck = tmp_path / "ck"
+    shutil.copytree(CK, ck)
+    store.put_plan("truth", (CK / "plan.json").read_text())
+    store.set_status("truth", status="running", checkpoint=str(ck))
+    m = Migration(id="m1", query="truth", new_plan=str(CK / "plan.json"),
+                  old_instance="truth", strategy=strategy)
+    m.save(store)
+    seen = []
+
+    class Answer:  # what check_checkpoint reports (its Spark part is the truth test's)
+        checkpoint = {"restart": {"outcome": outcome, "reason": "because",
+                                  "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+                                  if outcome == "fails" else None}}
+
+    def fake(ckpt, new_path, **kw):
+        seen.append((ckpt, new_path, kw["query"], kw["state"]))
+        return Answer()
+
+    monkeypatch.setattr(migrate.ckcheck, "check_checkpoint", fake)
+    monkeypatch.setattr(Migrator, "require_history", lambda self, new: None)
+    lines: list[str] = []
+    return Migrator(store, m, echo=lines.append, timeout=60), lines, seen, store
+
+
+@pytest.mark.parametrize("outcome", ["fails", "wrong_state"])
+def test_auto_falls_back_to_shadow_when_the_checkpoint_contradicts(tmp_path, monkeypatch,
+                                                                    outcome):
+    mig, lines, seen, store = _migrator(tmp_path, "auto", outcome, monkeypatch)
+    mig.step_check()  # identical plans: the plan check alone says in place
+    assert seen == [(None, str(CK / "plan.json"), "truth", store.spec)]
+    assert mig.m.kind == "shadow" and mig.m.phase == "shadow"
+    assert mig.m.checkpoint.startswith(outcome)
+    assert any("checkpoint contradicts the plan check" in ln for ln in lines)
+
+
+def test_in_place_is_refused_when_the_checkpoint_contradicts(tmp_path, monkeypatch):
+    from compat.errors import MigrationError
+
+    mig, _lines, _seen, _store = _migrator(tmp_path, "in-place", "fails", monkeypatch)
+    with pytest.raises(MigrationError, match="checkpoint contradicts.*STATE_STORE_KEY"):
+        mig.step_check()
+    assert mig.m.phase == "refused"
+
+
+def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch):
+    mig, _lines, _seen, _store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    mig.step_check()
+    assert mig.m.kind == "in_place" and mig.m.checkpoint.startswith("starts")
