@@ -342,5 +342,80 @@ def characteristics(ck: Checkpoint) -> list[str]:
     return out
 
 
-__all__ = ["MIGRATE", "Prediction", "compare", "drift", "drift_finding", "predict",
-           "stateful_nodes"]
+def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
+                      recorded: Plan | None = None, rec_ops: Checkpoint | None = None, *,
+                      require: list[str] | None = None, schema_compat: str = "forward",
+                      allow_migration: bool = False) -> Any:
+    """The report of ``new`` against the checkpoint ``ck``, given the operators Spark plans
+    for ``new`` (``new_ops``) and, with a recorded plan, for it (``rec_ops``).
+
+    4. Drift first; 5. the checkpoint's rules, then (no drift) the plan check of the
+    recorded plan against ``new``, else what is not verified; 6. the verdict, and the
+    prediction of the restart."""
+    from compat.check import Report, check_plans, dedupe, verdict_of
+    from compat.findings import settle
+
+    findings: list[Finding] = []
+    drifted: list[str] = []
+    if recorded is not None and rec_ops is not None:
+        drifted = drift(ck, rec_ops)
+        if drifted:
+            findings.append(drift_finding(drifted, recorded))
+    findings += compare(ck, new_ops, new)
+    plan_report = None
+    if recorded is not None and not drifted:
+        plan_report = check_plans(recorded, new, require=require, schema_compat=schema_compat,
+                                  allow_migration=allow_migration)
+        # A restart keeps the checkpoint's partition count: checkpoint-partitions-pinned
+        # says what that means instead.
+        findings += [f for f in plan_report.findings
+                     if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
+    else:
+        findings += _unverified(new, recorded is not None)
+    findings += [finding("checkpoint-not-verified", note, new_pointer="/nodes")
+                 for note in ck.not_verified]
+    findings = dedupe(findings)
+    verdict = verdict_of(findings)
+    prediction = predict(findings)
+    findings = [settle(f, allow_migration=allow_migration) for f in findings]
+    section = ck.to_json()
+    section["restart"] = prediction.to_json()
+    section["drift"] = drifted
+    section["matched"] = _matched(ck, new_ops, new)
+    return Report(verdict, findings, recorded or new, new,
+                  plan_report.alignment if plan_report else [], sorted(set(require or [])),
+                  schema_compat, plan_report.requirements if plan_report else [],
+                  allow_migration=allow_migration, checkpoint=section,
+                  old_characteristics=None if recorded else characteristics(ck),
+                  old_is_checkpoint=recorded is None)
+
+
+def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, Any]]:
+    """Each checkpoint operator with the new plan's operator of its id and the plan step
+    it was matched to (in order)."""
+    nodes = stateful_nodes(new)
+    by_id = {op.id: op for op in new_ops.operators}
+    in_order = len(nodes) == len(new_ops.operators)
+    out = []
+    for i, op in enumerate(ck.operators):
+        n = by_id.get(op.id)
+        out.append({"operator": op.id, "checkpoint": op.name,
+                    "new": n.name if n else None,
+                    "node": nodes[i] if n and in_order and i < len(nodes) else None})
+    return out
+
+
+def _unverified(new: Plan, drifted: bool) -> list[Finding]:
+    why = "the recorded plan did not make this checkpoint" if drifted else \
+        "no recorded plan (--checkpoint alone)"
+    notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
+             f"it, and there is {why}"]
+    if any(new.info[n].stateful for n in new.nodes):
+        notes.append("what the state means beyond its types: window sizes and slides, join "
+                     "types and time bounds, aggregate argument expressions, filters "
+                     f"before state ({why})")
+    return [finding("checkpoint-not-verified", n, new_pointer="/nodes") for n in notes]
+
+
+__all__ = ["MIGRATE", "Prediction", "checkpoint_report", "compare", "drift",
+           "drift_finding", "predict", "stateful_nodes"]

@@ -14,22 +14,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import Any
 
-from compat.check import Report, check_plans, dedupe, load_plan, verdict_of
-from compat.checkpoint import Checkpoint, CheckpointError, read_checkpoint
-from compat.checkpoint_check import (
-    characteristics,
-    compare,
-    drift,
-    drift_finding,
-    predict,
-    stateful_nodes,
-)
-from compat.findings import Finding, finding, settle
+from compat.check import Report, load_plan
+from compat.checkpoint import CheckpointError, read_checkpoint
+from compat.checkpoint_check import checkpoint_report
 from compat.model import Plan
 
 
@@ -81,69 +72,8 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
     from migrate.stateops import plan_operators
 
     new_ops = plan_operators(new, spark, shuffle_partitions=ck.shuffle_partitions)
-    findings: list[Finding] = []
-    drifted: list[str] = []
-    if recorded is not None:
-        rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions)
-        # Step 4. Drift.
-        drifted = drift(ck, rec_ops)
-        if drifted:
-            findings.append(drift_finding(drifted, recorded))
-    # Step 5. The checkpoint's rules, then the plan check (sink, semantics).
-    findings += compare(ck, new_ops, new)
-    plan_report = None
-    if recorded is not None and not drifted:
-        plan_report = check_plans(recorded, new, require=require, schema_compat=schema_compat,
-                                  allow_migration=allow_migration)
-        findings += [f for f in plan_report.findings
-                     if f.code not in ("state-partitions-changed",)
-                     or not ck.shuffle_partitions]
-    else:
-        findings += _unverified(ck, new, recorded is not None)
-    findings += [finding("checkpoint-not-verified", note, new_pointer="/nodes")
-                 for note in ck.not_verified]
-    findings = dedupe(findings)
-    # Step 6.
-    verdict = verdict_of(findings)
-    prediction = predict(findings)
-    findings = [settle(f, allow_migration=allow_migration) for f in findings]
-    section = ck.to_json()
-    section["restart"] = prediction.to_json()
-    section["drift"] = drifted
-    section["matched"] = _matched(ck, new_ops, new)
-    old = recorded or new
-    return Report(verdict, findings, old, new,
-                  plan_report.alignment if plan_report else [], sorted(set(require or [])),
-                  schema_compat, plan_report.requirements if plan_report else [],
-                  allow_migration=allow_migration, checkpoint=section,
-                  old_characteristics=None if recorded else characteristics(ck),
-                  old_is_checkpoint=recorded is None)
-
-
-def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, Any]]:
-    nodes = stateful_nodes(new)
-    by_id = {op.id: op for op in new_ops.operators}
-    out = []
-    for i, op in enumerate(ck.operators):
-        n = by_id.get(op.id)
-        out.append({"operator": op.id, "checkpoint": op.name,
-                    "new": n.name if n else None,
-                    "node": nodes[i] if n and len(nodes) == len(new_ops.operators)
-                    and i < len(nodes) else None})
-    return out
-
-
-def _unverified(ck: Checkpoint, new: Plan, drifted: bool) -> list[Finding]:
-    why = "the recorded plan did not make this checkpoint" if drifted else \
-        "no recorded plan (--checkpoint alone)"
-    notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
-             f"it, and there is {why}"]
-    if any(new.info[n].stateful for n in new.nodes):
-        notes.append("what the state means beyond its types: window sizes and slides, join "
-                     "types and time bounds, aggregate argument expressions, filters "
-                     f"before state ({why})")
-    return [finding("checkpoint-not-verified", n, new_pointer="/nodes") for n in notes]
-
-
-def describe(path: str) -> str:
-    return os.path.abspath(path)
+    rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions) \
+        if recorded is not None else None
+    # Steps 4 to 6: plain Python (compat.checkpoint_check).
+    return checkpoint_report(ck, new, new_ops, recorded, rec_ops, require=require,
+                             schema_compat=schema_compat, allow_migration=allow_migration)

@@ -341,3 +341,70 @@ def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch
     mig, _lines, _seen, _store = _migrator(tmp_path, "auto", "starts", monkeypatch)
     mig.step_check()
     assert mig.m.kind == "in_place" and mig.m.checkpoint.startswith("starts")
+
+
+# -- the report: every format, the JSON valid against schemas/report.v1.json ---------------
+
+def _report(new_ops, recorded=None, rec_ops=None):
+    from compat.checkpoint_check import checkpoint_report
+
+    return checkpoint_report(read_checkpoint(CK), _plan(), new_ops, recorded, rec_ops)
+
+
+def test_report_formats_and_schema():
+    import jsonschema
+
+    from compat.report import render
+    from compat.schema_check import load_schema
+
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    rep = _report(_new_ops([_with_store(agg, value_schema=_s("long")), dedup]))
+    assert rep.verdict == "migrate" and rep.exit_code == 1
+    doc = json.loads(render(rep, "json"))
+    jsonschema.validate(doc, load_schema("report.v1.json"))
+    assert doc["old"] == {"file": None, "query": "probe", "checkpoint": str(CK)}
+    sec = doc["checkpoint"]
+    assert sec["restart"]["outcome"] == "fails"
+    assert sec["restart"]["error_class"] == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+    assert sec["last_committed_batch"] == 1 and sec["shuffle_partitions"] == 3
+    assert sec["sources"][0]["offsets"] == {"probe-17759073": {"0": 10, "1": 10}}
+    assert sec["matched"] == [{"operator": 0, "checkpoint": "stateStoreSave",
+                               "new": "stateStoreSave", "node": "agg"},
+                              {"operator": 1, "checkpoint": "dedupe", "new": "dedupe",
+                               "node": "d"}]
+    assert doc["characteristics"]["old"] == ["stateful", "multistage"]
+    # checkpoint alone: the sink and the state's meaning are said to be not verified
+    codes = [f["code"] for f in doc["findings"]]
+    assert codes.count("checkpoint-not-verified") == 2
+    text = render(rep, "text")
+    assert "restart on the checkpoint: Spark refuses to start " \
+           "(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)" in text
+    assert "operator 0 stateStoreSave (metadata v1, 3 partitions)" in text
+    assert "store default: key struct<k:string>, value struct<sum:bigint,count:bigint>" in text
+    assert "source 0: probe-17759073 [0:10, 1:10]" in text
+    md = render(rep, "markdown")
+    assert "<summary>Checkpoint</summary>" in md and "checkpoint-value-schema" in md
+    sarif = json.loads(render(rep, "sarif"))
+    assert {r["ruleId"] for r in sarif["runs"][0]["results"]} >= \
+        {"checkpoint-value-schema-incompatible"}
+    assert "::error " in render(rep, "github")
+
+
+def test_report_with_recorded_plan_and_drift_first():
+    from compat.report import render
+
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    # the recorded plan would have written another key: the checkpoint is not its
+    rec_ops = _new_ops([_with_store(agg, key_schema=_s("string", "string")), dedup])
+    rep = _report(_new_ops(), recorded=_plan(), rec_ops=rec_ops)
+    assert rep.findings[0].code == "checkpoint-drift"
+    assert "struct<k:string> in the checkpoint, struct<f0:string,f1:string>" in \
+        rep.findings[0].message
+    assert rep.checkpoint["drift"] and rep.checkpoint["restart"]["outcome"] == "starts"
+    assert "old: " + str(CK / "plan.json") + " + checkpoint" in render(rep, "text")
+    # no drift: the plan check of the recorded plan is part of the report
+    rep = _report(_new_ops(), recorded=_plan(), rec_ops=_new_ops())
+    assert rep.verdict == "identical" and rep.checkpoint["drift"] == []
+    assert rep.findings == []
