@@ -71,9 +71,10 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
     # Step 3. Spark's view of the plans' operators.
     from migrate.stateops import plan_operators
 
-    new_ops = plan_operators(new, spark, shuffle_partitions=ck.shuffle_partitions)
-    rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions) \
-        if recorded is not None else None
+    new_ops = plan_operators(new, spark, shuffle_partitions=ck.shuffle_partitions,
+                             conf=ck.conf)
+    rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions,
+                             conf=ck.conf) if recorded is not None else None
     # Steps 4 to 6: plain Python (compat.checkpoint_check).
     return checkpoint_report(ck, new, new_ops, recorded, rec_ops, require=require,
                              schema_compat=schema_compat, allow_migration=allow_migration)

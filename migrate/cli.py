@@ -38,6 +38,13 @@ invalid plan, 2, counts as the worst).  The report starts with a one-line summar
 lists only the plans that changed.
 
 \b
+With --checkpoint DIR NEW (or --query NAME --state STORE NEW: the query's checkpoint and
+recorded plan from the store), NEW is checked against a Spark checkpoint: its operators,
+state schemas, shuffle partitions and sources, as Spark checks them at restart; the report
+has a `checkpoint` section saying whether a restart fails (with Spark's error class), runs
+on wrong state or starts.  Only this form starts Spark (a dry run of NEW on empty input).
+
+\b
 --require takes a comma-separated list of environment requirements:
   backfill      output must be as if the new query had always run
   cascading     the output feeds other queries: key, mode and schema stay compatible

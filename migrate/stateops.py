@@ -104,13 +104,15 @@ def _empty_builder(spark: Any, plan: Plan) -> Any:
 
 
 def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None = None,
-                   timeout: float = 300.0) -> Checkpoint:
+                   timeout: float = 300.0, conf: dict[str, str] | None = None) -> Checkpoint:
     """A checkpoint of one empty micro-batch of ``plan``: its operators (ids, names, state
     stores, partition counts, key and value schemas) as Spark plans them, and its sources
     in Spark's order (``offsets[i]["theseus_empty"]`` is the node id of source ``i``).
 
     ``shuffle_partitions``: the count the query would run with (a restart on a checkpoint
-    keeps the checkpoint's, whatever the plan says)."""
+    keeps the checkpoint's, whatever the plan says).  ``conf``: the SQL confs a checkpoint's
+    offset log pins (state format versions, the state store provider...), which a restart
+    restores over the session's: the dry run plans with them too."""
     from migrate.run import DEFAULT_STATE_PARTITIONS, spark_session
 
     parts = shuffle_partitions or plan.state_partitions or DEFAULT_STATE_PARTITIONS
@@ -120,8 +122,14 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
     builder = _empty_builder(spark, plan)
     df = builder.dataframe()
     scratch = tempfile.mkdtemp(prefix="theseus-dryrun-")
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(parts))
+    pinned = {**(conf or {}), "spark.sql.shuffle.partitions": str(parts)}
+    before: dict[str, str | None] = {}
+    for k, v in pinned.items():
+        try:
+            before[k] = spark.conf.get(k, None)
+            spark.conf.set(k, v)
+        except Exception:  # a conf this Spark does not know, or a static one: Spark's own
+            before.pop(k, None)
     try:
         q = (df.writeStream.queryName(f"theseus_dryrun_{plan.query}")
              .outputMode(plan.sink.mode).foreachBatch(lambda _df, _id: None)
@@ -137,5 +145,9 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
                                  f"{str(exc).strip().splitlines()[0][:300]}", file=plan.file)
         return read_checkpoint(scratch)
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
         shutil.rmtree(scratch, ignore_errors=True)
