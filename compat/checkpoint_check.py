@@ -58,6 +58,8 @@ register_codes({
                                      "To change the state partition count, deploy with a "
                                      "live migration (a fresh checkpoint); restarting in "
                                      "place keeps the checkpoint's count."),
+    "checkpoint-stateless": ("none", "info", "transparent",
+                             "Nothing to do: only the sources are checked."),
     "checkpoint-not-verified": ("none", "info", "transparent",
                                 "Check it by other means (the store's recorded plan, "
                                 "theseus check OLD NEW)."),
@@ -194,7 +196,9 @@ def _operators(ck: Checkpoint, new_ops: Checkpoint, ctx: _Ctx) -> list[Finding]:
                             f"new plan has {len(new)} stateful operator(s): Spark starts "
                             "them with empty state, so they compute only from the input "
                             "after the restart", **ctx.at(min(new)))]
-        return []
+        return [finding("checkpoint-stateless", "the checkpoint holds no state (its query "
+                        "is stateless), nor does the new plan: only the sources and their "
+                        "offsets are compared", new_pointer="/nodes")]
     if any(op.name == "unknown" for op in old.values()):
         ctx_note = [finding("checkpoint-not-verified",
                             "the checkpoint has no operator metadata (written by a Spark "
@@ -376,6 +380,8 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                  for note in ck.not_verified]
     findings = dedupe(findings)
     verdict = verdict_of(findings)
+    if verdict == "identical" and recorded is None:
+        verdict = "in_place"  # a checkpoint alone can say it restarts, never "same plan"
     prediction = predict(findings)
     findings = [settle(f, allow_migration=allow_migration) for f in findings]
     section = ck.to_json()

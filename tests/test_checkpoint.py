@@ -408,3 +408,19 @@ def test_report_with_recorded_plan_and_drift_first():
     rep = _report(_new_ops(), recorded=_plan(), rec_ops=_new_ops())
     assert rep.verdict == "identical" and rep.checkpoint["drift"] == []
     assert rep.findings == []
+
+
+def test_stateless_checkpoint_says_so_and_checks_sources():
+    from compat.checkpoint_check import checkpoint_report
+
+    ck = read_checkpoint(CK)
+    ck.operators = []
+    new_ops = _new_ops([])
+    rep = checkpoint_report(ck, _plan(), new_ops)
+    assert [f.code for f in rep.findings if f.code != "checkpoint-not-verified"] == \
+        ["checkpoint-stateless"]
+    # a checkpoint alone never makes two plans "identical": it says the restart works
+    assert rep.verdict == "in_place" and rep.checkpoint["restart"]["outcome"] == "starts"
+    two = _new_ops([], offsets=[{"theseus_empty": "src"}, {"theseus_empty": "src"}])
+    rep = checkpoint_report(ck, _plan(), two)
+    assert rep.checkpoint["restart"]["outcome"] == "fails"
