@@ -349,6 +349,10 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         raise CheckpointError("corrupted offsets file", file=str(opath),
                               expected="OffsetSeqMetadata JSON on line 2",
                               found="nothing" if not docs else type(docs[0]).__name__)
+    if offsets and offsets[-1] > last:
+        # A batch planned but not committed: Spark reads its offsets first at restart and
+        # runs it again, so a corrupted one fails the restart as well.
+        _version_and_json(root / "offsets" / str(offsets[-1]), shown, "offsets file", 1)
     meta = docs[0]
     conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
     ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],

@@ -424,3 +424,10 @@ def test_stateless_checkpoint_says_so_and_checks_sources():
     two = _new_ops([], offsets=[{"theseus_empty": "src"}, {"theseus_empty": "src"}])
     rep = checkpoint_report(ck, _plan(), two)
     assert rep.checkpoint["restart"]["outcome"] == "fails"
+
+
+def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):
+    # Spark reruns a planned batch at restart: its offsets file is read first
+    (ck_copy / "offsets" / "2").write_text("v1\nnot json\n")
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "corrupted offsets file", "offsets/2")
