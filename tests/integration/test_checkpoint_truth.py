@@ -410,3 +410,32 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
     wrong = [r for r in RESULTS if r["predicted"] != r["spark"] or
              (r["spark"] == "fails" and r["predicted_error"] != r["error"])]
     assert not wrong, f"the check mispredicted:\n{table}"
+    _cli_on_a_checkpoint_alone(spark, made, all_cases, tmp_path)
+
+
+def _cli_on_a_checkpoint_alone(spark, made, all_cases, tmp_path):
+    """The command line, --checkpoint alone (no store), on an untouched old checkpoint:
+    the JSON report is valid and says what Spark did above."""
+    import jsonschema
+    from click.testing import CliRunner
+
+    import migrate.run
+    from compat.schema_check import load_schema
+    from migrate.cli import main
+
+    c = next(c for c in all_cases if c["name"] == "agg_function_added")
+    ck = made[json.dumps(c["old"], sort_keys=True)] / "ck"
+    new = tmp_path / "agg_function_added" / "new.json"
+    saved = migrate.run._SESSION
+    migrate.run._SESSION = spark  # the test's one session, not a second
+    try:
+        r = CliRunner().invoke(main, ["check", "--checkpoint", str(ck), str(new),
+                                      "--format", "json"])
+    finally:
+        migrate.run._SESSION = saved
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, load_schema("report.v1.json"))
+    assert doc["checkpoint"]["restart"]["error_class"] == \
+        "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+    assert doc["old"]["file"] is None and doc["old"]["checkpoint"] == str(ck)
