@@ -5,7 +5,7 @@ operators, computes their state schemas and partition counts only when it plans 
 micro-batch (``IncrementalExecution``).  So the closest faithful way to learn them without
 touching Kafka is a **dry run**: the plan is built by the same builders as ``theseus run``
 (``migrate.build``), except that every source reads ``theseus_empty`` — a Python data
-source with the source's exact schema and no rows — and the sink discards; one empty
+source with the source's exact schema and no rows — and the sink is Spark's ``noop``; one empty
 micro-batch runs into a scratch checkpoint.  Planning that batch makes Spark write the
 operator metadata and state schema files, which are then read back with the same reader as
 the real checkpoint (``compat.checkpoint``).  No input is read, nothing is written to Kafka.
@@ -131,18 +131,24 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
         except Exception:  # a conf this Spark does not know, or a static one: Spark's own
             before.pop(k, None)
     try:
+        # The noop sink consumes every partition (a foreachBatch that drops its DataFrame
+        # fails Spark 4's state store commit validation); the sink holds no state.
         q = (df.writeStream.queryName(f"theseus_dryrun_{plan.query}")
-             .outputMode(plan.sink.mode).foreachBatch(lambda _df, _id: None)
+             .outputMode(plan.sink.mode).format("noop")
              .option("checkpointLocation", scratch).trigger(availableNow=True).start())
+        error = None
         try:
             q.awaitTermination(timeout)
+        except Exception as e:  # noqa: BLE001 - Spark's StreamingQueryException
+            error = str(e)
         finally:
             if q.isActive:
                 q.stop()
-        exc = q.exception()
-        if exc is not None:
+        if error is None and q.exception() is not None:
+            error = str(q.exception())
+        if error is not None:
             raise RuntimeFailure(f"Spark cannot plan this query: "
-                                 f"{str(exc).strip().splitlines()[0][:300]}", file=plan.file)
+                                 f"{error.strip().splitlines()[0][:300]}", file=plan.file)
         return read_checkpoint(scratch)
     finally:
         for k, v in before.items():
