@@ -25,11 +25,11 @@ restart:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compat.checkpoint import Checkpoint, Operator, compatible, field_names, type_string
-from compat.findings import MIGRATE, Finding, finding, register_codes
+from compat.findings import EFFECT_HINTS, MIGRATE, Finding, finding, register_codes
 from compat.model import Plan
 from compat.steps import Source
 
@@ -372,7 +372,7 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                                   allow_migration=allow_migration)
         # A restart keeps the checkpoint's partition count: checkpoint-partitions-pinned
         # says what that means instead.
-        findings += [f for f in plan_report.findings
+        findings += [_join_type(f, ck, recorded, new) for f in plan_report.findings
                      if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
     else:
         findings += _unverified(new, recorded is not None)
@@ -394,6 +394,32 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                   allow_migration=allow_migration, checkpoint=section,
                   old_characteristics=None if recorded else characteristics(ck),
                   old_is_checkpoint=recorded is None)
+
+
+#: join types whose state is the same (both sides' rows, each with a matched flag)
+_OUTER_FAMILY = {"inner", "left", "right", "full"}
+
+
+def _join_type(f: Finding, ck: Checkpoint, old: Plan, new: Plan) -> Finding:
+    """The checkpoint knows better than the plan check about a join type change between
+    inner and outer joins: from join state format 2 on (Spark 3.0), both sides' rows are
+    kept with a ``matched`` flag whatever the type, and evicted by the same watermark
+    predicate, so the new type emits what it would have (the unmatched rows of an outer
+    join included) for every row still in state.  Measured by the truth test.  Rows evicted
+    before the restart stay computed the old way: an in-place change with history."""
+    if f.code != "join-type-changed":
+        return f
+    o, n = old.nodes.get(f.old_node or ""), new.nodes.get(f.new_node or "")
+    version = ck.conf.get("spark.sql.streaming.join.stateFormatVersion", "")
+    if o is None or n is None or not version.isdigit() or int(version) < 2 or \
+            {getattr(o, "type", None), getattr(n, "type", None)} - _OUTER_FAMILY:
+        return f
+    return replace(f, effect="in_place", severity="warning", history=True,
+                   hint=EFFECT_HINTS["in_place"],
+                   message=f.message + f"; the checkpoint's join state (format v{version}) "
+                   "keeps every row with a matched flag, so Spark restarts and joins the new "
+                   "way from the rows still in state on (rows evicted before the restart "
+                   "stay joined the old way)")
 
 
 def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, Any]]:

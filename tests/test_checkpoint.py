@@ -431,3 +431,21 @@ def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):
     (ck_copy / "offsets" / "2").write_text("v1\nnot json\n")
     _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
                      "corrupted offsets file", "offsets/2")
+
+
+@pytest.mark.parametrize("version,effect", [("2", "in_place"), ("1", "migrate")])
+def test_join_type_change_follows_the_join_state_format(version, effect):
+    """Join state format 2 keeps a matched flag per row whatever the join type: inner ->
+    left outer restarts right (measured in the truth test); format 1 does not."""
+    from compat.check import check_plans
+    from compat.checkpoint_check import _join_type
+
+    case = FIXTURES / "upgrades" / "join_stream_stream_type_changed"
+    old, new = load_plan(str(case / "old.json")), load_plan(str(case / "new.json"))
+    (f,) = [f for f in check_plans(old, new).findings if f.code == "join-type-changed"]
+    ck = read_checkpoint(CK)
+    ck.conf["spark.sql.streaming.join.stateFormatVersion"] = version
+    got = _join_type(f, ck, old, new)
+    assert got.effect == effect
+    assert (got.history, "matched flag" in got.message) == \
+        ((True, True) if effect == "in_place" else (f.history, False))
