@@ -372,7 +372,9 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                                   allow_migration=allow_migration)
         # A restart keeps the checkpoint's partition count: checkpoint-partitions-pinned
         # says what that means instead.
-        findings += [_join_type(f, ck, recorded, new) for f in plan_report.findings
+        backfill = "backfill" in (require or [])
+        findings += [f if backfill else _join_type(f, ck, recorded, new)
+                     for f in plan_report.findings
                      if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
     else:
         findings += _unverified(new, recorded is not None)

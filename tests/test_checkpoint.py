@@ -449,3 +449,17 @@ def test_join_type_change_follows_the_join_state_format(version, effect):
     assert got.effect == effect
     assert (got.history, "matched flag" in got.message) == \
         ((True, True) if effect == "in_place" else (f.history, False))
+
+
+@pytest.mark.parametrize("require,effect", [([], "in_place"), (["backfill"], "migrate")])
+def test_join_type_change_in_the_report_honours_backfill(require, effect):
+    from compat.checkpoint_check import checkpoint_report
+
+    case = FIXTURES / "upgrades" / "join_stream_stream_type_changed"
+    old, new = load_plan(str(case / "old.json")), load_plan(str(case / "new.json"))
+    ck = read_checkpoint(CK)  # join state format 2, as Spark 4.3 writes it
+    assert ck.conf["spark.sql.streaming.join.stateFormatVersion"] == "2"
+    rep = checkpoint_report(ck, new, _new_ops(offsets=[{"theseus_empty": "orders"}]), old,
+                            _new_ops(offsets=[{"theseus_empty": "orders"}]), require=require)
+    (f,) = [f for f in rep.findings if f.code == "join-type-changed"]
+    assert f.effect == effect
