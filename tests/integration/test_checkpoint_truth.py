@@ -406,6 +406,7 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
              (r["spark"] == "fails" and r["predicted_error"] != r["error"])]
     assert not wrong, f"the check mispredicted:\n{table}"
     _cli_on_a_checkpoint_alone(spark, made, all_cases, tmp_path)
+    _migrate_auto_consults_the_checkpoint(spark, kafka, made, all_cases, tmp_path)
 
 
 def _cli_on_a_checkpoint_alone(spark, made, all_cases, tmp_path):
@@ -434,3 +435,39 @@ def _cli_on_a_checkpoint_alone(spark, made, all_cases, tmp_path):
     assert doc["checkpoint"]["restart"]["error_class"] == \
         "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
     assert doc["old"]["file"] is None and doc["old"]["checkpoint"] == str(ck)
+
+
+def _migrate_auto_consults_the_checkpoint(spark, kafka, made, all_cases, tmp_path):
+    """``migrate start --strategy auto``, step 1, on a drifted query: the store records
+    the base plan, but the checkpoint was made by the plan grouping by ``n`` (restarted by
+    hand).  The plan check says in place (a filter added); the checkpoint says Spark would
+    refuse (another key type): the migrator goes through a shadow instead."""
+    import migrate.run
+    from migrate.migration import Migration, Migrator
+    from migrate.store import open_store
+
+    base_case = next(c for c in all_cases if c["name"] == "passive_filter")
+    by_n = next(c for c in all_cases if c["name"] == "key_type_widened")
+    d = tmp_path / "migrate_auto"
+    shutil.copytree(made[json.dumps(by_n["old"], sort_keys=True)] / "ck", d / "ck")
+    store = open_store(str(d / "store"))
+    store.put_plan("truth", dumps(load_plan(str(made[json.dumps(base_case["old"],
+                                                                sort_keys=True)]
+                                                 / "plan.json"))))
+    store.set_status("truth", checkpoint=str(d / "ck"), status="running")
+    new_path = d / "new.json"
+    new_path.write_text(json.dumps(base_case["new"]))
+    m = Migration(id="m1", query="truth", new_plan=str(new_path), old_instance="truth",
+                  strategy="auto", bootstrap=kafka.bootstrap)
+    lines: list[str] = []
+    saved = migrate.run._SESSION
+    migrate.run._SESSION = spark
+    try:
+        mig = Migrator(store, m, echo=lines.append, timeout=120)
+        mig.step_check()
+    finally:
+        migrate.run._SESSION = saved
+    assert mig.m.verdict == "in_place"  # what the plan check alone says
+    assert mig.m.kind == "shadow", lines
+    assert mig.m.checkpoint.startswith("fails (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)")
+    assert any("checkpoint contradicts the plan check" in ln for ln in lines)
