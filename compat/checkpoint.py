@@ -391,8 +391,8 @@ def _operator(d: Path, last: int) -> Operator:
         for s in doc.get("stateStoreInfo") or []:
             sp = s.get("stateSchemaFilePath")
             if sp:
-                local = Path(str(sp).removeprefix("file:"))
-                if local.exists():
+                local = _schema_v3(d, str(sp))
+                if local is not None:
                     got = read_schema_file(local)
                     families += got if isinstance(got, list) else []
             stores.append(StateStore(str(s.get("storeName")), int(s.get("numPartitions", 0)),
@@ -417,6 +417,17 @@ def _operator(d: Path, last: int) -> Operator:
     stores = _stores_from_schemas(d, doc.get("stateStoreInfo") or [])
     return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),
                     tuple(stores), 1)
+
+
+def _schema_v3(d: Path, recorded: str) -> Path | None:
+    """The v3 schema file a v2 operator metadata names: by its recorded (absolute) path, or,
+    in a checkpoint copied or moved since, by its name under ``<op>/_stateSchema/``."""
+    local = Path(re.sub(r"^file:(//)?", "", recorded))
+    if local.is_file():
+        return local
+    found = sorted((d / "_stateSchema").rglob(local.name)) if (d / "_stateSchema").is_dir() \
+        else []
+    return found[0] if found else None
 
 
 def _stores_from_schemas(d: Path, infos: list[dict] | None) -> list[StateStore]:
