@@ -463,3 +463,27 @@ def test_join_type_change_in_the_report_honours_backfill(require, effect):
                             _new_ops(offsets=[{"theseus_empty": "orders"}]), require=require)
     (f,) = [f for f in rep.findings if f.code == "join-type-changed"]
     assert f.effect == effect
+
+
+def test_v2_operator_metadata_without_its_schema_file_is_not_verified(ck_copy):
+    """OperatorStateMetadataV2 (transformWithState): the fields of Spark's case class
+    (operatorInfo, stateStoreInfo with stateSchemaFilePath, operatorPropertiesJson) under
+    state/<op>/_metadata/v2/<batch>.  Its schema file missing here, the store's key and
+    value are said to be not verified, never guessed.  (No real v2 checkpoint: PySpark's
+    transformWithStateInPandas needs protobuf, which this environment lacks.)"""
+    op = ck_copy / "state" / "0" / "_metadata"
+    (op / "v2").mkdir()
+    (op / "v2" / "1").write_text("v2\n" + json.dumps({
+        "operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateExec"},
+        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0,
+                            "numPartitions": 3,
+                            "stateSchemaFilePath": "file:/gone/_stateSchema/default/0_x"}],
+        "operatorPropertiesJson": "{}"}) + "\n")
+    ck = read_checkpoint(ck_copy)
+    tws = ck.operators[0]
+    assert (tws.id, tws.name, tws.metadata_version, tws.partitions) == \
+        (0, "transformWithStateExec", 2, 3)
+    assert tws.stores[0].key_schema is None
+    fs = compare(ck, _new_ops(ck.operators), _plan())
+    assert _codes(fs) == ["checkpoint-not-verified"]
+    assert "records no state schema" in fs[0].message
