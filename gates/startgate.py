@@ -28,11 +28,17 @@ def write_start_gate(store: str | os.PathLike[str], instance: str, is_open: bool
                      migration: str | None = None,
                      from_offsets: dict[str, dict[int, int]] | None = None,
                      follow: str | None = None,
-                     follow_offsets: dict[str, dict[int, int]] | None = None) -> None:
+                     follow_offsets: dict[str, dict[int, int]] | None = None,
+                     reconcile: dict[str, Any] | None = None) -> None:
     """``from_offsets``: closed, but open for every batch that starts at or beyond them (the
     cut C; the gated source acknowledges a batch's start offsets before the batch runs) once
-    the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C)."""
+    the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C).
+    ``reconcile``: the first batch written to the output carries the reconciliation's
+    corrections (:mod:`gates.reconcile`): ``{"topic": side topic, "from": {partition:
+    offset}, "migration": id}``; kept when the gate opens."""
     doc: dict[str, Any] = {"open": is_open, "migration": migration}
+    if reconcile:
+        doc["reconcile"] = reconcile
     if from_offsets:
         doc["from"] = offsets_to_json(from_offsets)
     if follow:

@@ -32,6 +32,10 @@ broker that does not answer, a control record not delivered) ends the run with o
              its sink writes nothing more and its host stops it.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
+             A reconciling shadow (``--reconcile``, :mod:`gates.reconcile`) writes, in the
+             transaction of its first batch from C, the corrections that make the compacted
+             output the new plan over all input before C; this step waits until they are
+             committed (restarting the shadow's host if it died) and records their counts.
 7. Finish    record the new plan and instance as the query's; the migration is done.
 
 The in-place path (DESIGN.md's step 1 carried out) has its own numbers:
@@ -117,6 +121,10 @@ class Migration:
     cut_mode: str = "control-events"  # control-events | offsets
     require: list[str] = field(default_factory=list)
     compare: bool = False
+    reconcile: str = "off"  # auto | on | off, as asked
+    reconciling: bool = False  # decided in step 1
+    side_from: dict[str, int] = field(default_factory=dict)  # side topic offsets at step 2
+    counts: dict[str, Any] = field(default_factory=dict)  # the reconciliation's
     phase: str = "check"
     kind: str = ""  # in_place | shadow, decided in step 1
     verdict: str = ""
@@ -306,7 +314,7 @@ class Migrator:
                "--trigger", self.m.trigger]
         if gated:
             cmd.append("--gated-start")
-            if self.m.compare:
+            if self.m.compare or self.m.reconciling:
                 cmd += ["--shadow-topic", self.compare_topic()]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -317,7 +325,30 @@ class Migrator:
         """``<output>.shadow``: where the shadow writes until the cutover with --compare."""
         return f"{self.plans()[1].sink.topic}.shadow"
 
-    def ensure_topic(self, topic: str, partitions: int) -> None:
+    def reconcile_spec(self) -> dict[str, Any] | None:
+        """What the shadow's start gate says about reconciliation (gates.reconcile)."""
+        if not self.m.reconciling:
+            return None
+        return {"topic": self.compare_topic(), "from": self.m.side_from,
+                "migration": self.m.id}
+
+    def delete_side_topic(self) -> None:
+        """The side topic served the reconciliation only (kept with --compare, for reading)."""
+        if not self.m.reconciling or self.m.compare:
+            return
+        from confluent_kafka.admin import AdminClient
+
+        topic = self.compare_topic()
+        admin = AdminClient(client_conf(self.m.bootstrap))
+        try:
+            admin.delete_topics([topic], request_timeout=10)[topic].result(10)
+            self.echo(f"  deleted the side topic {topic}")
+        except Exception as e:  # already gone (a resumed run), or the broker refused
+            if "UNKNOWN_TOPIC" not in str(e):
+                self.echo(f"  could not delete the side topic {topic}: {e}")
+
+    def ensure_topic(self, topic: str, partitions: int,
+                     config: dict[str, str] | None = None) -> None:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -332,7 +363,7 @@ class Migrator:
                                  file=self.m.new_plan, found=self.m.bootstrap) from None
         what = f"the comparison topic '{topic}' to be created"
         timeout = self.deadline.timeout(what)
-        fut = admin.create_topics([NewTopic(topic, partitions, 1)],
+        fut = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   request_timeout=timeout)[topic]
         try:
             fut.result(timeout)
@@ -414,16 +445,62 @@ class Migrator:
                                  found=report.verdict)
         shadow = self.m.strategy == "shadow" or (self.m.strategy == "auto" and
                                                   report.verdict == "migrate")
+        if not shadow and self.m.reconcile == "on":
+            if self.m.strategy == "in-place":
+                raise MigrationError("--reconcile on needs a shadow that recomputes every key "
+                                     "over the history; an in-place restart cannot",
+                                     file=self.m.new_plan, expected="--strategy auto or shadow",
+                                     found="--strategy in-place")
+            shadow = True  # only a shadow knows the new plan's value for every key
         self.m.kind = "shadow" if shadow else "in_place"
         if shadow:
+            self.m.reconciling = self.decide_reconcile(new)
             self.require_history(new)
         self.m.phase = "shadow" if shadow else "in_place"
         self.save()
 
+    def decide_reconcile(self, new: Plan) -> bool:
+        """``--reconcile``: ``auto`` is on for a keyed ``update`` sink and off otherwise;
+        ``on`` refuses an output it cannot reconcile, with the reason."""
+        asked = self.m.reconcile
+        if asked == "off":
+            return False
+        sink = new.sink
+        why = None
+        if sink.mode == "complete":
+            why = ("a complete sink rewrites its whole result at every batch; a key it drops "
+                   "is never deleted, and a correction is not a row of it")
+        elif not sink.key_columns:
+            why = "the sink has no key columns: a compacted view has no keys to correct"
+        else:
+            late = sorted(n.id for n in new.nodes.values() if isinstance(n, Source)
+                          and n.role != "table" and n.starting_offsets != "earliest")
+            if late:
+                why = (f"source(s) {', '.join(late)} start at the latest offsets: the shadow "
+                       "would not see every key, and would tombstone keys it never saw")
+        if why is not None:
+            if asked == "on":
+                self.m.phase = "refused"
+                self.m.error = f"--reconcile on: {why}"
+                self.save()
+                raise MigrationError(f"cannot reconcile the output: {why}",
+                                     file=self.m.new_plan, node=sink.id,
+                                     expected="a keyed update or append sink fed from the "
+                                     "earliest offsets", found=f"mode {sink.mode}, key "
+                                     f"{list(sink.key_columns)}", hint="--reconcile off "
+                                     "leaves keys without input after the cut as they are")
+            self.echo(f"  no reconciliation: {why}")
+            return False
+        if asked == "auto" and sink.mode != "update":
+            return False
+        self.echo(f"  reconciliation at the cut: on ({asked})")
+        return True
+
     def require_history(self, new: Plan) -> None:
-        """A stateful shadow recomputes its state from the earliest offsets: refuse when
-        retention already deleted part of that history."""
-        if not any(i.stateful for i in new.info.values()):
+        """A stateful shadow recomputes its state from the earliest offsets, and a
+        reconciling one must see every key: refuse when retention already deleted part of
+        that history."""
+        if not self.m.reconciling and not any(i.stateful for i in new.info.values()):
             return  # a plan without state needs no history
         low = self.low_watermarks(self.source_topics(new))
         lost = {t: ps for t, ps in low.items() if any(o > 0 for o in ps.values())}
@@ -476,12 +553,21 @@ class Migrator:
         """Step 2. Start the shadow: new instance, fresh checkpoint, start gate closed."""
         self.enter("shadow")
         inst = self.m.new_instance
-        write_start_gate(self.store.root, inst, False, self.m.id)
+        side = self.compare_topic()
+        if self.m.compare or self.m.reconciling:
+            # compacted when it serves the reconciliation only: its last value per key is
+            # all that is read
+            self.ensure_topic(side, 1, None if self.m.compare else
+                              {"cleanup.policy": "compact"})
+            self.echo(f"  shadow output before the cut goes to {side}")
+        if self.m.reconciling and not self.m.side_from:
+            # where this shadow's output starts: what an earlier migration left is not ours
+            self.m.side_from = {str(p): o for p, o in self.high_watermarks([side])[side].items()}
+            self.save()
+        write_start_gate(self.store.root, inst, False, self.m.id,
+                         reconcile=self.reconcile_spec())
         if read_gate(self.store.root, inst).mode != "open" and not self.m.cut:
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch))
-        if self.m.compare:
-            self.ensure_topic(self.compare_topic(), 1)
-            self.echo(f"  shadow output before the cut goes to {self.compare_topic()}")
         self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
         self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
         self.m.phase = "pause"
@@ -571,7 +657,7 @@ class Migrator:
         mine = {t: cut[t] for t in per[inst]}
         theirs = {t: cut[t] for t in per[old]}
         write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
-                         follow=old, follow_offsets=theirs)
+                         follow=old, follow_offsets=theirs, reconcile=self.reconcile_spec())
         self.flush()
         self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
@@ -605,7 +691,8 @@ class Migrator:
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
         self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
-        write_start_gate(self.store.root, inst, True, self.m.id)
+        write_start_gate(self.store.root, inst, True, self.m.id,
+                         reconcile=self.reconcile_spec())
         self.flush()
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
@@ -616,8 +703,46 @@ class Migrator:
             time.sleep(min(0.2, courtesy.remaining()))
         self.store.request_stop(old)
         self.wait(f"'{old}' to stop", lambda: self.stopped(old))
+        if self.m.reconciling:
+            self.await_reconciliation()
         self.m.phase = "finish"
         self.save()
+
+    def await_reconciliation(self) -> None:
+        """The shadow's first batch from C carries the corrections; wait until they are
+        committed and record their counts. A shadow host that died meanwhile (killed in
+        the middle of that batch) is started again on its checkpoint: Spark replays the
+        batch, whose transaction was aborted, and the corrections are written once."""
+        from gates.reconcile import read_record
+
+        inst = self.m.new_instance
+
+        def committed() -> bool:
+            rec = read_record(self.store.root, inst)
+            if rec.get("state") == "committed" and rec.get("migration") == self.m.id:
+                return True
+            st = self.store.status(inst)
+            if st.get("status") == "failed":
+                from migrate.run import failure_message
+
+                first = failure_message(str(st.get("error") or "see its log"))[:500]
+                raise MigrationError(f"the shadow query '{inst}' failed while reconciling: "
+                                     f"{first}", file=str(self.store.log_path(inst)),
+                                     hint=f"fix the cause, then theseus migrate resume "
+                                     f"{self.m.query}")
+            if not self.starting(inst) and not self.running(inst):
+                self.echo(f"  the shadow '{inst}' is not running: starting it again")
+                self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
+            return False
+
+        self.wait("the shadow to commit the reconciliation", committed)
+        rec = read_record(self.store.root, inst)
+        self.m.counts = dict(rec.get("counts") or {})
+        self.save()
+        c = self.m.counts
+        self.echo(f"  reconciled at the cut: {c.get('corrected', 0)} corrected, "
+                  f"{c.get('added', 0)} added, {c.get('deleted', 0)} deleted, "
+                  f"{c.get('matched', 0)} already right")
 
     def switched(self, instance: str) -> bool:
         """The shadow's start gate is open (it writes the output from the cut on)."""
@@ -642,6 +767,7 @@ class Migrator:
         if self.m.kind == "shadow":
             self.store.set_live(self.m.query, self.m.new_instance)
         self.store.put_plan(self.m.query, self.new_plan_text())
+        self.delete_side_topic()
         self.enter("done")
 
     def new_plan_text(self) -> str:
@@ -686,6 +812,12 @@ class Migrator:
             self.store.request_stop(inst)
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch + 1))
         self.m.epoch += 1
+        if self.m.reconciling and inst:
+            # a shadow still writing would create the side topic again (auto-creation)
+            wait = self.deadline.within(30)
+            while not wait.expired() and not self.stopped(inst):
+                time.sleep(0.2)
+            self.delete_side_topic()
         self.enter("aborted")
         self.m.phase = "aborted"
         self.save()
@@ -694,7 +826,8 @@ class Migrator:
 
 def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
           strategy: str = "auto", cut_mode: str = "control-events",
-          require: list[str] | None = None, compare: bool = False, master: str = "local[2]",
+          require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
+          master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
           timeout: float = 600.0) -> Migration:
     live = store.live_instance(query)
@@ -722,6 +855,7 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
     m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=live,
                   new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                   cut_mode=cut_mode, require=list(require or []), compare=compare,
+                  reconcile=reconcile,
                   bootstrap=bootstrap, master=master, trigger=trigger)
     migrator = Migrator(store, m, echo, timeout)  # the time budget starts here
     migrator.save()

@@ -1,0 +1,258 @@
+"""Reconciliation at the cut: the compacted output equals the new plan over all input at C.
+
+A live migration switches the output at the cut C: the old query's rows for input before C,
+the new query's from C on.  For a keyed output, a key that gets no input after C would keep
+the old plan's value forever (Materialize's three gaps of ``ALTER SINK ... SET FROM``:
+stale, missing and orphan keys).  A reconciling shadow closes them at the hand-over:
+
+1. Before the cut, the shadow's output goes to its side topic ``<output>.shadow`` (exactly
+   once, in the same transactions as its batch ids), read from the offsets the migrator
+   recorded before the shadow started (``from``), so a side topic left by an earlier
+   migration counts for nothing.  Per key, its last record is the new plan over all input
+   before C (a tombstone: the new plan retracted the key).
+2. When the shadow writes its first batch to the output (the batch starting at C, once
+   the old query committed everything before C and retired), the sink reads the output
+   topic: per key, the old plan's last value.
+3. :func:`diff` gives the corrections: the new row for a key whose value differs
+   (*corrected*) or that the old plan never wrote (*added*), a tombstone for a key the new
+   plan does not produce (*deleted*), nothing for a key already right (*matched*).
+4. The sink records the counts with the batch id (``pending``), *then* writes the
+   corrections before the batch's own rows in the batch's transaction (the batch's rows
+   come later, so they win where both touch a key), commits, and records ``committed``.
+   A host killed in between replays the batch: its transaction was aborted (the restarted
+   producer fences it), the output and the side topic are unchanged, so the corrections
+   are computed again, identical, and written once.  A replayed batch that did commit is
+   skipped by the sink, and the pending record is confirmed against the committed batch
+   id (:meth:`Reconciler.confirm`).
+
+The record: ``<store>/gates/<instance>.reconcile.json`` =
+``{"migration", "batch_id", "state": "pending"|"committed", "counts": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from compat.errors import SinkError
+from gates.broker import client_conf, partitions
+from gates.control import is_control
+from gates.files import atomic_write_json
+
+COUNTS = ("corrected", "added", "deleted", "matched")
+Latest = dict[bytes, "bytes | None"]
+
+
+def record_path(store: str | os.PathLike[str], instance: str) -> Path:
+    return Path(store) / "gates" / f"{instance}.reconcile.json"
+
+
+def read_record(store: str | os.PathLike[str], instance: str) -> dict[str, Any]:
+    """The reconciliation record of ``instance`` ({} when none was written yet)."""
+    try:
+        doc = json.loads(record_path(store, instance).read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        return {}  # torn writes cannot happen (atomic rename); unreadable means not there
+    return doc if isinstance(doc, dict) else {}
+
+
+def write_record(store: str | os.PathLike[str], instance: str, doc: Mapping[str, Any]) -> None:
+    atomic_write_json(record_path(store, instance), dict(doc), indent=None)
+
+
+def _same(old: bytes, new: bytes) -> bool:
+    """Equal JSON values: the same bytes, or the same object once parsed (member order and
+    spacing are not a difference a reader sees)."""
+    if old == new:
+        return True
+    try:
+        return json.loads(old) == json.loads(new)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None]
+         ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
+    """The corrections that turn the compacted ``old`` view into ``new`` (key -> value, a
+    ``None`` value is a tombstone: the key is absent), in key order, and their counts."""
+    counts = dict.fromkeys(COUNTS, 0)
+    out: list[tuple[bytes, bytes | None]] = []
+    for k in sorted(set(old) | set(new)):
+        o, n = old.get(k), new.get(k)
+        if n is None:
+            if o is not None:
+                out.append((k, None))
+                counts["deleted"] += 1
+        elif o is None:
+            out.append((k, n))
+            counts["added"] += 1
+        elif _same(o, n):
+            counts["matched"] += 1
+        else:
+            out.append((k, n))
+            counts["corrected"] += 1
+    return out, counts
+
+
+def latest_per_key(bootstrap: str, topic: str, start: Mapping[int, int] | None = None,
+                   timeout: float = 120.0) -> Latest:
+    """Per key, the value of its last committed record in ``topic`` (``None`` for a
+    tombstone), from ``start`` (default: the beginning) to the end.  Control records and
+    records without a key are not rows of the output and are left out.
+
+    Reads ``read_committed`` up to the high watermark taken first: a commit returns before
+    the broker wrote its markers, so a reader stopping at the last stable offset could miss
+    the last committed rows; it waits (within ``timeout``) until the markers are there."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    c = Consumer(client_conf(bootstrap, **{
+        "group.id": "theseus-reconcile", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024}))
+    deadline = time.monotonic() + timeout
+    try:
+        parts = partitions(c, topic, timeout)
+        ends: dict[int, int] = {}
+        for p in parts:
+            try:
+                _, ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            except KafkaException as e:
+                raise SinkError(f"cannot read the end of the topic: {e}", topic=topic,
+                                partition=p) from e
+        begin = {p: int((start or {}).get(p, 0)) for p in parts}
+        todo = {p for p in parts if ends[p] > begin[p]}
+        latest: Latest = {}
+        if not todo:
+            return latest
+        c.assign([TopicPartition(topic, p, begin[p]) for p in sorted(todo)])
+        while todo:
+            if time.monotonic() > deadline:
+                raise SinkError(f"cannot read the topic to its end within {timeout:g} s "
+                                "(a transaction left open?)", topic=topic,
+                                expected=f"offsets {ends}",
+                                found=f"partitions {sorted(todo)} not read to the end")
+            for m in c.consume(10000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= ends[m.partition()]:
+                            todo.discard(m.partition())
+                        continue
+                    raise SinkError(f"cannot read the topic: {err.str()}", topic=topic,
+                                    partition=m.partition())
+                if m.offset() >= ends[m.partition()] - 1:
+                    todo.discard(m.partition())
+                if m.offset() >= ends[m.partition()]:
+                    continue
+                k = m.key()
+                if k is None or is_control(m.headers()):
+                    continue
+                latest[k] = m.value()
+        return latest
+    finally:
+        c.close()
+
+
+class Reconciler:
+    """What a reconciling shadow's sink asks at its first batch written to the output.
+
+    ``requested()`` reads the start gate (the migrator writes ``reconcile`` there: the
+    side topic and the offsets it starts at); ``due(batch_id, committed)`` says whether
+    this batch must carry the corrections."""
+
+    def __init__(self, store: str | os.PathLike[str], instance: str, bootstrap: str,
+                 output_topic: str, timeout: float = 120.0) -> None:
+        self.store = str(store)
+        self.instance = instance
+        self.bootstrap = bootstrap
+        self.output_topic = output_topic
+        self.timeout = timeout
+        self._done = False
+
+    def requested(self) -> dict[str, Any] | None:
+        from gates.startgate import read_start_gate
+
+        spec = read_start_gate(self.store, self.instance).get("reconcile")
+        return spec if isinstance(spec, dict) and spec.get("topic") else None
+
+    def confirm(self, committed: int | None) -> bool:
+        """True once the corrections are committed: the record says so, or it is pending
+        for a batch the sink has committed since (a host killed after the commit, before
+        it wrote ``committed``); then the record is completed here."""
+        if self._done:
+            return True
+        rec = read_record(self.store, self.instance)
+        if rec.get("state") == "committed":
+            self._done = True
+        elif rec.get("state") == "pending" and committed is not None and \
+                int(rec.get("batch_id", 1 << 62)) <= committed:
+            write_record(self.store, self.instance, {**rec, "state": "committed"})
+            self._done = True
+        return self._done
+
+    def due(self, committed: int | None) -> dict[str, Any] | None:
+        """The reconcile spec when the batch about to be written must carry corrections."""
+        if self._done:
+            return None
+        spec = self.requested()
+        if spec is None:
+            return None
+        if self.confirm(committed):
+            return None
+        rec = read_record(self.store, self.instance)
+        if rec.get("state") == "committed" and rec.get("migration") == spec.get("migration"):
+            self._done = True
+            return None
+        return spec
+
+    def corrections(self, spec: Mapping[str, Any]
+                    ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
+        start = {int(p): int(o) for p, o in (spec.get("from") or {}).items()}
+        t0 = time.monotonic()
+        new = latest_per_key(self.bootstrap, str(spec["topic"]), start, self.timeout)
+        old = latest_per_key(self.bootstrap, self.output_topic, None, self.timeout)
+        out, counts = diff(old, new)
+        counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
+        return out, counts
+
+    def pending(self, spec: Mapping[str, Any], batch_id: int, counts: Mapping[str, Any]
+                ) -> None:
+        write_record(self.store, self.instance, {
+            "migration": spec.get("migration"), "batch_id": batch_id, "state": "pending",
+            "counts": dict(counts), "at": time.time()})
+
+    def committed(self) -> None:
+        rec = read_record(self.store, self.instance)
+        write_record(self.store, self.instance, {**rec, "state": "committed",
+                                                 "committed_at": time.time()})
+        self._done = True
+
+
+def fault(name: str) -> None:
+    """Tests: ``THESEUS_SINK_FAULT=<name>:<file>`` kills this process with SIGKILL at the
+    point ``name``, once (the file is removed first; absent, nothing happens)."""
+    spec = os.environ.get("THESEUS_SINK_FAULT", "")
+    if not spec.startswith(name + ":"):
+        return
+    path = spec[len(name) + 1:]
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def as_pairs(rows: Iterable[tuple[bytes, bytes | None]]) -> tuple[list, list]:
+    keys, values = [], []
+    for k, v in rows:
+        keys.append(k)
+        values.append(v)
+    return keys, values
