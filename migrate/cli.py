@@ -463,14 +463,19 @@ def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, requ
     """Migrate the query named by NEW_PLAN's `query` to NEW_PLAN, live."""
     from compat.check import load_plan, parse_require
     from migrate import migration
+    from migrate.progress import Progress
     from migrate.store import open_store
 
     plan = load_plan(new_plan)
-    m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
-                        strategy=strategy, cut_mode=cut_mode,
-                        require=parse_require(require), compare=compare,
-                        reconcile=reconcile, master=master,
-                        trigger=trigger, echo=click.echo, timeout=timeout)
+    progress = Progress()
+    try:
+        m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
+                            strategy=strategy, cut_mode=cut_mode,
+                            require=parse_require(require), compare=compare,
+                            reconcile=reconcile, master=master, trigger=trigger,
+                            echo=progress, live=progress.live, timeout=timeout)
+    finally:
+        progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the new plan "
                f"({m.kind})")
 
@@ -479,7 +484,10 @@ def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, requ
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def migrate_status(query: str, state: str, fmt: str) -> None:
+@click.option("--watch", is_flag=True,
+              help="Follow the migration until it ends: its phases, and the shadow's "
+                   "backfill as a progress bar (plain lines when not on a terminal).")
+def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
     """Show the current migration of QUERY."""
     import json
     from dataclasses import asdict
@@ -487,7 +495,17 @@ def migrate_status(query: str, state: str, fmt: str) -> None:
     from migrate import migration
     from migrate.store import open_store
 
-    m = migration.current(open_store(state), query)
+    store = open_store(state)
+    if watch:
+        from migrate.progress import Progress
+        from migrate.progress import watch as follow
+
+        progress = Progress()
+        try:
+            follow(store, query, progress)
+        finally:
+            progress.close()
+    m = migration.current(store, query)
     if fmt == "json":
         click.echo(json.dumps(asdict(m), indent=2))
         return
@@ -513,9 +531,15 @@ def migrate_status(query: str, state: str, fmt: str) -> None:
 def migrate_resume(query: str, state: str, timeout: float) -> None:
     """Continue QUERY's migration from its last recorded phase."""
     from migrate import migration
+    from migrate.progress import Progress
     from migrate.store import open_store
 
-    m = migration.resume(open_store(state), query, echo=click.echo, timeout=timeout)
+    progress = Progress()
+    try:
+        m = migration.resume(open_store(state), query, echo=progress, live=progress.live,
+                             timeout=timeout)
+    finally:
+        progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}")
 
 

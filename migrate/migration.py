@@ -211,15 +211,25 @@ def _pid_alive(pid: int | None) -> bool:
 
 
 class Migrator:
-    """Drives one migration through its phases; ``echo`` shows progress."""
+    """Drives one migration through its phases; ``echo`` prints lines that stay (the
+    phases), ``live`` the line that follows the shadow (:mod:`migrate.progress`: one line
+    rewritten in place on a terminal; by default plain lines, at most one every 10 s)."""
 
     def __init__(self, store: DirectoryStore, m: Migration,
                  echo: Callable[[str], None] = print, timeout: float = 600.0,
                  lag_threshold: int = 2000, steady_batches: int = 6,
-                 deadline: Deadline | None = None) -> None:
+                 deadline: Deadline | None = None,
+                 live: Callable[[str, str], None] | None = None) -> None:
         self.store = store
         self.m = m
         self.echo = echo
+        if live is None:
+            from migrate.progress import Progress
+
+            plain = Progress(tty=False)
+            plain._write = lambda text: echo(text.rstrip("\n"))  # type: ignore[method-assign]
+            live = plain.live
+        self.live = live
         # One time budget shared by every Kafka/Spark wait of this run.
         self.deadline = deadline or Deadline(timeout, hint=self.resume_hint())
         self.lag_threshold = lag_threshold
@@ -248,10 +258,16 @@ class Migrator:
         if fault == f"after:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2) -> None:
-        """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded."""
+    def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2,
+             show: bool = True) -> None:
+        """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded.
+        ``show``: say on the live line what is awaited, once it takes a second."""
+        t0 = time.monotonic()
         while not cond():
             self.check_alive()
+            waited = time.monotonic() - t0
+            if show and waited >= 1:
+                self.live(f"  waiting for {what} ({waited:.0f} s)", f"wait {what}")
             self.deadline.sleep(interval, what)
 
     def check_alive(self) -> None:
@@ -332,6 +348,16 @@ class Migrator:
         return {"topic": self.compare_topic(), "from": self.m.side_from,
                 "migration": self.m.id}
 
+    def tombstone_controls(self) -> None:
+        """The migration is over: its control records need not stay in compacted topics."""
+        if self.m.cut_mode != "control-events" or not self.m.cut:
+            return
+        from gates.control import tombstone_control_events
+
+        n = tombstone_control_events(self.m.bootstrap, self.m.id, _offsets(self.m.cut),
+                                     deadline=self.deadline)
+        self.echo(f"  tombstoned the control records' key in {n} partition(s)")
+
     def delete_side_topic(self) -> None:
         """The side topic served the reconciliation only (kept with --compare, for reading)."""
         if not self.m.reconciling or self.m.compare:
@@ -387,14 +413,6 @@ class Migrator:
             return acked_offsets(self.store.root, instance)
         except GateStateError:
             return {}
-
-    def lag(self, instance: str, topics: list[str],
-            done: dict[str, dict[int, int]] | None = None) -> dict[str, dict[int, int]]:
-        """Records between ``done`` (default: what ``instance`` acknowledged) and the head."""
-        high = self.high_watermarks(topics)
-        done = self.acked(instance) if done is None else done
-        return {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
-                for t, parts in high.items()}
 
     # -- the protocol -------------------------------------------------------------------
     def run(self) -> Migration:
@@ -590,11 +608,17 @@ class Migrator:
         # JVM (code generation, JIT), several times slower than the old query's; paused
         # then, it would reach the cut a batch late and the output would stall for it.
         steady = {"batches": 0, "at": ""}  # batches in a row near the head, and the last
+        from migrate.progress import Rate, bar_line
+
+        rate = Rate()
 
         def keeping_up() -> bool:
             done = self.acked(inst)
-            lag = self.lag(inst, per[inst], done)
+            high = self.high_watermarks(per[inst])
+            lag = {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
+                   for t, parts in high.items()}
             total = sum(sum(ps.values()) for ps in lag.values())
+            records = sum(sum(ps.values()) for ps in high.values())
             if total > self.lag_threshold or not self.running(inst):
                 steady.update(batches=0, at="")
             else:
@@ -606,12 +630,15 @@ class Migrator:
                 if total == 0 or at != steady["at"]:  # a new batch, or idle at the head
                     steady.update(batches=steady["batches"] + 1, at=at)
             n = steady["batches"]
-            self.echo(f"  shadow lag {total}: " + ", ".join(
-                f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()) +
-                (f" (near the head for {n} of {self.steady_batches} batches)" if n else ""))
+            speed = rate.add(records - total)
+            if n:
+                self.live(f"  shadow near the head: lag {total:,} records, {n} of "
+                          f"{self.steady_batches} batches in a row", "steady")
+            else:
+                self.live("  " + bar_line(records - total, records, speed), "backfill")
             return n >= self.steady_batches
 
-        self.wait("the shadow to catch up", keeping_up, interval=1.0)
+        self.wait("the shadow to catch up", keeping_up, interval=1.0, show=False)
         self.m.history.append(["steady", round(time.time(), 3)])
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
@@ -768,6 +795,7 @@ class Migrator:
             self.store.set_live(self.m.query, self.m.new_instance)
         self.store.put_plan(self.m.query, self.new_plan_text())
         self.delete_side_topic()
+        self.tombstone_controls()
         self.enter("done")
 
     def new_plan_text(self) -> str:
@@ -821,6 +849,10 @@ class Migrator:
         self.enter("aborted")
         self.m.phase = "aborted"
         self.save()
+        try:
+            self.tombstone_controls()
+        except (RuntimeFailure, MigrationError) as e:  # the abort is done; they stay
+            self.echo(f"  could not tombstone the control records: {e.render()}")
         return self.m
 
 
@@ -829,7 +861,8 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
           master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0) -> Migration:
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
+          ) -> Migration:
     live = store.live_instance(query)
     st = store.status(live)
     if not st:
@@ -857,18 +890,19 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
                   cut_mode=cut_mode, require=list(require or []), compare=compare,
                   reconcile=reconcile,
                   bootstrap=bootstrap, master=master, trigger=trigger)
-    migrator = Migrator(store, m, echo, timeout)  # the time budget starts here
+    migrator = Migrator(store, m, echo, timeout, live=live)  # the time budget starts here
     migrator.save()
     return migrator.run()
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
-           timeout: float = 600.0) -> Migration:
+           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
+           ) -> Migration:
     m = current(store, query)
     if m.phase in TERMINAL:
         echo(f"migration {m.id} is {m.phase}")
         return m
-    return Migrator(store, m, echo, timeout).run()
+    return Migrator(store, m, echo, timeout, live=live).run()
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:

@@ -119,8 +119,26 @@ def run_reconciled(kafka, tmp_path, env_extra: dict | None = None,
     theseus("stop", query, "--state", str(state))
     wait_for(lambda: store.status(inst).get("status") == "stopped", 120, "new query stops")
     old.wait(60)
-    inputs = [r for r in kafka.read_all(src) if not is_control(r.headers)]
+    raw = kafka.read_all(src)
+    check_control_tombstones(raw, m)
+    inputs = [r for r in raw if not is_control(r.headers)]
     return inputs, kafka.read_all(out), m, status
+
+
+def check_control_tombstones(raw, m) -> None:
+    """Every partition that got a control record got, once the migration was done, a
+    tombstone for the same key after it, marked by the same header: a compacted source
+    topic does not keep the control records forever, and readers skip both."""
+    from gates.control import control_key, is_control, parse_control
+
+    ctl = [r for r in raw if is_control(r.headers)]
+    marks = {(r.partition, r.offset) for r in ctl if r.value is not None}
+    assert marks == {(int(p), o) for p, o in m.cut[raw[0].topic].items()}
+    for p, o in m.cut[raw[0].topic].items():
+        tomb = [r for r in ctl if r.partition == int(p) and r.value is None]
+        assert len(tomb) >= 1 and all(r.offset > o for r in tomb), (p, o, tomb)
+        assert all(r.key == control_key(m.id) for r in tomb)
+        assert parse_control(tomb[0].headers)["tombstone"] is True
 
 
 def check_oracle(inputs, records, m) -> None:
