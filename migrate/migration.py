@@ -262,10 +262,10 @@ class Migrator:
              show: bool = True) -> None:
         """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded.
         ``show``: say on the live line what is awaited, once it takes a second."""
-        t0 = time.monotonic()
+        t0 = self.deadline.remaining()
         while not cond():
             self.check_alive()
-            waited = time.monotonic() - t0
+            waited = t0 - self.deadline.remaining()
             if show and waited >= 1:
                 self.live(f"  waiting for {what} ({waited:.0f} s)", f"wait {what}")
             self.deadline.sleep(interval, what)
@@ -366,8 +366,9 @@ class Migrator:
 
         topic = self.compare_topic()
         admin = AdminClient(client_conf(self.m.bootstrap))
+        timeout = self.deadline.timeout(f"the side topic '{topic}' to be deleted")
         try:
-            admin.delete_topics([topic], request_timeout=10)[topic].result(10)
+            admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
             self.echo(f"  deleted the side topic {topic}")
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
