@@ -132,3 +132,27 @@ def test_reconcile_on_refuses_what_it_cannot_reconcile_with_the_reason(tmp_path,
     assert mig.m.phase == "refused"
     saved = Migration.load(mig.store, "m1")
     assert saved.phase == "refused" and reason in saved.error
+
+
+def test_the_migration_record_schema_covers_every_field_and_a_reconciled_record():
+    import dataclasses
+
+    import jsonschema
+
+    from compat.schema_check import load_schema
+    from migrate.migration import PHASES, TERMINAL
+
+    schema = load_schema("migration.v1.json")
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert set(schema["properties"]) == {f.name for f in dataclasses.fields(Migration)}
+    assert set(schema["properties"]["phase"]["enum"]) == set(PHASES) | set(TERMINAL)
+    m = Migration(id="m20260101-abc", query="q", new_plan="p.json", old_instance="q",
+                  new_instance="q.g1", kind="shadow", phase="done", reconcile="auto",
+                  reconciling=True, side_from={"0": 12},
+                  cut={"in": {"0": 5, "1": 7}}, history=[["check", 1.5], ["done", 2.0]],
+                  counts={"corrected": 29, "added": 0, "deleted": 1, "matched": 0,
+                          "seconds": 0.4})
+    jsonschema.validate(dataclasses.asdict(m), schema)
+    bad = dict(dataclasses.asdict(m), counts={"corrected": -1})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
