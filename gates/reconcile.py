@@ -77,11 +77,25 @@ def _same(old: bytes, new: bytes) -> bool:
         return False
 
 
-def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None]
+def _memo_same(memo: dict[bytes, tuple[bytes, bytes, bool]], k: bytes, o: bytes,
+               n: bytes) -> bool:
+    hit = memo.get(k)
+    if hit is not None and hit[0] is o and hit[1] is n:
+        return hit[2]
+    same = _same(o, n)
+    memo[k] = (o, n, same)
+    return same
+
+
+def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None],
+         memo: dict[bytes, tuple[bytes, bytes, bool]] | None = None
          ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
     """The corrections that turn the compacted ``old`` view into ``new`` (key -> value, a
-    ``None`` value is a tombstone: the key is absent), in key order, and their counts."""
+    ``None`` value is a tombstone: the key is absent), in key order, and their counts.
+    ``memo`` keeps each key's comparison of two values, so a diff computed again after a few
+    keys changed compares only those."""
     counts = dict.fromkeys(COUNTS, 0)
+    memo = {} if memo is None else memo
     out: list[tuple[bytes, bytes | None]] = []
     for k in sorted(set(old) | set(new)):
         o, n = old.get(k), new.get(k)
@@ -92,7 +106,7 @@ def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None]
         elif o is None:
             out.append((k, n))
             counts["added"] += 1
-        elif _same(o, n):
+        elif _memo_same(memo, k, o, n):
             counts["matched"] += 1
         else:
             out.append((k, n))
@@ -100,63 +114,84 @@ def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None]
     return out, counts
 
 
-def latest_per_key(bootstrap: str, topic: str, start: Mapping[int, int] | None = None,
-                   timeout: float = 120.0) -> Latest:
+class TopicView:
     """Per key, the value of its last committed record in ``topic`` (``None`` for a
-    tombstone), from ``start`` (default: the beginning) to the end.  Control records and
-    records without a key are not rows of the output and are left out.
+    tombstone), from ``start`` (default: the beginning); :meth:`refresh` reads on from where
+    the last one ended, so a view read before the hand-over needs only the tail after it.
+    Control records and records without a key are not rows of the output: left out.
 
     Reads ``read_committed`` up to the high watermark taken first: a commit returns before
     the broker wrote its markers, so a reader stopping at the last stable offset could miss
     the last committed rows; it waits (within ``timeout``) until the markers are there."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    c = Consumer(client_conf(bootstrap, **{
-        "group.id": "theseus-reconcile", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True,
-        "auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024}))
-    deadline = time.monotonic() + timeout
-    try:
-        parts = partitions(c, topic, timeout)
-        ends: dict[int, int] = {}
-        for p in parts:
-            try:
-                _, ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            except KafkaException as e:
-                raise SinkError(f"cannot read the end of the topic: {e}", topic=topic,
-                                partition=p) from e
-        begin = {p: int((start or {}).get(p, 0)) for p in parts}
-        todo = {p for p in parts if ends[p] > begin[p]}
-        latest: Latest = {}
-        if not todo:
-            return latest
-        c.assign([TopicPartition(topic, p, begin[p]) for p in sorted(todo)])
-        while todo:
-            if time.monotonic() > deadline:
-                raise SinkError(f"cannot read the topic to its end within {timeout:g} s "
-                                "(a transaction left open?)", topic=topic,
-                                expected=f"offsets {ends}",
-                                found=f"partitions {sorted(todo)} not read to the end")
-            for m in c.consume(10000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= ends[m.partition()]:
-                            todo.discard(m.partition())
+    def __init__(self, bootstrap: str, topic: str, start: Mapping[int, int] | None = None,
+                 timeout: float = 120.0) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.pos: dict[int, int] = {int(p): int(o) for p, o in (start or {}).items()}
+        self.timeout = timeout
+        self.latest: Latest = {}
+        self.changed: set[bytes] = set()  # keys read by the last refresh
+
+    def refresh(self) -> Latest:
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        topic, timeout = self.topic, self.timeout
+        c = Consumer(client_conf(self.bootstrap, **{
+            "group.id": "theseus-reconcile", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+            "auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024}))
+        deadline = time.monotonic() + timeout
+        self.changed = set()
+        latest, changed = self.latest, self.changed
+        try:
+            parts = partitions(c, topic, timeout)
+            ends: dict[int, int] = {}
+            for p in parts:
+                try:
+                    _, ends[p] = c.get_watermark_offsets(TopicPartition(topic, p),
+                                                         timeout=timeout)
+                except KafkaException as e:
+                    raise SinkError(f"cannot read the end of the topic: {e}", topic=topic,
+                                    partition=p) from e
+            begin = {p: self.pos.get(p, 0) for p in parts}
+            todo = {p for p in parts if ends[p] > begin[p]}
+            if todo:
+                c.assign([TopicPartition(topic, p, begin[p]) for p in sorted(todo)])
+            while todo:
+                if time.monotonic() > deadline:
+                    raise SinkError(f"cannot read the topic to its end within {timeout:g} s "
+                                    "(a transaction left open?)", topic=topic,
+                                    expected=f"offsets {ends}",
+                                    found=f"partitions {sorted(todo)} not read to the end")
+                for m in c.consume(10000, timeout=0.5):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            if m.offset() >= ends[m.partition()]:
+                                todo.discard(m.partition())
+                            continue
+                        raise SinkError(f"cannot read the topic: {err.str()}", topic=topic,
+                                        partition=m.partition())
+                    if m.offset() >= ends[m.partition()] - 1:
+                        todo.discard(m.partition())
+                    if m.offset() >= ends[m.partition()]:
                         continue
-                    raise SinkError(f"cannot read the topic: {err.str()}", topic=topic,
-                                    partition=m.partition())
-                if m.offset() >= ends[m.partition()] - 1:
-                    todo.discard(m.partition())
-                if m.offset() >= ends[m.partition()]:
-                    continue
-                k = m.key()
-                if k is None or is_control(m.headers()):
-                    continue
-                latest[k] = m.value()
-        return latest
-    finally:
-        c.close()
+                    k = m.key()
+                    if k is None or is_control(m.headers()):
+                        continue
+                    latest[k] = m.value()
+                    changed.add(k)
+            self.pos = {p: max(begin[p], ends[p]) for p in parts}
+            return latest
+        finally:
+            c.close()
+
+
+def latest_per_key(bootstrap: str, topic: str, start: Mapping[int, int] | None = None,
+                   timeout: float = 120.0) -> Latest:
+    """Per key, the value of its last committed record in ``topic`` (see :class:`TopicView`)."""
+    return TopicView(bootstrap, topic, start, timeout).refresh()
 
 
 class Reconciler:
@@ -174,6 +209,9 @@ class Reconciler:
         self.output_topic = output_topic
         self.timeout = timeout
         self._done = False
+        self._views: tuple[Any, TopicView, TopicView] | None = None
+        self._memo: dict[bytes, tuple[bytes, bytes, bool]] = {}
+        self.prefetch_seconds = 0.0
 
     def requested(self) -> dict[str, Any] | None:
         from gates.startgate import read_start_gate
@@ -211,14 +249,42 @@ class Reconciler:
             return None
         return spec
 
+    def at_cut(self) -> bool:
+        """The batch about to run starts at the cut (or the gate is open already)."""
+        from gates.startgate import read_start_gate
+        from gates.state import is_acked
+
+        doc = read_start_gate(self.store, self.instance)
+        if doc.get("open", True):
+            return True
+        frm = doc.get("from")
+        return bool(frm) and is_acked(self.store, self.instance, frm)
+
+    def prefetch(self, spec: Mapping[str, Any]) -> None:
+        """Read both topics as they are now, so that the hand-over reads only what the old
+        query wrote since (its last batch before the cut): the side topic is complete once
+        the shadow runs its batch from the cut, and the output holds all but the tail."""
+        if self._views is None or self._views[0] != spec.get("migration"):
+            start = {int(p): int(o) for p, o in (spec.get("from") or {}).items()}
+            self._views = (spec.get("migration"),
+                           TopicView(self.bootstrap, str(spec["topic"]), start, self.timeout),
+                           TopicView(self.bootstrap, self.output_topic, None, self.timeout))
+            self._memo = {}
+        t0 = time.monotonic()
+        _, new, old = self._views
+        new.refresh()
+        old.refresh()
+        self.prefetch_seconds = round(time.monotonic() - t0, 3)
+
     def corrections(self, spec: Mapping[str, Any]
                     ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
-        start = {int(p): int(o) for p, o in (spec.get("from") or {}).items()}
         t0 = time.monotonic()
-        new = latest_per_key(self.bootstrap, str(spec["topic"]), start, self.timeout)
-        old = latest_per_key(self.bootstrap, self.output_topic, None, self.timeout)
-        out, counts = diff(old, new)
+        fresh = self._views is None or self._views[0] != spec.get("migration")
+        self.prefetch(spec)  # after a prefetch: the tails only
+        _, new, old = self._views  # type: ignore[misc]
+        out, counts = diff(old.latest, new.latest, memo=self._memo)
         counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
+        counts["prefetched"] = not fresh  # type: ignore[assignment]
         return out, counts
 
     def pending(self, spec: Mapping[str, Any], batch_id: int, counts: Mapping[str, Any]

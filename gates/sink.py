@@ -266,6 +266,13 @@ class KafkaSink:
             stats.update(skipped=True, retired=True, seconds=time.monotonic() - t0)
             self.last_stats = stats
             return
+        if self.reconciler is not None:
+            # Read both topics while the old query finishes its last batch before the cut:
+            # the hand-over then reads only the tail of the output.
+            spec = self.reconciler.due(self.committed_batch(cached=True)
+                                       if self.delivery == "exactly_once" else None)
+            if spec is not None and self.reconciler.at_cut():
+                self.reconciler.prefetch(spec)
         target = self.topic
         if not self._gate_open(batch_id):
             target = self.shadow_topic

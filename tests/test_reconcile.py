@@ -156,3 +156,19 @@ def test_the_migration_record_schema_covers_every_field_and_a_reconciled_record(
     bad = dict(dataclasses.asdict(m), counts={"corrected": -1})
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_diff_again_after_a_few_keys_changed_compares_only_those():
+    old = {b"a": b'{"s":1}', b"b": b'{"s":2}'}
+    new = {b"a": b'{"s": 1}', b"b": b'{"s": 3}'}
+    memo: dict = {}
+    _, first = diff(old, new, memo=memo)
+    assert first["matched"] == 1 and first["corrected"] == 1 and set(memo) == {b"a", b"b"}
+    # the same value objects: the memo answers (a planted answer shows it was not recomputed)
+    memo[b"a"] = (old[b"a"], new[b"a"], False)
+    _, again = diff(old, new, memo=memo)
+    assert again["matched"] == 0 and again["corrected"] == 2
+    # a key whose value changed (a new object) is compared again
+    old2 = {**old, b"a": b'{"s": 1}'}
+    _, third = diff(old2, new, memo=memo)
+    assert third["matched"] == 1
