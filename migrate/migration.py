@@ -864,8 +864,8 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           trigger: str = "1 second", echo: Callable[[str], None] = print,
           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
           ) -> Migration:
-    live = store.live_instance(query)
-    st = store.status(live)
+    running = store.live_instance(query)
+    st = store.status(running)
     if not st:
         raise MigrationError(f"query '{query}' is not known to the store",
                              file=str(store.root), expected="a query started with "
@@ -886,7 +886,7 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     atomic_write(recorded, open(new_plan_path).read())
-    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=live,
+    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
                   new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                   cut_mode=cut_mode, require=list(require or []), compare=compare,
                   reconcile=reconcile,

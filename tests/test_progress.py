@@ -107,3 +107,29 @@ def test_status_watch_of_a_finished_migration_returns_at_once(tmp_path):
     r = CliRunner().invoke(main, ["migrate", "status", "q", "--state", str(tmp_path),
                                   "--format", "json"])
     assert json.loads(r.output)["counts"]["deleted"] == 1
+
+
+def test_start_hands_the_live_line_to_the_migrator_and_records_the_old_instance(
+        tmp_path, monkeypatch):
+    from compat.check import load_plan
+    from compat.serde import dumps
+    from migrate import migration
+    from tests.conftest import FIXTURES
+
+    plan = str(FIXTURES / "plans" / "ship_load.json")
+    store = DirectoryStore(tmp_path)
+    store.put_plan("ship_load", dumps(load_plan(plan)))
+    store.set_status("ship_load", status="running", generation=0)
+    seen = {}
+
+    def run(self):
+        seen.update(live=self.live, old=self.m.old_instance, reconcile=self.m.reconcile)
+        return self.m
+
+    monkeypatch.setattr(migration.Migrator, "run", run)
+    shown: list = []
+    migration.start(store, "ship_load", plan, bootstrap="unused:9092", reconcile="on",
+                    live=lambda text, kind: shown.append(text))
+    seen["live"]("a live line", "kind")
+    assert shown == ["a live line"]
+    assert seen["old"] == "ship_load" and seen["reconcile"] == "on"
