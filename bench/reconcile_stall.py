@@ -173,8 +173,15 @@ def run_one(bs: str, work: Path, reconcile: bool) -> dict:
                            env=dict(os.environ, THESEUS_PLAIN_PROGRESS="1"))
         took = time.time() - t0
         if r.returncode != 0:
+            subprocess.run(THESEUS + ["migrate", "abort", query, "--state", str(state)],
+                           cwd=ROOT, capture_output=True)  # stops the shadow
+            old.terminate()
             raise SystemExit("migration failed:\n" + r.stdout + r.stderr)
         time.sleep(5)
+    except BaseException:
+        if old.poll() is None:
+            old.terminate()
+        raise
     finally:
         feeder.halt.set()
         feeder.join(60)
