@@ -261,27 +261,32 @@ class Reconciler:
         return bool(frm) and is_acked(self.store, self.instance, frm)
 
     def prefetch(self, spec: Mapping[str, Any]) -> None:
-        """Read both topics as they are now, so that the hand-over reads only what the old
-        query wrote since (its last batch before the cut): the side topic is complete once
-        the shadow runs its batch from the cut, and the output holds all but the tail."""
+        """Read both topics as they are now and compare every key, so that the hand-over
+        reads only what the old query wrote since (its last batch before the cut) and
+        compares only those keys: the side topic is complete once the shadow runs its batch
+        from the cut, and the output holds all but the tail."""
+        t0 = time.monotonic()
+        _, new, old = self._refresh(spec)
+        diff(old.latest, new.latest, memo=self._memo)
+        self.prefetch_seconds = round(time.monotonic() - t0, 3)
+
+    def _refresh(self, spec: Mapping[str, Any]) -> tuple[Any, TopicView, TopicView]:
         if self._views is None or self._views[0] != spec.get("migration"):
             start = {int(p): int(o) for p, o in (spec.get("from") or {}).items()}
             self._views = (spec.get("migration"),
                            TopicView(self.bootstrap, str(spec["topic"]), start, self.timeout),
                            TopicView(self.bootstrap, self.output_topic, None, self.timeout))
             self._memo = {}
-        t0 = time.monotonic()
         _, new, old = self._views
         new.refresh()
         old.refresh()
-        self.prefetch_seconds = round(time.monotonic() - t0, 3)
+        return self._views
 
     def corrections(self, spec: Mapping[str, Any]
                     ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
         t0 = time.monotonic()
         fresh = self._views is None or self._views[0] != spec.get("migration")
-        self.prefetch(spec)  # after a prefetch: the tails only
-        _, new, old = self._views  # type: ignore[misc]
+        _, new, old = self._refresh(spec)  # after a prefetch: the tails only
         out, counts = diff(old.latest, new.latest, memo=self._memo)
         counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
         counts["prefetched"] = not fresh  # type: ignore[assignment]

@@ -172,3 +172,37 @@ def test_diff_again_after_a_few_keys_changed_compares_only_those():
     old2 = {**old, b"a": b'{"s": 1}'}
     _, third = diff(old2, new, memo=memo)
     assert third["matched"] == 1
+
+
+def test_corrections_after_a_prefetch_take_the_outputs_tail_into_account(tmp_path,
+                                                                         monkeypatch):
+    """Both topics are read (and every key compared) while the old query finishes its last
+    batch before the cut; what it writes then must still count at the hand-over."""
+    import gates.reconcile as rec
+
+    contents = {"out.shadow": {b"a": b'{"s":1,"c":1}', b"b": b'{"s":2,"c":1}'},
+                "out": {b"a": b'{"s":1}', b"b": b'{"s":2,"c":1}'}}
+    reads: list[str] = []
+
+    class FakeView:
+        def __init__(self, bootstrap, topic, start, timeout):
+            self.topic, self.latest = topic, {}
+
+        def refresh(self):
+            reads.append(self.topic)
+            self.latest.update(contents[self.topic])
+            return self.latest
+
+    monkeypatch.setattr(rec, "TopicView", FakeView)
+    r = Reconciler(tmp_path, "q.g1", "unused:9092", "out")
+    spec = {"topic": "out.shadow", "from": {}, "migration": "m1"}
+    r.prefetch(spec)
+    # the old query's last batch before the cut: it rewrites b (stale now) and adds c
+    contents["out"] = {b"b": b'{"s":9}', b"c": b'{"s":3}'}
+    contents["out.shadow"] = {}
+    out, counts = r.corrections(spec)
+    assert dict(out) == {b"a": b'{"s":1,"c":1}', b"b": b'{"s":2,"c":1}', b"c": None}
+    assert {k: counts[k] for k in rec.COUNTS} == \
+        {"corrected": 2, "added": 0, "deleted": 1, "matched": 0}
+    assert counts["prefetched"] is True
+    assert reads == ["out.shadow", "out", "out.shadow", "out"]  # one view each, read on
