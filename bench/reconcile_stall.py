@@ -213,7 +213,15 @@ def run_one(bs: str, work: Path, reconcile: bool) -> dict:
         view[json.loads(k)["k"]] = None if v is None else json.loads(v)
     wrong = [k for k, (s, c) in want.items()
              if not (view.get(k) and view[k].get("s") == s and view[k].get("c") == c)]
-    return {"reconcile": reconcile, "keys": KEYS, "input_rate_per_s": RATE,
+    from gates.reconcile import read_record
+
+    rec = read_record(state, m.new_instance)
+    parts = {}
+    if rec:
+        parts = {"hand_over_read_and_diff_seconds": counts.get("seconds"),
+                 "hand_over_write_and_commit_seconds": round(
+                     rec["committed_at"] - rec["at"], 3)}
+    return {"reconcile": reconcile, "keys": KEYS, "input_rate_per_s": RATE, **parts,
             "migration_seconds": round(took, 1),
             "stall_seconds": round(stall_s, 2),
             "counts": counts,
