@@ -212,6 +212,10 @@ class Reconciler:
         self._views: tuple[Any, TopicView, TopicView] | None = None
         self._memo: dict[bytes, tuple[bytes, bytes, bool]] = {}
         self.prefetch_seconds = 0.0
+        import threading
+
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def requested(self) -> dict[str, Any] | None:
         from gates.startgate import read_start_gate
@@ -251,10 +255,9 @@ class Reconciler:
 
     def at_cut(self) -> bool:
         """The batch about to run starts at the cut (or the gate is open already)."""
-        from gates.startgate import read_start_gate
         from gates.state import is_acked
 
-        doc = read_start_gate(self.store, self.instance)
+        doc = self._start_gate()
         if doc.get("open", True):
             return True
         frm = doc.get("from")
@@ -266,9 +269,50 @@ class Reconciler:
         compares only those keys: the side topic is complete once the shadow runs its batch
         from the cut, and the output holds all but the tail."""
         t0 = time.monotonic()
-        _, new, old = self._refresh(spec)
-        diff(old.latest, new.latest, memo=self._memo)
+        with self._lock:
+            _, new, old = self._refresh(spec)
+            diff(old.latest, new.latest, memo=self._memo)
         self.prefetch_seconds = round(time.monotonic() - t0, 3)
+
+    def paused(self) -> bool:
+        """The migration has paused this shadow (step 3) or cut (step 4): the hand-over is
+        near, and reading both topics ahead of it pays."""
+        from gates.state import read_gate
+
+        doc = self._start_gate()
+        if doc.get("from") or doc.get("open", True):
+            return True
+        try:
+            return read_gate(self.store, self.instance).mode == "capped"
+        except Exception:  # unreadable gate state: the sink reports it where it matters
+            return False
+
+    def _start_gate(self) -> dict[str, Any]:
+        from gates.startgate import read_start_gate
+
+        return read_start_gate(self.store, self.instance)
+
+    def watch(self, every: float = 1.0) -> None:
+        """Read ahead in a background thread: from the pause on, refresh both views and
+        compare every key every ``every`` seconds, until the hand-over takes over. The
+        first read of a large output takes seconds; done here, it is off the hand-over's
+        path (the batches of the shadow do not wait for it)."""
+        import threading
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    spec = self.requested()
+                    if spec is None or self.confirm(None):
+                        return
+                    if self.paused():
+                        self.prefetch(spec)
+                except Exception:  # read-ahead only: the hand-over reads for itself
+                    pass
+                self._stop.wait(every)
+
+        threading.Thread(target=loop, name="theseus-reconcile-read-ahead",
+                         daemon=True).start()
 
     def _refresh(self, spec: Mapping[str, Any]) -> tuple[Any, TopicView, TopicView]:
         if self._views is None or self._views[0] != spec.get("migration"):
@@ -285,9 +329,11 @@ class Reconciler:
     def corrections(self, spec: Mapping[str, Any]
                     ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
         t0 = time.monotonic()
-        fresh = self._views is None or self._views[0] != spec.get("migration")
-        _, new, old = self._refresh(spec)  # after a prefetch: the tails only
-        out, counts = diff(old.latest, new.latest, memo=self._memo)
+        self._stop.set()  # no read-ahead from here on
+        with self._lock:
+            fresh = self._views is None or self._views[0] != spec.get("migration")
+            _, new, old = self._refresh(spec)  # after a prefetch: the tails only
+            out, counts = diff(old.latest, new.latest, memo=self._memo)
         counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
         counts["prefetched"] = not fresh  # type: ignore[assignment]
         return out, counts

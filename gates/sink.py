@@ -116,6 +116,8 @@ class KafkaSink:
         # True once the query handed its output over to a migration (gates.state.retired)
         self.retired = retired
         self.reconciler = reconciler
+        if reconciler is not None and hasattr(reconciler, "watch"):
+            reconciler.watch()  # reads ahead from the pause on (gates.reconcile)
         self.timeout = timeout
         self.group = f"theseus-{query}-sink"
         self.transactional_id = f"theseus-{query}"

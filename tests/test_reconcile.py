@@ -206,3 +206,40 @@ def test_corrections_after_a_prefetch_take_the_outputs_tail_into_account(tmp_pat
         {"corrected": 2, "added": 0, "deleted": 1, "matched": 0}
     assert counts["prefetched"] is True
     assert reads == ["out.shadow", "out", "out.shadow", "out"]  # one view each, read on
+
+
+def test_read_ahead_starts_at_the_pause_and_stops_at_the_hand_over(tmp_path, monkeypatch):
+    import time
+
+    import gates.reconcile as rec
+    from gates.state import GateState, write_gate
+
+    reads: list[str] = []
+
+    class FakeView:
+        def __init__(self, bootstrap, topic, start, timeout):
+            self.topic, self.latest = topic, {}
+
+        def refresh(self):
+            reads.append(self.topic)
+            self.latest[b"a"] = b'{"s":1}' if self.topic == "out" else b'{"s":1,"c":1}'
+            return self.latest
+
+    monkeypatch.setattr(rec, "TopicView", FakeView)
+    spec = {"topic": "out.shadow", "from": {}, "migration": "m1"}
+    write_start_gate(tmp_path, "q.g1", False, "m1", reconcile=spec)
+    write_gate(tmp_path, "q.g1", GateState("open", {}, 1))
+    r = Reconciler(tmp_path, "q.g1", "unused:9092", "out")
+    r.watch(every=0.02)
+    time.sleep(0.3)
+    assert reads == []  # backfilling: nothing read ahead yet
+    write_gate(tmp_path, "q.g1", GateState("capped", {"in": {0: 5}}, 2))  # step 3
+    deadline = time.monotonic() + 10
+    while len(reads) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(reads) >= 4  # read ahead, again and again
+    out, counts = r.corrections(spec)
+    n = len(reads)
+    time.sleep(0.2)
+    assert len(reads) == n  # the hand-over stopped it
+    assert out == [(b"a", b'{"s":1,"c":1}')] and counts["prefetched"] is True
