@@ -238,6 +238,11 @@ class KafkaSink:
                 except BufferError:
                     poll(0.05)
 
+    def _at_cut(self) -> bool:
+        """The start gate holds this batch at the cut until the old query hands over."""
+        g = self.start_gate
+        return g is not None and hasattr(g, "at_cut") and bool(g.at_cut())
+
     def _hook(self, name: str, batch_id: int) -> None:
         fn = self.hooks.get(name)
         if fn is not None:
@@ -268,6 +273,13 @@ class KafkaSink:
             stats.update(skipped=True, retired=True, seconds=time.monotonic() - t0)
             self.last_stats = stats
             return
+        early = None
+        if self.shadow_topic is not None or self._at_cut():
+            # Compute the batch before the start gate's wait: the batch from the cut is
+            # then computed while the old query finishes its last batch before the cut,
+            # and only written once that is committed. (Written anyway: to the output or
+            # to the side topic.)
+            early = encode_batch(df, self.key_columns)
         if self.reconciler is not None:
             # Read both topics while the old query finishes its last batch before the cut:
             # the hand-over then reads only the tail of the output.
@@ -292,7 +304,10 @@ class KafkaSink:
                 stats["reconciled"] = counts
         keys: list = []
         values: list = []
-        if target is not None:
+        if early is not None:
+            if target is not None:
+                keys, values = early
+        elif target is not None:
             keys, values = encode_batch(df, self.key_columns)
         else:
             # Discarded output still has to be computed: a stateful plan's state stores

@@ -98,5 +98,13 @@ class StartGate:
                       f"'{follow}' to finish the input before the cut", file=sys.stderr)
             time.sleep(0.05)
 
+    def at_cut(self) -> bool:
+        """The batch about to be written starts at the cut and the gate is not open yet:
+        :meth:`is_open` will hold it until the followed query hands over."""
+        doc = read_start_gate(self.store, self.instance)
+        frm = doc.get("from")
+        return not doc.get("open", True) and bool(frm) and is_acked(self.store,
+                                                                     self.instance, frm)
+
     def __call__(self, batch_id: int) -> bool:
         return self.is_open(batch_id)
