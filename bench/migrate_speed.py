@@ -8,6 +8,9 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
 * **shadow backfill rate** — input rows per second the shadow consumes from offset 0 until
   it is close to the head (JVM start included), against the same plan run alone with
   ``theseus run --available-now`` over the same history (JVM start included);
+* **reconciliation** (``bench/reconcile_stall.py``) — the stall at the cutover of an
+  aggregate over ``BENCH_RECONCILE_KEYS`` keys (100000) with ``--reconcile on`` and ``off``
+  (target: reconciliation adds at most one trigger interval), and its oracle;
 * **gates' overhead** — a filter-and-project plan, same data, with the gates (gate state
   read and acknowledgements written every trigger, start gate consulted every batch)
   against the same build with the gates removed; median of alternating runs (target:
@@ -16,8 +19,10 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
 The migration's output is also checked by the oracle of scripts/ship_story.py.
 
 Run: ``make bench-migrate`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
-Knobs: BENCH_RATE (input records/s, 200), BENCH_HISTORY (records before v1 starts,
-100000), BENCH_MIGRATIONS (3), BENCH_OVERHEAD_ROWS (300000), BENCH_REPEATS (3).
+Knobs: BENCH_PARTS (migration,reconcile,overhead: the parts to run; the others keep their
+last figures in the results file), BENCH_RATE (input records/s, 200), BENCH_HISTORY
+(records before v1 starts, 100000), BENCH_MIGRATIONS (3), BENCH_OVERHEAD_ROWS (300000),
+BENCH_REPEATS (3), BENCH_RECONCILE_KEYS (100000).
 """
 
 from __future__ import annotations
@@ -186,26 +191,44 @@ def main() -> int:
 
     spark_env()
     bs = bootstrap()
+    parts = os.environ.get("BENCH_PARTS", "migration,reconcile,overhead").split(",")
+    out = ROOT / "bench" / "results" / "migrate_speed.json"
+    result = json.loads(out.read_text()) if out.exists() else {}
+    problems = False
+    if "reconcile" in parts:
+        from reconcile_stall import reconcile_part
+
+        result["reconciliation"] = reconcile_part(bs)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        problems |= bool(result["reconciliation"]["with"][
+            "keys_not_the_new_plan_over_all_input"])
+    if "migration" in parts:
+        problems |= migrations(bs, result)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    if "overhead" in parts:
+        result["gates_overhead"] = overhead_part(bs)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["gates_overhead"], indent=2))
+    return 1 if problems else 0
+
+
+def migrations(bs: str, result: dict) -> bool:
     runs = []
     for i in range(MIGRATIONS):  # the stall is one moment per migration: take several
         work = ROOT / ".cache" / "bench" / f"migrate-{time.strftime('%H%M%S')}-{i}"
         runs.append(migration_part(bs, work, alone=i == 0))
         print(json.dumps(runs[-1], indent=2), flush=True)
     stalls = [r["stall_trigger_intervals"] for r in runs]
-    result = {"migration": dict(runs[0], **{
+    result["migration"] = dict(runs[0], **{
         "migrations": len(runs),
         "stall_trigger_intervals_each": stalls,
         "stall_trigger_intervals_median": round(statistics.median(stalls), 2),
         "stall_trigger_intervals_max": max(stalls),
         "oracle_problems_each": [r["oracle"]["problems"] for r in runs],
-    })}
+    })
     result["migration"].pop("stall_seconds")
     result["migration"].pop("stall_trigger_intervals")
-    result["gates_overhead"] = overhead_part(bs)
-    out = ROOT / "bench" / "results" / "migrate_speed.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["gates_overhead"], indent=2))
-    return 0 if not any(r["oracle"]["problems"] for r in runs) else 1
+    return any(r["oracle"]["problems"] for r in runs)
 
 
 if __name__ == "__main__":

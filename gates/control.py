@@ -123,7 +123,7 @@ def write_control_events(
                     producer.produce(
                         t,
                         value=doc,
-                        key=f"{CONTROL_HEADER}/{migration_id}".encode(),
+                        key=control_key(migration_id),
                         partition=p,
                         headers=[(CONTROL_HEADER, doc)],
                         on_delivery=on_delivery,
@@ -145,5 +145,62 @@ def write_control_events(
                                topic=t, partition=p, expected="a delivery report",
                                found="none before the delivery timeout")
         return {t: dict(sorted(ps.items())) for t, ps in cut.items()}
+    finally:
+        producer.flush(0)
+
+
+def control_key(migration_id: str) -> bytes:
+    """The key of a migration's control records (and of their tombstones)."""
+    return f"{CONTROL_HEADER}/{migration_id}".encode()
+
+
+def tombstone_control_events(
+    bootstrap: str,
+    migration_id: str,
+    written: Mapping[str, Mapping[int, int]],
+    *,
+    deadline: Deadline | float = 30.0,
+) -> int:
+    """Once a migration is over, write a tombstone for its control records' key into every
+    partition that got one (``written``: the cut C), so a compacted topic drops them (after
+    its ``delete.retention.ms``) instead of keeping them forever.  The tombstone carries the
+    ``theseus.control`` header too (value ``{"migration", "topic", "partition",
+    "tombstone": true}``): gated sources skip it, and any reader that skips control records
+    by their header skips it the same way.  Writing it twice is harmless (a resumed
+    migration may).  Returns how many were written."""
+    from confluent_kafka import KafkaException, Producer
+
+    deadline = Deadline.of(deadline)
+    what = "the control records' tombstones to be delivered"
+    producer = Producer(client_conf(bootstrap, **{
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+        "message.timeout.ms": max(1000, int(deadline.timeout(what) * 1000))}))
+    errors: list[tuple[str, int, str]] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append((msg.topic(), msg.partition(), err.str()))
+
+    n = 0
+    try:
+        for t, parts in written.items():
+            for p in parts:
+                doc = json.dumps({"migration": migration_id, "topic": t, "partition": int(p),
+                                  "tombstone": True}, separators=(",", ":")).encode()
+                try:
+                    producer.produce(t, value=None, key=control_key(migration_id),
+                                     partition=int(p), headers=[(CONTROL_HEADER, doc)],
+                                     on_delivery=on_delivery)
+                except (KafkaException, BufferError) as e:
+                    raise ControlError(f"cannot write the control records' tombstone: {e}",
+                                       topic=t, partition=int(p)) from e
+                n += 1
+        left = producer.flush(deadline.timeout(what))
+        if errors or left:
+            deadline.check(what)
+            t, p, err = errors[0] if errors else (None, None, "no delivery report")
+            raise ControlError("control record tombstone not delivered", topic=t,
+                               partition=p, expected="a delivery report", found=err)
+        return n
     finally:
         producer.flush(0)

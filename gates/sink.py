@@ -35,6 +35,11 @@ object with ``is_open(batch_id) -> bool``. When closed, the batch is written to
 ``shadow_topic`` if one is given, else discarded; under ``exactly_once`` the batch id is
 committed either way, so a replay after the gate opens is not written to the output.
 
+Reconciliation (``reconciler``, a :class:`gates.reconcile.Reconciler`): the first batch a
+reconciling shadow writes to the output carries, before its own rows and in its own
+transaction, the corrections that make the compacted output the new plan over all input
+before the cut (see :mod:`gates.reconcile`).
+
 Errors are :class:`~compat.errors.SinkError` (one exception root), naming the query's output
 topic and the batch.
 """
@@ -93,6 +98,7 @@ class KafkaSink:
                  hooks: Mapping[str, Callable[[int], None]] | None = None,
                  on_done: Callable[[int], None] | None = None,
                  retired: Callable[[], bool] | None = None,
+                 reconciler: Any = None,
                  timeout: float = 120.0):
         if delivery not in DELIVERIES:
             raise SinkError("unknown sink delivery", topic=topic,
@@ -109,6 +115,9 @@ class KafkaSink:
         self.on_done = on_done  # after a batch is committed (or found already committed)
         # True once the query handed its output over to a migration (gates.state.retired)
         self.retired = retired
+        self.reconciler = reconciler
+        if reconciler is not None and hasattr(reconciler, "watch"):
+            reconciler.watch()  # reads ahead from the pause on (gates.reconcile)
         self.timeout = timeout
         self.group = f"theseus-{query}-sink"
         self.transactional_id = f"theseus-{query}"
@@ -229,6 +238,11 @@ class KafkaSink:
                 except BufferError:
                     poll(0.05)
 
+    def _at_cut(self) -> bool:
+        """The start gate holds this batch at the cut until the old query hands over."""
+        g = self.start_gate
+        return g is not None and hasattr(g, "at_cut") and bool(g.at_cut())
+
     def _hook(self, name: str, batch_id: int) -> None:
         fn = self.hooks.get(name)
         if fn is not None:
@@ -249,6 +263,8 @@ class KafkaSink:
                 self.last_stats = stats
                 print(f"theseus sink {self.query}: batch {batch_id} already committed "
                       f"(last {done}), skipped", file=sys.stderr)
+                if self.reconciler is not None:
+                    self.reconciler.confirm(done)
                 if self.on_done is not None:
                     self.on_done(batch_id)
                 return
@@ -257,13 +273,41 @@ class KafkaSink:
             stats.update(skipped=True, retired=True, seconds=time.monotonic() - t0)
             self.last_stats = stats
             return
+        early = None
+        if self.shadow_topic is not None or self._at_cut():
+            # Compute the batch before the start gate's wait: the batch from the cut is
+            # then computed while the old query finishes its last batch before the cut,
+            # and only written once that is committed. (Written anyway: to the output or
+            # to the side topic.)
+            early = encode_batch(df, self.key_columns)
+        if self.reconciler is not None:
+            # Read both topics while the old query finishes its last batch before the cut:
+            # the hand-over then reads only the tail of the output.
+            spec = self.reconciler.due(self.committed_batch(cached=True)
+                                       if self.delivery == "exactly_once" else None)
+            if spec is not None and self.reconciler.at_cut():
+                self.reconciler.prefetch(spec)
         target = self.topic
         if not self._gate_open(batch_id):
             target = self.shadow_topic
             stats["gate"] = "closed"
+        corrections: list | None = None
+        if target == self.topic and self.reconciler is not None:
+            committed = (self.committed_batch(cached=True)
+                         if self.delivery == "exactly_once" else None)
+            spec = self.reconciler.due(committed)
+            if spec is not None:
+                # Recorded before it is written: a host killed before the commit replays
+                # this batch and computes the same corrections (nothing else wrote since).
+                corrections, counts = self.reconciler.corrections(spec)
+                self.reconciler.pending(spec, batch_id, counts)
+                stats["reconciled"] = counts
         keys: list = []
         values: list = []
-        if target is not None:
+        if early is not None:
+            if target is not None:
+                keys, values = early
+        elif target is not None:
             keys, values = encode_batch(df, self.key_columns)
         else:
             # Discarded output still has to be computed: a stateful plan's state stores
@@ -273,20 +317,32 @@ class KafkaSink:
         stats["topic"] = target
         t1 = time.monotonic()
         if self.delivery == "exactly_once":
-            self._write_transaction(target, keys, values, batch_id)
+            self._write_transaction(target, keys, values, batch_id, corrections)
         else:
-            self._write_plain(target, keys, values, batch_id)
+            self._write_plain(target, keys, values, batch_id, corrections)
+        if corrections is not None:
+            self.reconciler.committed()
         t2 = time.monotonic()
         stats.update(seconds=t2 - t0, encode_seconds=t1 - t0, produce_seconds=t2 - t1)
         self.last_stats = stats
         if self.on_done is not None:
             self.on_done(batch_id)
 
-    def _write_plain(self, topic, keys, values, batch_id) -> None:
-        if topic is None or not values:
+    def _produce_corrections(self, topic, corrections) -> None:
+        """The reconciliation's corrections, before the batch's own rows (which win)."""
+        from gates.reconcile import as_pairs, fault
+
+        ks, vs = as_pairs(corrections)
+        self._produce(topic, ks, vs)
+        fault("reconcile")  # tests: the host dies with the corrections written, uncommitted
+
+    def _write_plain(self, topic, keys, values, batch_id, corrections=None) -> None:
+        if topic is None or not (values or corrections):
             return
         self._errors.clear()
         p = self.producer()
+        if corrections:
+            self._produce_corrections(topic, corrections)
         self._produce(topic, keys, values)
         self._hook("before_commit", batch_id)
         left = p.flush(self.timeout)
@@ -298,13 +354,15 @@ class KafkaSink:
                             + "; ".join(self._errors[:5]), topic=topic)
         self._hook("after_commit", batch_id)
 
-    def _write_transaction(self, topic, keys, values, batch_id) -> None:
+    def _write_transaction(self, topic, keys, values, batch_id, corrections=None) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._errors.clear()
         p = self.producer()
         try:
             p.begin_transaction()
+            if topic is not None and corrections:
+                self._produce_corrections(topic, corrections)
             if topic is not None and values:
                 self._produce(topic, keys, values)
             self._hook("before_commit", batch_id)

@@ -28,11 +28,17 @@ def write_start_gate(store: str | os.PathLike[str], instance: str, is_open: bool
                      migration: str | None = None,
                      from_offsets: dict[str, dict[int, int]] | None = None,
                      follow: str | None = None,
-                     follow_offsets: dict[str, dict[int, int]] | None = None) -> None:
+                     follow_offsets: dict[str, dict[int, int]] | None = None,
+                     reconcile: dict[str, Any] | None = None) -> None:
     """``from_offsets``: closed, but open for every batch that starts at or beyond them (the
     cut C; the gated source acknowledges a batch's start offsets before the batch runs) once
-    the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C)."""
+    the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C).
+    ``reconcile``: the first batch written to the output carries the reconciliation's
+    corrections (:mod:`gates.reconcile`): ``{"topic": side topic, "from": {partition:
+    offset}, "migration": id}``; kept when the gate opens."""
     doc: dict[str, Any] = {"open": is_open, "migration": migration}
+    if reconcile:
+        doc["reconcile"] = reconcile
     if from_offsets:
         doc["from"] = offsets_to_json(from_offsets)
     if follow:
@@ -91,6 +97,14 @@ class StartGate:
                 print(f"theseus start gate {self.instance}: batch {batch_id} waits for "
                       f"'{follow}' to finish the input before the cut", file=sys.stderr)
             time.sleep(0.05)
+
+    def at_cut(self) -> bool:
+        """The batch about to be written starts at the cut and the gate is not open yet:
+        :meth:`is_open` will hold it until the followed query hands over."""
+        doc = read_start_gate(self.store, self.instance)
+        frm = doc.get("from")
+        return not doc.get("open", True) and bool(frm) and is_acked(self.store,
+                                                                     self.instance, frm)
 
     def __call__(self, batch_id: int) -> bool:
         return self.is_open(batch_id)

@@ -482,23 +482,34 @@ def migrate() -> None:
 @click.option("--cut", "cut_mode", type=click.Choice(["control-events", "offsets"]),
               default="control-events", show_default=True)
 @click.option("--compare", is_flag=True, help="Write the shadow's output to <output>.shadow.")
+@click.option("--reconcile", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True,
+              help="At the hand-over, write what makes the compacted output the new plan over "
+                   "all input (changed and missing keys, tombstones for dropped ones); auto: "
+                   "on for keyed update sinks.")
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--trigger", default="1 second", show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
 def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, require: str,
-                  cut_mode: str, compare: bool, master: str, trigger: str,
+                  cut_mode: str, compare: bool, reconcile: str, master: str, trigger: str,
                   timeout: float) -> None:
     """Migrate the query named by NEW_PLAN's `query` to NEW_PLAN, live."""
     from compat.check import load_plan, parse_require
     from migrate import migration
+    from migrate.progress import Progress
     from migrate.store import open_store
 
     plan = load_plan(new_plan)
-    m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
-                        strategy=strategy, cut_mode=cut_mode,
-                        require=parse_require(require), compare=compare, master=master,
-                        trigger=trigger, echo=click.echo, timeout=timeout)
+    progress = Progress()
+    try:
+        m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
+                            strategy=strategy, cut_mode=cut_mode,
+                            require=parse_require(require), compare=compare,
+                            reconcile=reconcile, master=master, trigger=trigger,
+                            echo=progress, live=progress.live, timeout=timeout)
+    finally:
+        progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the new plan "
                f"({m.kind})")
 
@@ -507,7 +518,10 @@ def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, requ
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def migrate_status(query: str, state: str, fmt: str) -> None:
+@click.option("--watch", is_flag=True,
+              help="Follow the migration until it ends: its phases, and the shadow's "
+                   "backfill as a progress bar (plain lines when not on a terminal).")
+def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
     """Show the current migration of QUERY."""
     import json
     from dataclasses import asdict
@@ -515,7 +529,17 @@ def migrate_status(query: str, state: str, fmt: str) -> None:
     from migrate import migration
     from migrate.store import open_store
 
-    m = migration.current(open_store(state), query)
+    store = open_store(state)
+    if watch:
+        from migrate.progress import Progress
+        from migrate.progress import watch as follow
+
+        progress = Progress()
+        try:
+            follow(store, query, progress)
+        finally:
+            progress.close()
+    m = migration.current(store, query)
     if fmt == "json":
         click.echo(json.dumps(asdict(m), indent=2))
         return
@@ -524,6 +548,12 @@ def migrate_status(query: str, state: str, fmt: str) -> None:
     click.echo(f"  old {m.old_instance} -> new {m.new_instance}")
     if m.cut:
         click.echo(f"  cut C = {json.dumps(m.cut)}")
+    if m.reconciling:
+        c = m.counts
+        click.echo("  reconciliation: " + (
+            f"{c.get('corrected', 0)} corrected, {c.get('added', 0)} added, "
+            f"{c.get('deleted', 0)} deleted, {c.get('matched', 0)} already right"
+            if c else "pending (at the hand-over)"))
     if m.error:
         click.echo(f"  error: {m.error}")
 
@@ -535,9 +565,15 @@ def migrate_status(query: str, state: str, fmt: str) -> None:
 def migrate_resume(query: str, state: str, timeout: float) -> None:
     """Continue QUERY's migration from its last recorded phase."""
     from migrate import migration
+    from migrate.progress import Progress
     from migrate.store import open_store
 
-    m = migration.resume(open_store(state), query, echo=click.echo, timeout=timeout)
+    progress = Progress()
+    try:
+        m = migration.resume(open_store(state), query, echo=progress, live=progress.live,
+                             timeout=timeout)
+    finally:
+        progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}")
 
 

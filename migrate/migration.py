@@ -32,6 +32,10 @@ broker that does not answer, a control record not delivered) ends the run with o
              its sink writes nothing more and its host stops it.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
+             A reconciling shadow (``--reconcile``, :mod:`gates.reconcile`) writes, in the
+             transaction of its first batch from C, the corrections that make the compacted
+             output the new plan over all input before C; this step waits until they are
+             committed (restarting the shadow's host if it died) and records their counts.
 7. Finish    record the new plan and instance as the query's; the migration is done.
 
 The in-place path (DESIGN.md's step 1 carried out) has its own numbers:
@@ -117,6 +121,10 @@ class Migration:
     cut_mode: str = "control-events"  # control-events | offsets
     require: list[str] = field(default_factory=list)
     compare: bool = False
+    reconcile: str = "off"  # auto | on | off, as asked
+    reconciling: bool = False  # decided in step 1
+    side_from: dict[str, int] = field(default_factory=dict)  # side topic offsets at step 2
+    counts: dict[str, Any] = field(default_factory=dict)  # the reconciliation's
     phase: str = "check"
     kind: str = ""  # in_place | shadow, decided in step 1
     verdict: str = ""
@@ -206,15 +214,25 @@ def _pid_alive(pid: int | None) -> bool:
 
 
 class Migrator:
-    """Drives one migration through its phases; ``echo`` shows progress."""
+    """Drives one migration through its phases; ``echo`` prints lines that stay (the
+    phases), ``live`` the line that follows the shadow (:mod:`migrate.progress`: one line
+    rewritten in place on a terminal; by default plain lines, at most one every 10 s)."""
 
     def __init__(self, store: DirectoryStore, m: Migration,
                  echo: Callable[[str], None] = print, timeout: float = 600.0,
                  lag_threshold: int = 2000, steady_batches: int = 6,
-                 deadline: Deadline | None = None) -> None:
+                 deadline: Deadline | None = None,
+                 live: Callable[[str, str], None] | None = None) -> None:
         self.store = store
         self.m = m
         self.echo = echo
+        if live is None:
+            from migrate.progress import Progress
+
+            plain = Progress(tty=False)
+            plain._write = lambda text: echo(text.rstrip("\n"))  # type: ignore[method-assign]
+            live = plain.live
+        self.live = live
         # One time budget shared by every Kafka/Spark wait of this run.
         self.deadline = deadline or Deadline(timeout, hint=self.resume_hint())
         self.lag_threshold = lag_threshold
@@ -243,10 +261,16 @@ class Migrator:
         if fault == f"after:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2) -> None:
-        """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded."""
+    def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2,
+             show: bool = True) -> None:
+        """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded.
+        ``show``: say on the live line what is awaited, once it takes a second."""
+        t0 = self.deadline.remaining()
         while not cond():
             self.check_alive()
+            waited = t0 - self.deadline.remaining()
+            if show and waited >= 1:
+                self.live(f"  waiting for {what} ({waited:.0f} s)", f"wait {what}")
             self.deadline.sleep(interval, what)
 
     def check_alive(self) -> None:
@@ -309,7 +333,7 @@ class Migrator:
                "--trigger", self.m.trigger]
         if gated:
             cmd.append("--gated-start")
-            if self.m.compare:
+            if self.m.compare or self.m.reconciling:
                 cmd += ["--shadow-topic", self.compare_topic()]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -320,7 +344,41 @@ class Migrator:
         """``<output>.shadow``: where the shadow writes until the cutover with --compare."""
         return f"{self.plans()[1].sink.topic}.shadow"
 
-    def ensure_topic(self, topic: str, partitions: int) -> None:
+    def reconcile_spec(self) -> dict[str, Any] | None:
+        """What the shadow's start gate says about reconciliation (gates.reconcile)."""
+        if not self.m.reconciling:
+            return None
+        return {"topic": self.compare_topic(), "from": self.m.side_from,
+                "migration": self.m.id}
+
+    def tombstone_controls(self) -> None:
+        """The migration is over: its control records need not stay in compacted topics."""
+        if self.m.cut_mode != "control-events" or not self.m.cut:
+            return
+        from gates.control import tombstone_control_events
+
+        n = tombstone_control_events(self.m.bootstrap, self.m.id, _offsets(self.m.cut),
+                                     deadline=self.deadline)
+        self.echo(f"  tombstoned the control records' key in {n} partition(s)")
+
+    def delete_side_topic(self) -> None:
+        """The side topic served the reconciliation only (kept with --compare, for reading)."""
+        if not self.m.reconciling or self.m.compare:
+            return
+        from confluent_kafka.admin import AdminClient
+
+        topic = self.compare_topic()
+        admin = AdminClient(client_conf(self.m.bootstrap))
+        timeout = self.deadline.timeout(f"the side topic '{topic}' to be deleted")
+        try:
+            admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
+            self.echo(f"  deleted the side topic {topic}")
+        except Exception as e:  # already gone (a resumed run), or the broker refused
+            if "UNKNOWN_TOPIC" not in str(e):
+                self.echo(f"  could not delete the side topic {topic}: {e}")
+
+    def ensure_topic(self, topic: str, partitions: int,
+                     config: dict[str, str] | None = None) -> None:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -335,7 +393,7 @@ class Migrator:
                                  file=self.m.new_plan, found=self.m.bootstrap) from None
         what = f"the comparison topic '{topic}' to be created"
         timeout = self.deadline.timeout(what)
-        fut = admin.create_topics([NewTopic(topic, partitions, 1)],
+        fut = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   request_timeout=timeout)[topic]
         try:
             fut.result(timeout)
@@ -359,14 +417,6 @@ class Migrator:
             return acked_offsets(self.store.root, instance)
         except GateStateError:
             return {}
-
-    def lag(self, instance: str, topics: list[str],
-            done: dict[str, dict[int, int]] | None = None) -> dict[str, dict[int, int]]:
-        """Records between ``done`` (default: what ``instance`` acknowledged) and the head."""
-        high = self.high_watermarks(topics)
-        done = self.acked(instance) if done is None else done
-        return {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
-                for t, parts in high.items()}
 
     # -- the protocol -------------------------------------------------------------------
     def run(self) -> Migration:
@@ -417,6 +467,13 @@ class Migrator:
                                  found=report.verdict)
         shadow = self.m.strategy == "shadow" or (self.m.strategy == "auto" and
                                                   report.verdict == "migrate")
+        if not shadow and self.m.reconcile == "on":
+            if self.m.strategy == "in-place":
+                raise MigrationError("--reconcile on needs a shadow that recomputes every key "
+                                     "over the history; an in-place restart cannot",
+                                     file=self.m.new_plan, expected="--strategy auto or shadow",
+                                     found="--strategy in-place")
+            shadow = True  # only a shadow knows the new plan's value for every key
         if not shadow and not self.checkpoint_agrees():
             # The checkpoint contradicts the plan check: an in-place restart would fail or
             # run on wrong state.  auto falls back to a shadow (a fresh checkpoint).
@@ -434,6 +491,7 @@ class Migrator:
             shadow = True
         self.m.kind = "shadow" if shadow else "in_place"
         if shadow:
+            self.m.reconciling = self.decide_reconcile(new)
             self.require_history(new)
         self.m.phase = "shadow" if shadow else "in_place"
         self.save()
@@ -467,10 +525,48 @@ class Migrator:
             f": {restart['reason']}"
         return restart["outcome"] == "starts"
 
+    def decide_reconcile(self, new: Plan) -> bool:
+        """``--reconcile``: ``auto`` is on for a keyed ``update`` sink and off otherwise;
+        ``on`` refuses an output it cannot reconcile, with the reason."""
+        asked = self.m.reconcile
+        if asked == "off":
+            return False
+        sink = new.sink
+        why = None
+        if sink.mode == "complete":
+            why = ("a complete sink rewrites its whole result at every batch; a key it drops "
+                   "is never deleted, and a correction is not a row of it")
+        elif not sink.key_columns:
+            why = "the sink has no key columns: a compacted view has no keys to correct"
+        else:
+            late = sorted(n.id for n in new.nodes.values() if isinstance(n, Source)
+                          and n.role != "table" and n.starting_offsets != "earliest")
+            if late:
+                why = (f"source(s) {', '.join(late)} start at the latest offsets: the shadow "
+                       "would not see every key, and would tombstone keys it never saw")
+        if why is not None:
+            if asked == "on":
+                self.m.phase = "refused"
+                self.m.error = f"--reconcile on: {why}"
+                self.save()
+                raise MigrationError(f"cannot reconcile the output: {why}",
+                                     file=self.m.new_plan, node=sink.id,
+                                     expected="a keyed update or append sink fed from the "
+                                     "earliest offsets", found=f"mode {sink.mode}, key "
+                                     f"{list(sink.key_columns)}", hint="--reconcile off "
+                                     "leaves keys without input after the cut as they are")
+            self.echo(f"  no reconciliation: {why}")
+            return False
+        if asked == "auto" and sink.mode != "update":
+            return False
+        self.echo(f"  reconciliation at the cut: on ({asked})")
+        return True
+
     def require_history(self, new: Plan) -> None:
-        """A stateful shadow recomputes its state from the earliest offsets: refuse when
-        retention already deleted part of that history."""
-        if not any(i.stateful for i in new.info.values()):
+        """A stateful shadow recomputes its state from the earliest offsets, and a
+        reconciling one must see every key: refuse when retention already deleted part of
+        that history."""
+        if not self.m.reconciling and not any(i.stateful for i in new.info.values()):
             return  # a plan without state needs no history
         low = self.low_watermarks(self.source_topics(new))
         lost = {t: ps for t, ps in low.items() if any(o > 0 for o in ps.values())}
@@ -523,12 +619,21 @@ class Migrator:
         """Step 2. Start the shadow: new instance, fresh checkpoint, start gate closed."""
         self.enter("shadow")
         inst = self.m.new_instance
-        write_start_gate(self.store.root, inst, False, self.m.id)
+        side = self.compare_topic()
+        if self.m.compare or self.m.reconciling:
+            # compacted when it serves the reconciliation only: its last value per key is
+            # all that is read
+            self.ensure_topic(side, 1, None if self.m.compare else
+                              {"cleanup.policy": "compact"})
+            self.echo(f"  shadow output before the cut goes to {side}")
+        if self.m.reconciling and not self.m.side_from:
+            # where this shadow's output starts: what an earlier migration left is not ours
+            self.m.side_from = {str(p): o for p, o in self.high_watermarks([side])[side].items()}
+            self.save()
+        write_start_gate(self.store.root, inst, False, self.m.id,
+                         reconcile=self.reconcile_spec())
         if read_gate(self.store.root, inst).mode != "open" and not self.m.cut:
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch))
-        if self.m.compare:
-            self.ensure_topic(self.compare_topic(), 1)
-            self.echo(f"  shadow output before the cut goes to {self.compare_topic()}")
         self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
         self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
         self.m.phase = "pause"
@@ -551,11 +656,17 @@ class Migrator:
         # JVM (code generation, JIT), several times slower than the old query's; paused
         # then, it would reach the cut a batch late and the output would stall for it.
         steady = {"batches": 0, "at": ""}  # batches in a row near the head, and the last
+        from migrate.progress import Rate, bar_line
+
+        rate = Rate()
 
         def keeping_up() -> bool:
             done = self.acked(inst)
-            lag = self.lag(inst, per[inst], done)
+            high = self.high_watermarks(per[inst])
+            lag = {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
+                   for t, parts in high.items()}
             total = sum(sum(ps.values()) for ps in lag.values())
+            records = sum(sum(ps.values()) for ps in high.values())
             if total > self.lag_threshold or not self.running(inst):
                 steady.update(batches=0, at="")
             else:
@@ -567,12 +678,15 @@ class Migrator:
                 if total == 0 or at != steady["at"]:  # a new batch, or idle at the head
                     steady.update(batches=steady["batches"] + 1, at=at)
             n = steady["batches"]
-            self.echo(f"  shadow lag {total}: " + ", ".join(
-                f"{t}[{p}]={v}" for t, ps in lag.items() for p, v in ps.items()) +
-                (f" (near the head for {n} of {self.steady_batches} batches)" if n else ""))
+            speed = rate.add(records - total)
+            if n:
+                self.live(f"  shadow near the head: lag {total:,} records, {n} of "
+                          f"{self.steady_batches} batches in a row", "steady")
+            else:
+                self.live("  " + bar_line(records - total, records, speed), "backfill")
             return n >= self.steady_batches
 
-        self.wait("the shadow to catch up", keeping_up, interval=1.0)
+        self.wait("the shadow to catch up", keeping_up, interval=1.0, show=False)
         self.m.history.append(["steady", round(time.time(), 3)])
         high = self.high_watermarks(topics)
         self.m.high = _offsets_json(high)
@@ -618,7 +732,7 @@ class Migrator:
         mine = {t: cut[t] for t in per[inst]}
         theirs = {t: cut[t] for t in per[old]}
         write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
-                         follow=old, follow_offsets=theirs)
+                         follow=old, follow_offsets=theirs, reconcile=self.reconcile_spec())
         self.flush()
         self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
@@ -652,7 +766,8 @@ class Migrator:
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
         self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
-        write_start_gate(self.store.root, inst, True, self.m.id)
+        write_start_gate(self.store.root, inst, True, self.m.id,
+                         reconcile=self.reconcile_spec())
         self.flush()
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
@@ -663,8 +778,46 @@ class Migrator:
             time.sleep(min(0.2, courtesy.remaining()))
         self.store.request_stop(old)
         self.wait(f"'{old}' to stop", lambda: self.stopped(old))
+        if self.m.reconciling:
+            self.await_reconciliation()
         self.m.phase = "finish"
         self.save()
+
+    def await_reconciliation(self) -> None:
+        """The shadow's first batch from C carries the corrections; wait until they are
+        committed and record their counts. A shadow host that died meanwhile (killed in
+        the middle of that batch) is started again on its checkpoint: Spark replays the
+        batch, whose transaction was aborted, and the corrections are written once."""
+        from gates.reconcile import read_record
+
+        inst = self.m.new_instance
+
+        def committed() -> bool:
+            rec = read_record(self.store.root, inst)
+            if rec.get("state") == "committed" and rec.get("migration") == self.m.id:
+                return True
+            st = self.store.status(inst)
+            if st.get("status") == "failed":
+                from migrate.run import failure_message
+
+                first = failure_message(str(st.get("error") or "see its log"))[:500]
+                raise MigrationError(f"the shadow query '{inst}' failed while reconciling: "
+                                     f"{first}", file=str(self.store.log_path(inst)),
+                                     hint=f"fix the cause, then theseus migrate resume "
+                                     f"{self.m.query}")
+            if not self.starting(inst) and not self.running(inst):
+                self.echo(f"  the shadow '{inst}' is not running: starting it again")
+                self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
+            return False
+
+        self.wait("the shadow to commit the reconciliation", committed)
+        rec = read_record(self.store.root, inst)
+        self.m.counts = dict(rec.get("counts") or {})
+        self.save()
+        c = self.m.counts
+        self.echo(f"  reconciled at the cut: {c.get('corrected', 0)} corrected, "
+                  f"{c.get('added', 0)} added, {c.get('deleted', 0)} deleted, "
+                  f"{c.get('matched', 0)} already right")
 
     def switched(self, instance: str) -> bool:
         """The shadow's start gate is open (it writes the output from the cut on)."""
@@ -689,6 +842,8 @@ class Migrator:
         if self.m.kind == "shadow":
             self.store.set_live(self.m.query, self.m.new_instance)
         self.store.put_plan(self.m.query, self.new_plan_text())
+        self.delete_side_topic()
+        self.tombstone_controls()
         self.enter("done")
 
     def new_plan_text(self) -> str:
@@ -733,19 +888,31 @@ class Migrator:
             self.store.request_stop(inst)
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch + 1))
         self.m.epoch += 1
+        if self.m.reconciling and inst:
+            # a shadow still writing would create the side topic again (auto-creation)
+            wait = self.deadline.within(30)
+            while not wait.expired() and not self.stopped(inst):
+                time.sleep(0.2)
+            self.delete_side_topic()
         self.enter("aborted")
         self.m.phase = "aborted"
         self.save()
+        try:
+            self.tombstone_controls()
+        except (RuntimeFailure, MigrationError) as e:  # the abort is done; they stay
+            self.echo(f"  could not tombstone the control records: {e.render()}")
         return self.m
 
 
 def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
           strategy: str = "auto", cut_mode: str = "control-events",
-          require: list[str] | None = None, compare: bool = False, master: str = "local[2]",
+          require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
+          master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0) -> Migration:
-    live = store.live_instance(query)
-    st = store.status(live)
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
+          ) -> Migration:
+    running = store.live_instance(query)
+    st = store.status(running)
     if not st:
         raise MigrationError(f"query '{query}' is not known to the store",
                              file=str(store.root), expected="a query started with "
@@ -766,22 +933,24 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     atomic_write(recorded, open(new_plan_path).read())
-    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=live,
+    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
                   new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                   cut_mode=cut_mode, require=list(require or []), compare=compare,
+                  reconcile=reconcile,
                   bootstrap=bootstrap, master=master, trigger=trigger)
-    migrator = Migrator(store, m, echo, timeout)  # the time budget starts here
+    migrator = Migrator(store, m, echo, timeout, live=live)  # the time budget starts here
     migrator.save()
     return migrator.run()
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
-           timeout: float = 600.0) -> Migration:
+           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
+           ) -> Migration:
     m = current(store, query)
     if m.phase in TERMINAL:
         echo(f"migration {m.id} is {m.phase}")
         return m
-    return Migrator(store, m, echo, timeout).run()
+    return Migrator(store, m, echo, timeout, live=live).run()
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:

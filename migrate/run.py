@@ -65,7 +65,8 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
 def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: str,
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None,
-                shadow_topic: str | None = None, on_retire: Any = None) -> Any:
+                shadow_topic: str | None = None, on_retire: Any = None,
+                reconciler: Any = None) -> Any:
     from migrate.build import Builder, BuildOptions
 
     name = query_name or plan.query
@@ -74,7 +75,8 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
     opts = BuildOptions(bootstrap=bootstrap, store=str(store.root), query=name,
                         available_now=available_now, trigger_interval=trigger_interval,
                         checkpoint=str(checkpoint), start_gate=start_gate,
-                        shadow_topic=shadow_topic, on_retire=on_retire)
+                        shadow_topic=shadow_topic, on_retire=on_retire,
+                        reconciler=reconciler)
     return Builder(spark, plan, opts).start()
 
 
@@ -98,11 +100,14 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
                      checkpoint=str(store.checkpoint(plan.query, generation)),
                      generation=generation, plan_query=plan.query)
-    start_gate = None
+    start_gate = reconciler = None
     if gated_start:
+        from gates.reconcile import Reconciler
         from gates.startgate import StartGate
 
         start_gate = StartGate(store.root, name)
+        # inert unless the migration asks for it in the start gate (``--reconcile``)
+        reconciler = Reconciler(store.root, name, bootstrap, plan.sink.topic)
     # Step 3. Start Spark and the query.
     from gates.state import retired
 
@@ -111,7 +116,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                         available_now=available_now, generation=generation,
                         trigger_interval=trigger_interval, query_name=name,
                         start_gate=start_gate, shadow_topic=shadow_topic,
-                        on_retire=handed_over.set)
+                        on_retire=handed_over.set, reconciler=reconciler)
     store.set_status(name, status="running", query_id=str(query.id))
     echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.

@@ -42,6 +42,7 @@ class BuildOptions:
     output_topic: str | None = None  # override (comparison runs write elsewhere)
     shadow_topic: str | None = None  # where a closed start gate sends output (--compare)
     on_retire: Any = None  # called once the query handed its output over to a migration
+    reconciler: Any = None  # a reconciling shadow's (gates.reconcile.Reconciler)
 
 
 def q(name: str) -> str:
@@ -125,7 +126,7 @@ class Builder:
                              sink_key(self), self.opts.query or self.plan.query,
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
-                             retired=self._retired())
+                             retired=self._retired(), reconciler=self.opts.reconciler)
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
             .outputMode(sink.mode).foreachBatch(writer)
         if self.opts.checkpoint:
