@@ -51,7 +51,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -128,7 +128,9 @@ class SourceOptions:
     key_columns: tuple[str, ...]
     read_timeout: float
     isolation: str
-    kafka_conf: tuple[tuple[str, str], ...]
+    # librdkafka settings (``kafka.<name>`` options: security settings among them, so
+    # never in the repr, which error messages and logs could show)
+    kafka_conf: tuple[tuple[str, str], ...] = field(repr=False)
     node: str | None = None
 
     @classmethod

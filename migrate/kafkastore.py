@@ -36,6 +36,7 @@ import uuid
 from pathlib import Path
 
 from compat.errors import RuntimeFailure
+from gates.broker import client_conf
 from gates.files import atomic_write
 
 _SPEC = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-\[\]:]+):(?P<port>\d+)/(?P<topic>[A-Za-z0-9._\-]+)$")
@@ -76,12 +77,11 @@ class KafkaMirror:
         self.known: dict[str, str | None] = {}  # key -> digest of what root holds for it
         self.lock = threading.RLock()
         self._ensure_topic(timeout)
-        self.producer = Producer({"bootstrap.servers": self.bootstrap,
-                                  "enable.idempotence": True, "linger.ms": 0})
-        self.consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                  "group.id": f"theseus-store-{self.origin}",
-                                  "enable.auto.commit": False,
-                                  "enable.partition.eof": True})
+        self.producer = Producer(client_conf(self.bootstrap, **{
+            "enable.idempotence": True, "acks": "all", "linger.ms": 0}))
+        self.consumer = Consumer(client_conf(self.bootstrap, **{
+            "group.id": f"theseus-store-{self.origin}", "enable.auto.commit": False,
+            "enable.partition.eof": True}))
         self.consumer.assign([TopicPartition(self.topic, 0, 0)])
         self._catch_up(timeout)
         self._stop = threading.Event()
@@ -93,7 +93,7 @@ class KafkaMirror:
     def _ensure_topic(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(client_conf(self.bootstrap))
         try:
             topics = admin.list_topics(timeout=timeout).topics
         except Exception as e:
@@ -102,7 +102,9 @@ class KafkaMirror:
                                  found=self.bootstrap) from None
         if self.topic in topics:
             return
-        fut = admin.create_topics([NewTopic(self.topic, 1, 1, config={
+        # Replication factor -1: the cluster's default.replication.factor (3 on the
+        # three-broker cluster, with its min.insync.replicas), never a fixed 1.
+        fut = admin.create_topics([NewTopic(self.topic, 1, -1, config={
             "cleanup.policy": "compact", "min.compaction.lag.ms": "0",
             "segment.ms": "600000"})])[self.topic]
         try:

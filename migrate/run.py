@@ -86,8 +86,12 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     """Host one query instance.  ``instance`` names it in the store (default: the plan's
     query); a migration starts the new plan as instance ``<query>.g<generation>`` with
     ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
-    # Step 1. Validate before anything is deployed.
+    # Step 1. Validate before anything is deployed; with an authorizer, refuse a topic the
+    # user may not read or write before anything is written.
     plan = load_plan(plan_path)
+    from gates.broker import check_access
+
+    check_access(bootstrap, plan_access(plan, shadow_topic))
     store = open_store(state)
     name = instance or plan.query
     # Step 2. Record what runs where.
@@ -148,8 +152,10 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 echo(progress_line(p))
         exc = query.exception()
         if exc is not None:
-            store.set_status(name, status="failed", error=str(exc)[:8000])
-            raise RuntimeFailure(f"the query failed: {failure_message(str(exc))}",
+            from gates.kafkaconf import redact
+
+            store.set_status(name, status="failed", error=redact(str(exc))[:8000])
+            raise RuntimeFailure(f"the query failed: {redact(failure_message(str(exc)))}",
                                  file=plan_path, node=None)
         store.set_status(name, status="stopped", last_batch=seen,
                          handed_over=handed_over.is_set())
@@ -170,6 +176,18 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         signal.signal(signal.SIGTERM, old_term)
         if query.isActive:
             query.stop()
+
+
+def plan_access(plan: Plan, shadow_topic: str | None = None) -> list[tuple[str, str, str]]:
+    """What the query of ``plan`` needs on which topic (``gates.broker.check_access``)."""
+    from compat.steps import Source
+
+    needs = [(n.topic, "READ", f"source '{n.id}' reads") for n in plan.nodes.values()
+             if isinstance(n, Source)]
+    needs.append((plan.sink.topic, "WRITE", f"sink '{plan.sink_id}' writes the output to"))
+    if shadow_topic:
+        needs.append((shadow_topic, "WRITE", "the shadow writes its comparison output to"))
+    return needs
 
 
 def _quiet_query_failures(spark: Any) -> None:
