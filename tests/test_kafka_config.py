@@ -245,3 +245,85 @@ def test_check_does_not_load_kafka_config_machinery(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, cwd=ROOT)
     assert "LOADED False" in out.stdout, out.stdout + out.stderr
+
+
+class _Fut:
+    def __init__(self, value=None, exc=None):
+        self.value, self.exc = value, exc
+
+    def result(self, timeout=None):
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+class _Admin:
+    """describe_topics as a broker with an authorizer answers it."""
+
+    def __init__(self, ops: dict):
+        self.ops = ops  # topic -> list of operation names | None | "denied"
+
+    def describe_topics(self, topics, include_authorized_operations=False, request_timeout=0):
+        from types import SimpleNamespace
+
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AclOperation
+
+        assert include_authorized_operations
+        out = {}
+        for t in topics.topic_names:
+            v = self.ops[t]
+            if v == "denied":
+                out[t] = _Fut(exc=KafkaException(KafkaError(
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+            else:
+                ops = None if v is None else [getattr(AclOperation, o) for o in v]
+                out[t] = _Fut(SimpleNamespace(authorized_operations=ops))
+        return out
+
+
+def test_check_access_names_topic_operation_and_user(tmp_path):
+    from compat.errors import BrokerError
+    from gates.broker import check_access
+
+    f = tmp_path / "c.properties"
+    f.write_text(GOOD)
+    kafkaconf.use(f)
+    admin = _Admin({"in": ["READ", "DESCRIBE"], "out": ["READ", "DESCRIBE"]})
+    check_access("h:1", [("in", "READ", "reads")], client=admin)
+    with pytest.raises(BrokerError) as e:
+        check_access("h:1", [("in", "READ", "source 'a' reads"),
+                             ("out", "WRITE", "sink 'o' writes the output to")], client=admin)
+    text = e.value.render()
+    assert "topic 'out'" in text and "no WRITE permission" in text and "alice" in text
+    assert "--operation Write --topic out" in text and SECRET not in text
+    # ALL implies WRITE; an unauthorized DESCRIBE means no access at all
+    check_access("h:1", [("out", "WRITE", "x")], client=_Admin({"out": ["ALL"]}))
+    with pytest.raises(BrokerError, match="no READ permission"):
+        check_access("h:1", [("in", "READ", "x")], client=_Admin({"in": "denied"}))
+    # no authorizer: the broker returns no operations, nothing is refused
+    check_access("h:1", [("in", "WRITE", "x")], client=_Admin({"in": None}))
+
+
+def test_plan_access_lists_every_source_read_and_the_sink_write():
+    from compat.check import load_plan
+    from migrate.run import plan_access
+
+    needs = plan_access(load_plan(str(ROOT / "fixtures" / "plans" / "ship_load.json")),
+                        shadow_topic="side")
+    ops = {(t, op) for t, op, _ in needs}
+    assert ops == {("packages", "READ"), ("ships", "READ"), ("ship_alerts", "WRITE"),
+                   ("side", "WRITE")}
+
+
+def test_spark_conf_from_the_environment_is_checked(monkeypatch):
+    """THESEUS_SPARK_CONF entries must be spark.<name>=<value>: anything else is one error
+    before a JVM starts."""
+    import migrate.run as run
+
+    monkeypatch.setenv("THESEUS_SPARK_CONF", "spark.cores.max=1;oops")
+    monkeypatch.setattr(run, "_SESSION", None)
+    from compat.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match="THESEUS_SPARK_CONF"):
+        run.spark_session("spark://127.0.0.1:1")
