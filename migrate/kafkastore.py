@@ -39,23 +39,25 @@ from compat.errors import RuntimeFailure
 from gates.broker import client_conf
 from gates.files import atomic_write
 
-_SPEC = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-\[\]:]+):(?P<port>\d+)/(?P<topic>[A-Za-z0-9._\-]+)$")
+_HOSTPORT = r"[A-Za-z0-9_.\-\[\]:]+:\d+"
+# several brokers, comma-separated: the store still opens while one of them is down
+_SPEC = re.compile(rf"^kafka://(?P<bootstrap>{_HOSTPORT}(?:,{_HOSTPORT})*)/(?P<topic>[A-Za-z0-9._\-]+)$")
 LOCAL_ONLY = ("checkpoints", "logs")
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """``kafka://host:port/topic`` -> (bootstrap, topic), or a clear error."""
+    """``kafka://host:port[,host:port...]/topic`` -> (bootstrap, topic), or a clear error."""
     m = _SPEC.match(spec)
     if not m:
         raise RuntimeFailure("malformed Kafka store address", file=spec,
-                             expected="kafka://HOST:PORT/TOPIC", found=spec)
-    return f"{m['host']}:{m['port']}", m["topic"]
+                             expected="kafka://HOST:PORT[,HOST:PORT...]/TOPIC", found=spec)
+    return m["bootstrap"], m["topic"]
 
 
 def local_dir(spec: str) -> Path:
     bootstrap, topic = parse_spec(spec)
     base = Path(os.environ.get("THESEUS_LOCAL_DIR", ".theseus"))
-    return base / f"kafka-{bootstrap.replace(':', '_')}-{topic}"
+    return base / f"kafka-{bootstrap.replace(':', '_').replace(',', '+')}-{topic}"
 
 
 def _digest(text: str | None) -> str | None:

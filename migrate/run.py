@@ -210,8 +210,8 @@ def ship_code(spark: Any) -> str | None:
     import compat
 
     root = Path(compat.__file__).resolve().parent.parent
-    fd, path = tempfile.mkstemp(prefix="theseus-code-", suffix=".zip")
-    os.close(fd)
+    # a new folder per driver: the zip's name is what the executors import it by
+    path = os.path.join(tempfile.mkdtemp(prefix="theseus-"), "theseus-code.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in ("compat", "gates", "migrate"):
             for f in sorted((root / pkg).rglob("*.py")):

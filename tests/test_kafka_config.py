@@ -327,3 +327,16 @@ def test_spark_conf_from_the_environment_is_checked(monkeypatch):
 
     with pytest.raises(RuntimeFailure, match="THESEUS_SPARK_CONF"):
         run.spark_session("spark://127.0.0.1:1")
+
+
+def test_the_kafka_store_takes_several_brokers():
+    """A store on a three-broker cluster names them all: it opens while one is down."""
+    from compat.errors import RuntimeFailure
+    from migrate.kafkastore import local_dir, parse_spec
+
+    assert parse_spec("kafka://h1:9092,h2:9093/st") == ("h1:9092,h2:9093", "st")
+    assert parse_spec("kafka://h1:9092/st") == ("h1:9092", "st")
+    assert local_dir("kafka://h1:1,h2:2/st").name == "kafka-h1_1+h2_2-st"
+    for bad in ("kafka://h1:9092,/st", "kafka://h1/st", "kafka://h1:1,h2/st"):
+        with pytest.raises(RuntimeFailure, match="malformed Kafka store address"):
+            parse_spec(bad)

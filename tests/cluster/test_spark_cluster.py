@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_run_on_the_cluster_with_the_kafka_store_is_exact(kafka3, spark_cluster,
     # the store topic follows the cluster's replication factor
     assert replicas(k, store_topic) == {3}
     # the executors ran this checkout's code, shipped with the job (not the workers' path)
-    shipped = list(spark_cluster.state.glob("worker*/work/app-*/*/theseus-code-*.zip"))
+    shipped = list(spark_cluster.state.glob("worker*/work/app-*/*/theseus-code.zip"))
     assert shipped, "no executor received the shipped code"
     print(f"cluster run: 3000 rows in {took:.1f} s (including Spark start-up)")
 
@@ -184,15 +185,18 @@ def leader_of(k: KafkaHelper, topic: str, partition: int = 0) -> int:
     return k.admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
 
 
-def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault) -> None:
+def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
+                       kafka_store: bool = False) -> None:
     """The stateless migration of ``tests/integration/test_migration`` on the Spark cluster
     and the three brokers (each query one executor: ``spark.cores.max=1``), with
-    ``fault(k, src)`` run in a thread once ``when(store, query)`` holds.  Ends with the
-    exact oracle: old plan before the cut, new plan from it, nothing lost or twice; or,
-    when the migration was refused or aborted, the old plan over everything."""
+    ``fault(ctx)`` run in a thread once ``when(ctx)`` holds.  The old query's host and the
+    migrator run in two different working directories; with ``kafka_store`` they share
+    nothing but the brokers (``--state kafka://...``, each with its own local mirror).
+    Ends with the exact oracle: old plan before the cut, new plan from it, nothing lost or
+    twice; or, when the migration was refused or aborted, the old plan over everything."""
     from gates.state import is_acked
     from migrate import migration
-    from migrate.store import DirectoryStore
+    from migrate.store import open_store
 
     k = KafkaHelper(kafka3.bootstrap, replication=-1)
     src, out = k.topic("f-in", 3), k.topic("f-out", 1)
@@ -200,14 +204,25 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault) -> None:
     old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
     old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
     new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
-    state = tmp_path / "state"
+    store_topic = f"it-store-{uuid.uuid4().hex[:8]}"
+    state = f"kafka://{kafka3.bootstrap}/{store_topic}" if kafka_store \
+        else str(tmp_path / "state")
     env = driver_env(THESEUS_SPARK_CONF="spark.cores.max=1")
+    host_env = {**env, "THESEUS_LOCAL_DIR": str(tmp_path / "host" / ".theseus")}
+    mig_env = {**env, "THESEUS_LOCAL_DIR": str(tmp_path / "migrator" / ".theseus")}
     feeder = Feeder(kafka3.bootstrap, src)
     feeder.start()
-    host = spawn("run", old_p, "--bootstrap", kafka3.bootstrap, "--state", state,
-                 "--master", spark_cluster.master, cwd=tmp_path / "host",
-                 log=tmp_path / "host.log", env=env)
-    store = DirectoryStore(state)
+
+    def start_host() -> subprocess.Popen:
+        return spawn("run", old_p, "--bootstrap", kafka3.bootstrap, "--state", state,
+                     "--master", spark_cluster.master, cwd=tmp_path / "host",
+                     log=tmp_path / "host.log", env=host_env)
+
+    ctx = SimpleNamespace(k=k, src=src, query=query, host=start_host(), start_host=start_host,
+                          store_topic=store_topic, t0=None)
+    if kafka_store:
+        os.environ["THESEUS_LOCAL_DIR"] = str(tmp_path / "test" / ".theseus")
+    store = ctx.store = open_store(state)
     fired = threading.Event()
     errors: list[BaseException] = []
 
@@ -215,9 +230,9 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault) -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not fired.is_set():
             try:
-                if when(store, query):
+                if when(ctx):
                     fired.set()
-                    fault(k, src)
+                    fault(ctx)
                     return
             except Exception as e:  # noqa: BLE001 (reported by the test)
                 errors.append(e)
@@ -228,37 +243,40 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault) -> None:
     try:
         wait_for(lambda: store.status(query).get("status") == "running", 240, "old query up")
         wait_for(lambda: k.end_offsets(out, settle=0)[0] > 50, 120, "old output")
+        ctx.t0 = time.monotonic()
         watcher.start()
         r = theseus("migrate", "start", new_p, "--bootstrap", kafka3.bootstrap, "--state",
                     state, "--strategy", "shadow", "--master", spark_cluster.master,
-                    "--timeout", "500", cwd=tmp_path / "migrator", env=env, timeout=700)
+                    "--timeout", "500", cwd=tmp_path / "migrator", env=mig_env, timeout=700)
         watcher.join(120)
         assert not errors, errors
         assert fired.is_set(), "the fault never fired"
         m = migration.current(store, query)
         if r.returncode != 0:
-            # refused or failed: it must say so in one line, and abort cleanly
+            # refused or failed: one line saying so, then a clean abort
             assert "Traceback" not in r.stderr, r.stderr
+            print("migration failed:", r.stderr.strip()[-2000:])
             if m.phase not in ("refused", "aborted"):
                 a = theseus("migrate", "abort", query, "--state", state,
-                            cwd=tmp_path / "migrator", env=env)
+                            cwd=tmp_path / "migrator", env=mig_env)
                 assert a.returncode == 0, a.stdout + a.stderr
                 m = migration.current(store, query)
         time.sleep(3)
         feeder.stop()
         live = store.live_instance(query)
         high = {src: k.end_offsets(src)}
-        wait_for(lambda: is_acked(state, live, high), 300, "the live query drains the input")
-        s = theseus("stop", query, "--state", state, cwd=tmp_path / "host", env=env)
+        wait_for(lambda: is_acked(store.root, live, high), 300,
+                 "the live query drains the input")
+        s = theseus("stop", query, "--state", state, cwd=tmp_path / "host", env=host_env)
         assert s.returncode == 0, s.stderr
         wait_for(lambda: store.status(live).get("status") == "stopped", 120, "live stops")
-        host.wait(120)
+        ctx.host.wait(120)
     finally:
         feeder.stop()
-        if host.poll() is None:
-            host.kill()
-        for inst in list((state / "queries").glob("*")) if state.exists() else []:
-            pid = DirectoryStore(state).status(inst.name).get("pid")
+        if ctx.host.poll() is None:
+            ctx.host.kill()
+        for inst in list((store.root / "queries").glob("*")):
+            pid = store.status(inst.name).get("pid")
             if pid and inst.name != query:
                 try:
                     os.kill(int(pid), 9)  # a shadow this test's migrator started
@@ -276,19 +294,19 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault) -> None:
 
 
 def _phase(phase: str):
-    def when(store, query) -> bool:
+    def when(ctx) -> bool:
         from migrate import migration
 
         try:
-            return migration.current(store, query).phase == phase
+            return migration.current(ctx.store, ctx.query).phase == phase
         except Exception:  # noqa: BLE001 (no migration recorded yet)
             return False
     return when
 
 
 def _kill_source_leader_for_10s(kafka3):
-    def fault(k, src) -> None:
-        node = leader_of(k, src, 0)
+    def fault(ctx) -> None:
+        node = leader_of(ctx.k, ctx.src, 0)
         kafka3.kill(node)
         time.sleep(10)
         kafka3.restart(node)
@@ -307,3 +325,31 @@ def test_broker_killed_between_the_cut_and_the_hand_over(kafka3, spark_cluster, 
     both queries run up to the cut and the acknowledgements decide the hand-over."""
     migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"),
                        _kill_source_leader_for_10s(kafka3))
+
+
+def test_old_driver_killed_during_align_restarts_on_its_checkpoint(kafka3, spark_cluster,
+                                                                 tmp_path):
+    """Fault 4: the old query's driver SIGKILLed during align, restarted by `theseus run`
+    on its checkpoint (its executors die with it; the new driver gets new ones)."""
+    def fault(ctx) -> None:
+        ctx.host.kill()
+        ctx.host.wait(30)
+        time.sleep(2)
+        ctx.host = ctx.start_host()
+
+    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"), fault)
+
+
+def test_store_leader_killed_mid_migration_with_the_kafka_store(kafka3, spark_cluster,
+                                                                tmp_path):
+    """Fault 5: migrator and query host in two working directories sharing only the brokers
+    (the Kafka store); the store topic's leader SIGKILLed 5 s into the migration, restarted
+    after 10 s."""
+    def fault(ctx) -> None:
+        node = leader_of(ctx.k, ctx.store_topic, 0)
+        kafka3.kill(node)
+        time.sleep(10)
+        kafka3.restart(node)
+
+    migrate_with_fault(kafka3, spark_cluster, tmp_path,
+                       lambda ctx: time.monotonic() - ctx.t0 > 5, fault, kafka_store=True)
