@@ -41,6 +41,11 @@ HOST=127.0.0.1
 SASL_USERS="${KAFKA_SASL_USERS:-}"
 ADMIN_PROPS="$STATE/admin.properties"
 
+# A daemon must not keep the caller's file descriptors: run under `flock LOCK make kafka`,
+# it would otherwise hold LOCK for as long as it lives.
+# shellcheck disable=SC2016
+CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; '
+
 say() { echo "kafka: $*" >&2; }
 die() { echo "kafka: error: $*" >&2; exit 1; }
 
@@ -270,7 +275,7 @@ launch_node() {
   rm -f "$PIDFILE"
   # setsid: survive the caller's process group; close stdin, the lock fd and the caller's stdout.
   # shellcheck disable=SC2086
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
+  setsid bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
     java $heap -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:CICompilerCount=2 \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
     -cp "$LIBS/*" kafka.Kafka "$PROPS" </dev/null >"$LOG" 2>&1 9>&- &

@@ -26,6 +26,11 @@ WORKERS="${WORKERS:-2}"
 HOST=127.0.0.1
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 
+# A daemon must not keep the caller's file descriptors: run under `flock LOCK make kafka`,
+# it would otherwise hold LOCK for as long as it lives.
+# shellcheck disable=SC2016
+CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; '
+
 say() { echo "spark-cluster: $*" >&2; }
 die() { echo "spark-cluster: error: $*" >&2; exit 1; }
 
@@ -57,7 +62,7 @@ launch() {
   [ -f "$STATE/$name.log" ] && mv -f "$STATE/$name.log" "$STATE/$name.log.old"
   (cd "$dir" && setsid env -i PATH="/usr/bin:/bin:$(dirname "$(command -v java)")" \
       HOME="$HOME" SPARK_HOME="$home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP="$HOST" \
-      bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$STATE/$name.pid" \
+      bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$STATE/$name.pid" \
       java -Xms64m -Xmx"${SPARK_DAEMON_MEMORY:-256m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
       -cp "$home/conf:$home/jars/*" "$@" </dev/null >"$STATE/$name.log" 2>&1 &)
   for _ in $(seq 50); do [ -s "$STATE/$name.pid" ] && break; sleep 0.1; done
