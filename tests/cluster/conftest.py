@@ -28,6 +28,7 @@ PASSWORDS = {u: f"{u}-{uuid.uuid4().hex[:12]}-pw" for u in ("admin", "alice", "b
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: starts brokers or a Spark cluster of its own")
+    config.addinivalue_line("markers", "own_jvm: runs a Spark driver in a subprocess")
 
 
 def kafka_sh(args: list[str], env: dict, timeout: float = 300) -> str:
