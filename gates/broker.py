@@ -78,17 +78,42 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
             out[t] = {}
             for p in partitions(c, t, deadline):
                 what = f"the watermarks of topic '{t}' partition {p}"
-                try:
-                    lo, hi = c.get_watermark_offsets(TopicPartition(t, p),
-                                                     timeout=deadline.timeout(what))
-                except KafkaException as e:
-                    deadline.check(what)
-                    raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
-                                      topic=t, partition=p) from e
+                # a partition whose leader died answers again once another is elected
+                # (broker.session.timeout.ms): retried within LEADER_WAIT and the deadline
+                leader_wait = deadline.within(LEADER_WAIT)
+                delay = 0.2
+                while True:
+                    try:
+                        lo, hi = c.get_watermark_offsets(TopicPartition(t, p),
+                                                         timeout=deadline.timeout(what))
+                        break
+                    except KafkaException as e:
+                        deadline.check(what)
+                        if not _retriable(e) or leader_wait.remaining() <= delay:
+                            raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
+                                              topic=t, partition=p) from e
+                        deadline.sleep(delay, what)
+                        delay = min(2 * delay, 2.0)
                 out[t][p] = int(lo if low else hi)
         return out
     finally:
         c.close()
+
+
+#: seconds to wait for a partition to get a leader again (a broker died)
+LEADER_WAIT = 60.0
+_LEADER_ERRORS = ("NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
+                  "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
+                  "NOT_ENOUGH_REPLICAS")
+
+
+def _retriable(e: BaseException) -> bool:
+    """A Kafka error that passes by itself: a leader moving, a broker restarting."""
+    err = e.args[0] if e.args else None
+    try:
+        return bool(err.retriable()) or err.name() in _LEADER_ERRORS
+    except AttributeError:
+        return False
 
 
 def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> float:

@@ -77,3 +77,50 @@ def test_a_leader_that_never_comes_back_fails_after_the_wait(monkeypatch):
     with pytest.raises(SourceError, match="cannot list the latest offset"):
         source._list_offsets(_opts(), [0], "latest")
     assert source.LEADER_WAIT - 3 <= clock[0] <= source.LEADER_WAIT
+
+
+class _Consumer:
+    """A consumer whose partition 1 has no leader for its first two watermark queries."""
+
+    fails = 2
+
+    def __init__(self, conf):
+        self.asked = []
+
+    def list_topics(self, topic, timeout=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(topics={topic: SimpleNamespace(
+            error=None, partitions={0: None, 1: None})})
+
+    def get_watermark_offsets(self, tp, timeout=None):
+        from confluent_kafka import KafkaError
+
+        self.asked.append(tp.partition)
+        if tp.partition == 1 and _Consumer.fails:
+            _Consumer.fails -= 1
+            raise _err(KafkaError.NOT_LEADER_FOR_PARTITION)
+        return 0, 10 + tp.partition
+
+    def close(self):
+        pass
+
+
+def test_the_migrators_watermarks_wait_for_a_new_leader(monkeypatch):
+    import confluent_kafka
+    from confluent_kafka import KafkaError
+
+    from compat.errors import BrokerError
+    from gates import broker
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr(broker.time, "sleep", lambda s: None)
+    _Consumer.fails = 2
+    assert broker.watermarks("h:1", ["t"]) == {"t": {0: 10, 1: 11}}
+
+    def denied(self, tp, timeout=None):
+        raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+
+    monkeypatch.setattr(_Consumer, "get_watermark_offsets", denied)
+    with pytest.raises(BrokerError, match="cannot read the watermarks"):
+        broker.watermarks("h:1", ["t"])
