@@ -68,7 +68,7 @@ class KafkaMirror:
     """Keeps ``root`` and the compacted topic in step, in a background thread."""
 
     def __init__(self, spec: str, root: Path, interval: float = 0.1,
-                 timeout: float = 15.0) -> None:
+                 timeout: float = 60.0) -> None:
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self.spec = spec
@@ -117,11 +117,21 @@ class KafkaMirror:
                                      file=self.spec) from None
 
     def _catch_up(self, timeout: float) -> None:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
-        _, hi = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
-                                                    timeout=timeout)
         deadline = time.monotonic() + timeout
+        while True:
+            # the store topic's leader may have just died: wait for the next one
+            try:
+                _, hi = self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, 0),
+                    timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+                break
+            except KafkaException as e:
+                if time.monotonic() + 0.5 > deadline:
+                    raise RuntimeFailure(f"the Kafka store's topic cannot be read: {e}",
+                                         file=self.spec) from None
+                time.sleep(0.5)
         pos = 0
         while pos < hi and time.monotonic() < deadline:
             pos = max(pos, self._consume(1.0))
