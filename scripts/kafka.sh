@@ -44,7 +44,7 @@ ADMIN_PROPS="$STATE/admin.properties"
 # A daemon must not keep the caller's file descriptors: run under `flock LOCK make kafka`,
 # it would otherwise hold LOCK for as long as it lives.
 # shellcheck disable=SC2016
-CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; '
+CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; '
 
 say() { echo "kafka: $*" >&2; }
 die() { echo "kafka: error: $*" >&2; exit 1; }

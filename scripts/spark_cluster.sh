@@ -29,7 +29,7 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 # A daemon must not keep the caller's file descriptors: run under `flock LOCK make kafka`,
 # it would otherwise hold LOCK for as long as it lives.
 # shellcheck disable=SC2016
-CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; '
+CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; '
 
 say() { echo "spark-cluster: $*" >&2; }
 die() { echo "spark-cluster: error: $*" >&2; exit 1; }
@@ -64,6 +64,7 @@ launch() {
       HOME="$HOME" SPARK_HOME="$home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP="$HOST" \
       bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$STATE/$name.pid" \
       java -Xms64m -Xmx"${SPARK_DAEMON_MEMORY:-256m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+      -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
       -cp "$home/conf:$home/jars/*" "$@" </dev/null >"$STATE/$name.log" 2>&1 &)
   for _ in $(seq 50); do [ -s "$STATE/$name.pid" ] && break; sleep 0.1; done
 }
@@ -89,12 +90,23 @@ cmd_start() {
   flock -w 60 9 || die "another spark_cluster.sh holds $STATE/.lock"
   local t0 i
   t0="$(date +%s)"
+  # The wheel has no conf/: without a log4j2 file the daemons log nothing, and whether the
+  # workers registered is read from the master's log.
+  cat >"$STATE/log4j2.properties" <<'EOF'
+rootLogger.level = info
+rootLogger.appenderRef.err.ref = err
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+EOF
   if [ -z "$(pid_of master)" ]; then
     port_open "$HOST" "$PORT" && die "port $PORT is in use (set SPARK_MASTER_PORT)"
     launch master "$STATE/master" org.apache.spark.deploy.master.Master \
       --host "$HOST" --port "$PORT" --webui-port 0
     for _ in $(seq 300); do port_open "$HOST" "$PORT" && break; sleep 0.2; done
-    port_open "$HOST" "$PORT" || { tail -20 "$STATE/master.log" >&2; die "master did not start"; }
+    port_open "$HOST" "$PORT" || { tail -n 20 "$STATE/master.log" >&2; die "master did not start"; }
   fi
   for i in $(seq "$WORKERS"); do
     [ -n "$(pid_of "worker$i")" ] || start_worker "$i"
@@ -103,7 +115,7 @@ cmd_start() {
     [ "$(workers_registered)" -ge "$WORKERS" ] && break
     sleep 0.2
   done
-  [ "$(workers_registered)" -ge "$WORKERS" ] || { tail -20 "$STATE"/worker*.log >&2; die "workers did not register"; }
+  [ "$(workers_registered)" -ge "$WORKERS" ] || { tail -n 20 "$STATE"/worker*.log >&2; die "workers did not register"; }
   say "master + $WORKERS worker(s) up in $(( $(date +%s) - t0 ))s (logs in ${STATE#"$ROOT"/})"
   echo "SPARK_MASTER=spark://$HOST:$PORT"
 }
