@@ -60,12 +60,17 @@ launch() {
   home="$(spark_home)"
   mkdir -p "$dir"
   [ -f "$STATE/$name.log" ] && mv -f "$STATE/$name.log" "$STATE/$name.log.old"
-  (cd "$dir" && setsid env -i PATH="/usr/bin:/bin:$(dirname "$(command -v java)")" \
+  # exec all the way down: no shell of this script stays alive holding the caller's stdout
+  # (a caller reading it to its end, as subprocess.run does, would wait for the daemon)
+  (
+    cd "$dir" || exit 1
+    exec setsid env -i PATH="/usr/bin:/bin:$(dirname "$(command -v java)")" \
       HOME="$HOME" SPARK_HOME="$home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP="$HOST" \
       bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$STATE/$name.pid" \
       java -Xms64m -Xmx"${SPARK_DAEMON_MEMORY:-256m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
       -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
-      -cp "$home/conf:$home/jars/*" "$@" </dev/null >"$STATE/$name.log" 2>&1 &)
+      -cp "$home/conf:$home/jars/*" "$@"
+  ) </dev/null >"$STATE/$name.log" 2>&1 &
   for _ in $(seq 50); do [ -s "$STATE/$name.pid" ] && break; sleep 0.1; done
 }
 
