@@ -4,7 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate bench-fleet lint clean
+.PHONY: test test-cluster demo kafka kafka-stop cluster cluster-stop bench bench-run \
+	bench-migrate bench-fleet bench-cluster lint clean
+
+# make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
+BROKERS ?= 1
 
 $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -23,10 +27,22 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 kafka:
-	@bash scripts/kafka.sh start
+	@BROKERS=$(BROKERS) bash scripts/kafka.sh start
 
 kafka-stop:
-	@bash scripts/kafka.sh stop
+	@BROKERS=$(BROKERS) bash scripts/kafka.sh stop
+
+# A Spark standalone cluster (master + 2 workers, one core each) from the PySpark wheel.
+cluster: $(STAMP)
+	@bash scripts/spark_cluster.sh start
+
+cluster-stop:
+	@bash scripts/spark_cluster.sh stop
+
+# Brokers with SASL/SCRAM and ACLs, three brokers, a Spark cluster, faults: tests/cluster/.
+# They start and stop what they need on ports of their own (29092+, 27077).
+test-cluster: $(STAMP)
+	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly tests/cluster
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q matplotlib >/dev/null 2>&1 || \
@@ -41,6 +57,9 @@ bench-migrate: $(STAMP)
 
 bench-fleet: $(STAMP)
 	$(PY) bench/fleet_share.py
+
+bench-cluster: $(STAMP)
+	$(PY) bench/cluster_speed.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

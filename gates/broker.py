@@ -30,8 +30,12 @@ QUIET.propagate = False
 
 
 def client_conf(bootstrap: str, **conf: Any) -> dict[str, Any]:
-    """The configuration of a short-lived client of the migrator: quiet, errors raised."""
-    return {"bootstrap.servers": bootstrap, "logger": QUIET, **conf}
+    """The configuration of a client Theseus creates: quiet (errors are raised, not
+    logged), with the process's Kafka settings (``--kafka-config``, :mod:`gates.kafkaconf`)
+    under the settings of this client's role."""
+    from gates.kafkaconf import active
+
+    return {"bootstrap.servers": bootstrap, "logger": QUIET, **active(), **conf}
 
 
 def _kafka_error(e: BaseException) -> str:
@@ -74,17 +78,42 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
             out[t] = {}
             for p in partitions(c, t, deadline):
                 what = f"the watermarks of topic '{t}' partition {p}"
-                try:
-                    lo, hi = c.get_watermark_offsets(TopicPartition(t, p),
-                                                     timeout=deadline.timeout(what))
-                except KafkaException as e:
-                    deadline.check(what)
-                    raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
-                                      topic=t, partition=p) from e
+                # a partition whose leader died answers again once another is elected
+                # (broker.session.timeout.ms): retried within LEADER_WAIT and the deadline
+                leader_wait = deadline.within(LEADER_WAIT)
+                delay = 0.2
+                while True:
+                    try:
+                        lo, hi = c.get_watermark_offsets(TopicPartition(t, p),
+                                                         timeout=deadline.timeout(what))
+                        break
+                    except KafkaException as e:
+                        deadline.check(what)
+                        if not _retriable(e) or leader_wait.remaining() <= delay:
+                            raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
+                                              topic=t, partition=p) from e
+                        deadline.sleep(delay, what)
+                        delay = min(2 * delay, 2.0)
                 out[t][p] = int(lo if low else hi)
         return out
     finally:
         c.close()
+
+
+#: seconds to wait for a partition to get a leader again (a broker died)
+LEADER_WAIT = 60.0
+_LEADER_ERRORS = ("NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
+                  "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
+                  "NOT_ENOUGH_REPLICAS")
+
+
+def _retriable(e: BaseException) -> bool:
+    """A Kafka error that passes by itself: a leader moving, a broker restarting."""
+    err = e.args[0] if e.args else None
+    try:
+        return bool(err.retriable()) or err.name() in _LEADER_ERRORS
+    except AttributeError:
+        return False
 
 
 def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> float:
@@ -100,13 +129,12 @@ def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> flo
     last: Exception | None = None
     tag = uuid.uuid4().hex[:8]
     while not deadline.expired():
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"theseus-ready-{tag}",
-                      "enable.auto.commit": False})
+        c = Consumer(client_conf(bootstrap, **{"group.id": f"theseus-ready-{tag}",
+                                               "enable.auto.commit": False}))
         try:
             c.committed([TopicPartition("__theseus_ready", 0)],
                         timeout=deadline.remaining() or 0.1)
-            p = Producer({"bootstrap.servers": bootstrap,
-                          "transactional.id": f"theseus-ready-{tag}"})
+            p = Producer(client_conf(bootstrap, **{"transactional.id": f"theseus-ready-{tag}"}))
             p.init_transactions(deadline.remaining() or 0.1)
             return time.monotonic() - t0
         except KafkaException as e:
@@ -118,3 +146,61 @@ def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> flo
                       f"within {deadline.seconds:.0f} s",
                       expected="a committed-offset fetch and a transactional init to succeed",
                       found=f"last error: {_kafka_error(last) if last else 'none'}")
+
+
+#: why a Theseus client needs an operation on a topic, as ``check_access`` says it
+Need = tuple[str, str, str]  # (topic, "READ" | "WRITE" | "DESCRIBE", why)
+
+
+def check_access(bootstrap: str, needs: list[Need], deadline: Deadline | float = 30.0, *,
+                 client: Any = None) -> None:
+    """Refuse, before anything is written, when the authenticated user lacks an operation a
+    query or a migration needs on a topic (Kafka's authorizer would refuse it later, after
+    other writes: a transaction half-way, control events in some partitions only).
+
+    ``needs`` lists ``(topic, operation, why)``; the topics' authorized operations come from
+    one DescribeTopics request (KIP-430).  A broker without an authorizer allows everything.
+    Raises :class:`BrokerError` naming the topic, the missing operation, the user and why it
+    is needed, with the ``kafka-acls`` command that grants it.
+    """
+    if not needs:
+        return
+    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    from gates.kafkaconf import user
+
+    deadline = Deadline.of(deadline)
+    admin = client or AdminClient(client_conf(bootstrap))
+    who = user() or "this client"
+    topics = list(dict.fromkeys(t for t, _, _ in needs))
+    what = "the topics' authorized operations"
+    futs = admin.describe_topics(TopicCollection(topics), include_authorized_operations=True,
+                                 request_timeout=deadline.timeout(what))
+    allowed: dict[str, set[str] | None] = {}
+    for t in topics:
+        try:
+            d = futs[t].result(timeout=deadline.timeout(what) + 5)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            name = err.name() if err is not None and hasattr(err, "name") else ""
+            if name == "TOPIC_AUTHORIZATION_FAILED":
+                allowed[t] = set()  # not even DESCRIBE
+                continue
+            deadline.check(what)
+            raise BrokerError(f"cannot describe the topic: {_kafka_error(e)}", topic=t) from e
+        ops = d.authorized_operations
+        allowed[t] = None if ops is None else {o.name for o in ops}
+    implied = {"READ": {"READ", "ALL"}, "WRITE": {"WRITE", "ALL"},
+               "DESCRIBE": {"DESCRIBE", "READ", "WRITE", "DELETE", "ALTER", "ALL"}}
+    for t, op, why in needs:
+        ops = allowed[t]
+        if ops is None or ops & implied.get(op, {op}):
+            continue
+        principal = f"User:{user()}" if user() else "User:<name>"
+        raise BrokerError(
+            f"user '{who}' has no {op} permission on the topic, which {why}",
+            topic=t, expected=f"{op} allowed", found=", ".join(sorted(ops)) or "no access",
+            hint=f"grant it, e.g. kafka-acls --bootstrap-server {bootstrap} --add "
+                 f"--allow-principal {principal} --operation {op.capitalize()} --topic {t}; "
+                 "nothing was written")

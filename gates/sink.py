@@ -133,8 +133,9 @@ class KafkaSink:
             self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
     def _producer_conf(self) -> dict:
-        conf = {
-            "bootstrap.servers": self.bootstrap,
+        from gates.broker import client_conf
+
+        conf = client_conf(self.bootstrap, **{
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -146,7 +147,7 @@ class KafkaSink:
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
             "message.timeout.ms": int(self.timeout * 1000),
-        }
+        })
         if self.delivery == "exactly_once":
             conf["transactional.id"] = self.transactional_id
             conf["transaction.timeout.ms"] = int(max(self.timeout * 1000, 60000))
@@ -173,12 +174,13 @@ class KafkaSink:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            self._consumer = Consumer({
-                "bootstrap.servers": self.bootstrap,
+            from gates.broker import client_conf
+
+            self._consumer = Consumer(client_conf(self.bootstrap, **{
                 "group.id": self.group,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-            })
+            }))
         return self._consumer
 
     def close(self) -> None:

@@ -51,7 +51,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -128,7 +128,9 @@ class SourceOptions:
     key_columns: tuple[str, ...]
     read_timeout: float
     isolation: str
-    kafka_conf: tuple[tuple[str, str], ...]
+    # librdkafka settings (``kafka.<name>`` options: security settings among them, so
+    # never in the repr, which error messages and logs could show)
+    kafka_conf: tuple[tuple[str, str], ...] = field(repr=False)
     node: str | None = None
 
     @classmethod
@@ -252,16 +254,53 @@ def _list_offsets(opts: SourceOptions, parts: list[int], which: str,
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
     iso = (IsolationLevel.READ_COMMITTED if opts.isolation == "read_committed"
            else IsolationLevel.READ_UNCOMMITTED)
-    req = {TopicPartition(opts.topic, p): spec for p in parts}
-    futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=timeout)
-    out = {}
-    for tp, fut in futs.items():
-        try:
-            out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
-        except Exception as e:  # KafkaException, or the future's own TimeoutError
+    out: dict[int, int] = {}
+    # A partition whose leader just died answers NOT_LEADER / LEADER_NOT_AVAILABLE until the
+    # controller has elected another (up to broker.session.timeout.ms, 9 s by default):
+    # retried for up to LEADER_WAIT seconds, so one broker of three may die under a query.
+    deadline = time.monotonic() + max(timeout, LEADER_WAIT)
+    delay = 0.2
+    todo = list(parts)
+    while True:
+        req = {TopicPartition(opts.topic, p): spec for p in todo}
+        futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=timeout)
+        failed: list[tuple[int, Exception]] = []
+        for tp, fut in futs.items():
+            try:
+                out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
+            except Exception as e:  # KafkaException, or the future's own TimeoutError
+                failed.append((tp.partition, e))
+        if not failed:
+            return dict(sorted(out.items()))
+        part, e = failed[0]
+        if not _transient(e) or time.monotonic() + delay > deadline:
             raise SourceError(f"{NAME}: cannot list the {which} offset: {e}",
-                              topic=opts.topic, partition=tp.partition) from e
-    return dict(sorted(out.items()))
+                              topic=opts.topic, partition=part) from e
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+        todo = [p for p, _ in failed]
+
+
+#: seconds the driver waits for a partition to get a leader again (a broker died)
+LEADER_WAIT = 60.0
+
+
+def _transient(e: BaseException) -> bool:
+    """A Kafka error that passes by itself: a leader moving, a broker restarting."""
+    from confluent_kafka import KafkaException
+
+    if isinstance(e, TimeoutError):
+        return True
+    if not isinstance(e, KafkaException) or not e.args:
+        return False
+    err = e.args[0]
+    names = ("NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
+             "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
+             "NOT_ENOUGH_REPLICAS")
+    try:
+        return bool(err.retriable()) or err.name() in names
+    except AttributeError:
+        return False
 
 
 def _to_offset(topic: str, offs: Mapping[int, int]) -> dict:

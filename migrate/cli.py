@@ -71,7 +71,7 @@ class TheseusGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TheseusError as e:
-            click.echo(_printable(f"theseus: error: {e.render()}"), err=True)
+            click.echo(_printable(_redacted(f"theseus: error: {e.render()}")), err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("theseus: interrupted", err=True)
@@ -87,8 +87,34 @@ class TheseusGroup(click.Group):
                 pass
             ctx.exit(INTERNAL_ERROR_EXIT)
         except Exception as e:  # the one place where a crash becomes an exit code
-            click.echo(_printable(f"theseus: internal error: {_crash_line(e)}"), err=True)
+            click.echo(_printable(_redacted(f"theseus: internal error: {_crash_line(e)}")),
+                       err=True)
             ctx.exit(INTERNAL_ERROR_EXIT)
+
+
+def _redacted(text: str) -> str:
+    """``text`` without the secrets of the Kafka settings this process loaded (none loaded:
+    the module is not even imported)."""
+    conf = sys.modules.get("gates.kafkaconf")
+    return conf.redact(text) if conf is not None else text
+
+
+def _use_kafka_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from gates.kafkaconf import use
+
+    use(value)
+
+
+def kafka_config_option(f):
+    """``--kafka-config FILE`` (or ``$THESEUS_KAFKA_CONFIG``): librdkafka client settings
+    for every Kafka client of the command (gates.kafkaconf)."""
+    return click.option(
+        "--kafka-config", envvar="THESEUS_KAFKA_CONFIG", default=None, metavar="FILE",
+        expose_value=False, callback=_use_kafka_config,
+        help="Kafka client properties (librdkafka names: security.protocol, "
+             "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location...) for every "
+             "client Theseus creates, on the driver and the executors "
+             "(default: $THESEUS_KAFKA_CONFIG).")(f)
 
 
 def _printable(text: str) -> str:
@@ -108,7 +134,7 @@ def _crash_line(e: BaseException) -> str:
         # A new file per crash, kept (not an atomic replace of a known file: gates.files).
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="theseus-crash-",
                                          suffix=".txt", delete=False) as f:
-            f.write(f"theseus {' '.join(sys.argv[1:])}\n\n{details}")
+            f.write(_redacted(f"theseus {' '.join(sys.argv[1:])}\n\n{details}"))
         where = f"details in {f.name}"
     except OSError:  # no writable temp dir: the traceback is all there is
         where = "details: " + details.replace("\n", " | ")
@@ -438,6 +464,7 @@ def fleet_optimize(root: str, out_dir: str) -> None:
 @click.option("--generation", type=int, default=None, hidden=True)
 @click.option("--gated-start", is_flag=True, hidden=True)
 @click.option("--shadow-topic", default=None, hidden=True)
+@kafka_config_option
 def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master: str,
         trigger_interval: str, instance: str | None, generation: int | None,
         gated_start: bool, shadow_topic: str | None) -> None:
@@ -454,6 +481,7 @@ def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master:
 @main.command()
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@kafka_config_option
 def stop(query: str, state: str) -> None:
     """Ask the host running QUERY to stop it after its current batch."""
     from migrate.store import open_store
@@ -491,6 +519,7 @@ def migrate() -> None:
 @click.option("--trigger", default="1 second", show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
+@kafka_config_option
 def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, require: str,
                   cut_mode: str, compare: bool, reconcile: str, master: str, trigger: str,
                   timeout: float) -> None:
@@ -521,6 +550,7 @@ def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, requ
 @click.option("--watch", is_flag=True,
               help="Follow the migration until it ends: its phases, and the shadow's "
                    "backfill as a progress bar (plain lines when not on a terminal).")
+@kafka_config_option
 def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
     """Show the current migration of QUERY."""
     import json
@@ -562,6 +592,7 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--timeout", type=float, default=600.0, show_default=True)
+@kafka_config_option
 def migrate_resume(query: str, state: str, timeout: float) -> None:
     """Continue QUERY's migration from its last recorded phase."""
     from migrate import migration
@@ -580,6 +611,7 @@ def migrate_resume(query: str, state: str, timeout: float) -> None:
 @migrate.command("abort")
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@kafka_config_option
 def migrate_abort(query: str, state: str) -> None:
     """Roll QUERY's migration back (before its cutover): the old query keeps running."""
     from migrate import migration

@@ -36,25 +36,28 @@ import uuid
 from pathlib import Path
 
 from compat.errors import RuntimeFailure
+from gates.broker import client_conf
 from gates.files import atomic_write
 
-_SPEC = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-\[\]:]+):(?P<port>\d+)/(?P<topic>[A-Za-z0-9._\-]+)$")
+_HOSTPORT = r"[A-Za-z0-9_.\-\[\]:]+:\d+"
+# several brokers, comma-separated: the store still opens while one of them is down
+_SPEC = re.compile(rf"^kafka://(?P<bootstrap>{_HOSTPORT}(?:,{_HOSTPORT})*)/(?P<topic>[A-Za-z0-9._\-]+)$")
 LOCAL_ONLY = ("checkpoints", "logs")
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """``kafka://host:port/topic`` -> (bootstrap, topic), or a clear error."""
+    """``kafka://host:port[,host:port...]/topic`` -> (bootstrap, topic), or a clear error."""
     m = _SPEC.match(spec)
     if not m:
         raise RuntimeFailure("malformed Kafka store address", file=spec,
-                             expected="kafka://HOST:PORT/TOPIC", found=spec)
-    return f"{m['host']}:{m['port']}", m["topic"]
+                             expected="kafka://HOST:PORT[,HOST:PORT...]/TOPIC", found=spec)
+    return m["bootstrap"], m["topic"]
 
 
 def local_dir(spec: str) -> Path:
     bootstrap, topic = parse_spec(spec)
     base = Path(os.environ.get("THESEUS_LOCAL_DIR", ".theseus"))
-    return base / f"kafka-{bootstrap.replace(':', '_')}-{topic}"
+    return base / f"kafka-{bootstrap.replace(':', '_').replace(',', '+')}-{topic}"
 
 
 def _digest(text: str | None) -> str | None:
@@ -65,7 +68,7 @@ class KafkaMirror:
     """Keeps ``root`` and the compacted topic in step, in a background thread."""
 
     def __init__(self, spec: str, root: Path, interval: float = 0.1,
-                 timeout: float = 15.0) -> None:
+                 timeout: float = 60.0) -> None:
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self.spec = spec
@@ -76,12 +79,11 @@ class KafkaMirror:
         self.known: dict[str, str | None] = {}  # key -> digest of what root holds for it
         self.lock = threading.RLock()
         self._ensure_topic(timeout)
-        self.producer = Producer({"bootstrap.servers": self.bootstrap,
-                                  "enable.idempotence": True, "linger.ms": 0})
-        self.consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                  "group.id": f"theseus-store-{self.origin}",
-                                  "enable.auto.commit": False,
-                                  "enable.partition.eof": True})
+        self.producer = Producer(client_conf(self.bootstrap, **{
+            "enable.idempotence": True, "acks": "all", "linger.ms": 0}))
+        self.consumer = Consumer(client_conf(self.bootstrap, **{
+            "group.id": f"theseus-store-{self.origin}", "enable.auto.commit": False,
+            "enable.partition.eof": True}))
         self.consumer.assign([TopicPartition(self.topic, 0, 0)])
         self._catch_up(timeout)
         self._stop = threading.Event()
@@ -93,7 +95,7 @@ class KafkaMirror:
     def _ensure_topic(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(client_conf(self.bootstrap))
         try:
             topics = admin.list_topics(timeout=timeout).topics
         except Exception as e:
@@ -102,7 +104,9 @@ class KafkaMirror:
                                  found=self.bootstrap) from None
         if self.topic in topics:
             return
-        fut = admin.create_topics([NewTopic(self.topic, 1, 1, config={
+        # Replication factor -1: the cluster's default.replication.factor (3 on the
+        # three-broker cluster, with its min.insync.replicas), never a fixed 1.
+        fut = admin.create_topics([NewTopic(self.topic, 1, -1, config={
             "cleanup.policy": "compact", "min.compaction.lag.ms": "0",
             "segment.ms": "600000"})])[self.topic]
         try:
@@ -113,11 +117,21 @@ class KafkaMirror:
                                      file=self.spec) from None
 
     def _catch_up(self, timeout: float) -> None:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
-        _, hi = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0),
-                                                    timeout=timeout)
         deadline = time.monotonic() + timeout
+        while True:
+            # the store topic's leader may have just died: wait for the next one
+            try:
+                _, hi = self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, 0),
+                    timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+                break
+            except KafkaException as e:
+                if time.monotonic() + 0.5 > deadline:
+                    raise RuntimeFailure(f"the Kafka store's topic cannot be read: {e}",
+                                         file=self.spec) from None
+                time.sleep(0.5)
         pos = 0
         while pos < hi and time.monotonic() < deadline:
             pos = max(pos, self._consume(1.0))

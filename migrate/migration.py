@@ -64,9 +64,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compat.check import check_plans, load_plan
-from compat.errors import DeadlineExceeded, MigrationError, RuntimeFailure, StoreError
+from compat.errors import (
+    BrokerError,
+    DeadlineExceeded,
+    MigrationError,
+    RuntimeFailure,
+    StoreError,
+)
 from compat.model import Plan
 from compat.steps import Source
+from gates import kafkaconf
 from gates.broker import client_conf, watermarks
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -330,7 +337,7 @@ class Migrator:
         cmd = [sys.executable, "-m", "migrate.cli", "run", plan_path, "--bootstrap",
                self.m.bootstrap, "--state", self.store.spec, "--instance", instance,
                "--generation", str(generation), "--master", self.m.master,
-               "--trigger", self.m.trigger]
+               "--trigger", self.m.trigger, *kafkaconf.cli_args()]
         if gated:
             cmd.append("--gated-start")
             if self.m.compare or self.m.reconciling:
@@ -393,7 +400,8 @@ class Migrator:
                                  file=self.m.new_plan, found=self.m.bootstrap) from None
         what = f"the comparison topic '{topic}' to be created"
         timeout = self.deadline.timeout(what)
-        fut = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
+        # -1: the cluster's default replication factor
+        fut = admin.create_topics([NewTopic(topic, partitions, -1, config=config or {})],
                                   request_timeout=timeout)[topic]
         try:
             fut.result(timeout)
@@ -490,6 +498,7 @@ class Migrator:
                       f"({self.m.checkpoint}): migrating through a shadow query instead")
             shadow = True
         self.m.kind = "shadow" if shadow else "in_place"
+        self.require_access(new, shadow)
         if shadow:
             self.m.reconciling = self.decide_reconcile(new)
             self.require_history(new)
@@ -561,6 +570,26 @@ class Migrator:
             return False
         self.echo(f"  reconciliation at the cut: on ({asked})")
         return True
+
+    def require_access(self, new: Plan, shadow: bool) -> None:
+        """Refuse, before the shadow starts or a control event is written, when the user
+        (``--kafka-config``) may not do what the migration needs on some topic."""
+        from gates.broker import check_access
+        from migrate.run import plan_access
+
+        needs = plan_access(new)
+        if shadow and self.m.cut_mode == "control-events":
+            old = self.plans()[0]
+            needs += [(t, "WRITE", "receives the migration's control events (the cut)")
+                      for t in sorted(set(self.source_topics(old)) |
+                                      set(self.source_topics(new)))]
+        try:
+            check_access(self.m.bootstrap, needs, self.deadline)
+        except BrokerError as e:
+            self.m.phase = "refused"
+            self.m.error = e.render()
+            self.save()
+            raise MigrationError(f"refused: {e.render()}", file=self.m.new_plan) from None
 
     def require_history(self, new: Plan) -> None:
         """A stateful shadow recomputes its state from the earliest offsets, and a

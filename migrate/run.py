@@ -45,7 +45,24 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
     if _SESSION is None:
         from pyspark.sql import SparkSession
 
-        _SESSION = (SparkSession.builder.master(master).appName("theseus")
+        builder = SparkSession.builder
+        if not master.startswith("local"):
+            # A cluster's executors: small, one core each; their Python is this
+            # interpreter's path (a real cluster installs the same venv at the same path on
+            # every worker, or sets spark.pyspark.python), never the workers' environment.
+            builder = builder.config("spark.executor.memory", "512m") \
+                .config("spark.executor.cores", "1") \
+                .config("spark.pyspark.python", sys.executable)
+        # THESEUS_SPARK_CONF="spark.cores.max=1;spark.executor.memory=1g": more Spark
+        # settings for the driver this process starts (two queries sharing a standalone
+        # cluster need spark.cores.max, or the first takes every core)
+        for item in filter(None, os.environ.get("THESEUS_SPARK_CONF", "").split(";")):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip().startswith("spark."):
+                raise RuntimeFailure("malformed THESEUS_SPARK_CONF entry",
+                                     expected="spark.<name>=<value>[;...]", found=repr(item))
+            builder = builder.config(key.strip(), value.strip())
+        _SESSION = (builder.master(master).appName("theseus")
                     .config("spark.ui.enabled", "false")
                     .config("spark.ui.showConsoleProgress", "false")
                     .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -58,6 +75,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
                     .getOrCreate())
         _SESSION.sparkContext.setLogLevel("ERROR")
         _quiet_query_failures(_SESSION)
+        ship_code(_SESSION)
     _SESSION.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return _SESSION
 
@@ -88,8 +106,12 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     """Host one query instance.  ``instance`` names it in the store (default: the plan's
     query); a migration starts the new plan as instance ``<query>.g<generation>`` with
     ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
-    # Step 1. Validate before anything is deployed.
+    # Step 1. Validate before anything is deployed; with an authorizer, refuse a topic the
+    # user may not read or write before anything is written.
     plan = load_plan(plan_path)
+    from gates.broker import check_access
+
+    check_access(bootstrap, plan_access(plan, shadow_topic))
     store = open_store(state)
     name = instance or plan.query
     # Step 2. Record what runs where.
@@ -153,8 +175,10 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 echo(progress_line(p))
         exc = query.exception()
         if exc is not None:
-            store.set_status(name, status="failed", error=str(exc)[:8000])
-            raise RuntimeFailure(f"the query failed: {failure_message(str(exc))}",
+            from gates.kafkaconf import redact
+
+            store.set_status(name, status="failed", error=redact(str(exc))[:8000])
+            raise RuntimeFailure(f"the query failed: {redact(failure_message(str(exc)))}",
                                  file=plan_path, node=None)
         store.set_status(name, status="stopped", last_batch=seen,
                          handed_over=handed_over.is_set())
@@ -175,6 +199,44 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         signal.signal(signal.SIGTERM, old_term)
         if query.isActive:
             query.stop()
+
+
+def ship_code(spark: Any) -> str | None:
+    """On a cluster, ship Theseus's own packages to the executors with the job (a zip added
+    with ``addPyFile``): the gated source's reader runs there and must be this version of
+    the code, whatever the workers' Python path holds.  Returns the zip's path (None in
+    local mode, where the executors are this machine's Python workers of this venv)."""
+    if spark.sparkContext.master.startswith("local"):
+        return None
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    import compat
+
+    root = Path(compat.__file__).resolve().parent.parent
+    # a new folder per driver: the zip's name is what the executors import it by
+    path = os.path.join(tempfile.mkdtemp(prefix="theseus-"), "theseus-code.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in ("compat", "gates", "migrate"):
+            for f in sorted((root / pkg).rglob("*.py")):
+                z.write(f, f.relative_to(root).as_posix())
+            for f in sorted((root / pkg).rglob("*.json")):
+                z.write(f, f.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(path)
+    return path
+
+
+def plan_access(plan: Plan, shadow_topic: str | None = None) -> list[tuple[str, str, str]]:
+    """What the query of ``plan`` needs on which topic (``gates.broker.check_access``)."""
+    from compat.steps import Source
+
+    needs = [(n.topic, "READ", f"source '{n.id}' reads") for n in plan.nodes.values()
+             if isinstance(n, Source)]
+    needs.append((plan.sink.topic, "WRITE", f"sink '{plan.sink_id}' writes the output to"))
+    if shadow_topic:
+        needs.append((shadow_topic, "WRITE", "the shadow writes its comparison output to"))
+    return needs
 
 
 def _quiet_query_failures(spark: Any) -> None:

@@ -1,38 +1,68 @@
 #!/usr/bin/env bash
-# Local single-node Apache Kafka broker (KRaft combined mode) from Maven Central jars.
+# Local Apache Kafka (KRaft, combined broker+controller nodes) from Maven Central jars.
 #
-#   scripts/kafka.sh start    start (or reuse) the broker; last stdout line: KAFKA_BOOTSTRAP=host:port
-#   scripts/kafka.sh stop     stop the broker started by `start` (idempotent)
-#   scripts/kafka.sh status   say whether it runs (exit 0 running, 3 stopped)
-#   scripts/kafka.sh reset    stop it and delete its data (jars stay cached)
+#   scripts/kafka.sh start      start (or reuse) the cluster; last stdout line:
+#                               KAFKA_BOOTSTRAP=host:port[,host:port...]
+#   scripts/kafka.sh stop       stop the nodes started by `start` (idempotent)
+#   scripts/kafka.sh status     say whether it runs (exit 0 running, 3 stopped)
+#   scripts/kafka.sh reset      stop it and delete its data (jars stay cached)
+#   scripts/kafka.sh kill I     SIGKILL node I (fault tests: only the pid this script started)
+#   scripts/kafka.sh restart I  start node I again on its data (after `kill I`)
+#   scripts/kafka.sh pid I      the pid of node I (nothing when it does not run)
 #   scripts/kafka.sh run CLASS [ARGS...]
-#                             run a Kafka tool class with the cached jars, e.g.
-#                             run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --list
+#                               run a Kafka tool class with the cached jars, e.g.
+#                               run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --list
 #
-# Env: KAFKA_BOOTSTRAP (use that broker if it answers), KAFKA_PORT (19092),
-#      KAFKA_CONTROLLER_PORT (19093), KAFKA_START_TIMEOUT (90 s), KAFKA_HEAP_OPTS (-Xms256m -Xmx512m).
-# Everything lives under .cache/kafka/ at the repo root: libs/ (jars), data/ (log dir),
-# server.properties, kafka.pid, kafka.log. Progress goes to stderr; only the
-# KAFKA_BOOTSTRAP= line goes to stdout.
+# Env: KAFKA_BOOTSTRAP (use that broker if it answers), BROKERS (1; 3 starts a three-node
+#      cluster: default.replication.factor=3, min.insync.replicas=2, internal topics RF 3),
+#      KAFKA_PORT (19092 for one broker, 29092 for several: node I listens on KAFKA_PORT+I-1),
+#      KAFKA_CONTROLLER_PORT (19093; 29100 for several), KAFKA_START_TIMEOUT (90 s),
+#      KAFKA_HEAP_OPTS (-Xms256m -Xmx512m; -Xms128m -Xmx384m per node when several),
+#      KAFKA_STATE (the state directory: .cache/kafka for one broker, .cache/kafka-<N> for N),
+#      KAFKA_SASL_USERS ("admin=pw,alice=pw,..."): the client listener is SASL_PLAINTEXT with
+#      SCRAM-SHA-512 users created at format time, and the StandardAuthorizer; the first user
+#      is the super user (this script's tools log in as it, with $KAFKA_STATE/admin.properties).
+# Jars live in .cache/kafka/libs/ (shared); each node has data/, server.properties, kafka.pid
+# and kafka.log in the state directory (in node<I>/ when there are several).
+# Progress goes to stderr; only the KAFKA_BOOTSTRAP= line goes to stdout.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 POM="$ROOT/scripts/kafka/pom.xml"
-STATE="$ROOT/.cache/kafka"
-LIBS="$STATE/libs"
-DATA="$STATE/data"
-PROPS="$STATE/server.properties"
-PIDFILE="$STATE/kafka.pid"
-LOG="$STATE/kafka.log"
+N="${BROKERS:-1}"
+[[ "$N" =~ ^[1-9]$ ]] || { echo "kafka: error: BROKERS must be 1..9, not '$N'" >&2; exit 2; }
+if [ "$N" -eq 1 ]; then
+  STATE="${KAFKA_STATE:-$ROOT/.cache/kafka}"
+else
+  STATE="${KAFKA_STATE:-$ROOT/.cache/kafka-$N}"
+fi
+LIBS="$ROOT/.cache/kafka/libs"
 HOST=127.0.0.1
+SASL_USERS="${KAFKA_SASL_USERS:-}"
+ADMIN_PROPS="$STATE/admin.properties"
+
+# A daemon must not keep the caller's file descriptors: run under `flock LOCK make kafka`,
+# it would otherwise hold LOCK for as long as it lives.
+# shellcheck disable=SC2016
+CLOSE_FDS='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; '
 
 say() { echo "kafka: $*" >&2; }
 die() { echo "kafka: error: $*" >&2; exit 1; }
+
+# Per-node paths; a single broker keeps the historical layout (everything in $STATE).
+node_dir() { if [ "$N" -eq 1 ]; then echo "$STATE"; else echo "$STATE/node$1"; fi; }
+select_node() {  # sets DATA PROPS PIDFILE LOG for node $1
+  local d
+  d="$(node_dir "$1")"
+  DATA="$d/data"; PROPS="$d/server.properties"; PIDFILE="$d/kafka.pid"; LOG="$d/kafka.log"
+}
+select_node 1
 
 # True if something accepts TCP connections on $1:$2.
 port_open() { timeout 2 bash -c ">/dev/tcp/$1/$2" 2>/dev/null; }
 
 # True if a Kafka broker answers an ApiVersions request (v0) on $1:$2; pure bash, no JVM.
+# (ApiVersions is answered before SASL authentication too.)
 kafka_answers() {
   [[ "${2:-}" =~ ^[0-9]+$ ]] || return 1
   timeout 3 bash -c '
@@ -43,7 +73,7 @@ kafka_answers() {
   ' _ "$1" "$2" 2>/dev/null
 }
 
-# pid of our running broker, or nothing (and a stale pid file is removed).
+# pid of the selected node, or nothing (and a stale pid file is removed).
 broker_pid() {
   [ -f "$PIDFILE" ] || return 0
   local pid
@@ -56,9 +86,20 @@ broker_pid() {
   fi
 }
 
-# Broker port recorded in server.properties.
+# Client port recorded in the selected node's server.properties.
 configured_port() {
-  sed -n 's|^advertised.listeners=PLAINTEXT://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" 2>/dev/null || true
+  sed -n 's|^advertised.listeners=[A-Z_]*://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" 2>/dev/null || true
+}
+
+# host:port of every node, comma-separated.
+bootstrap_list() {
+  local i out=""
+  for i in $(seq "$N"); do
+    select_node "$i"
+    out="${out:+$out,}$HOST:$(configured_port)"
+  done
+  select_node 1
+  echo "$out"
 }
 
 need_java() { command -v java >/dev/null || die "java (17+) not found on PATH"; }
@@ -116,75 +157,134 @@ run_tool() {
     -cp "$LIBS/*" "$@"
 }
 
-write_props() { # $1 broker port, $2 controller port
+first_user() { local u="${SASL_USERS%%,*}"; echo "${u%%=*}"; }
+first_pass() { local u="${SASL_USERS%%,*}"; echo "${u#*=}"; }
+
+write_props() { # $1 node id, $2 client port, $3 controller port, $4 quorum voters
+  local rf=1 isr=1 listener=PLAINTEXT
+  if [ "$N" -ge 3 ]; then rf=3; isr=2; elif [ "$N" -eq 2 ]; then rf=2; fi
+  [ -n "$SASL_USERS" ] && listener=SASL_PLAINTEXT
+  mkdir -p "$(dirname "$PROPS")"
   cat >"$PROPS" <<EOF
 # Generated by scripts/kafka.sh; rewritten on every fresh start.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$2
-listeners=PLAINTEXT://$HOST:$1,CONTROLLER://$HOST:$2
-advertised.listeners=PLAINTEXT://$HOST:$1
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+node.id=$1
+controller.quorum.voters=$4
+listeners=$listener://$HOST:$2,CONTROLLER://$HOST:$3
+advertised.listeners=$listener://$HOST:$2
+listener.security.protocol.map=$listener:$listener,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=$listener
 controller.listener.names=CONTROLLER
 log.dirs=$DATA
 num.partitions=1
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 EOF
+  if [ -n "$SASL_USERS" ]; then
+    # SCRAM users are created at format time (--add-scram). The controller listener stays
+    # PLAINTEXT on loopback: its principal (ANONYMOUS: the nodes themselves) is a super user
+    # beside the admin user.
+    cat >>"$PROPS" <<EOF
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$(first_user)" password="$(first_pass)";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:$(first_user);User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+EOF
+  fi
 }
 
-# Pick the broker and controller ports: env overrides must be free; defaults move up if taken.
+write_admin_props() {
+  if [ -n "$SASL_USERS" ]; then
+    cat >"$ADMIN_PROPS" <<EOF
+security.protocol=SASL_PLAINTEXT
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$(first_user)" password="$(first_pass)";
+EOF
+  else
+    : >"$ADMIN_PROPS"
+  fi
+}
+
+# The base client and controller ports: env overrides must be free; defaults move up if taken.
 pick_ports() {
-  local p="${KAFKA_PORT:-19092}" c="${KAFKA_CONTROLLER_PORT:-19093}" i
+  local p c i j busy
+  if [ "$N" -eq 1 ]; then p="${KAFKA_PORT:-19092}"; c="${KAFKA_CONTROLLER_PORT:-19093}"
+  else p="${KAFKA_PORT:-29092}"; c="${KAFKA_CONTROLLER_PORT:-29100}"; fi
   if [ -n "${KAFKA_PORT:-}" ] || [ -n "${KAFKA_CONTROLLER_PORT:-}" ]; then
-    port_open "$HOST" "$p" && die "KAFKA_PORT $p is already in use"
-    port_open "$HOST" "$c" && die "KAFKA_CONTROLLER_PORT $c is already in use"
+    for j in $(seq 0 $((N - 1))); do
+      port_open "$HOST" $((p + j)) && die "port $((p + j)) (KAFKA_PORT+$j) is already in use"
+      port_open "$HOST" $((c + j)) && die "port $((c + j)) (KAFKA_CONTROLLER_PORT+$j) is already in use"
+    done
     echo "$p $c"; return 0
   fi
-  for i in $(seq 0 2 98); do
-    if ! port_open "$HOST" $((p + i)) && ! port_open "$HOST" $((c + i)); then
+  for i in $(seq 0 $((2 * N)) 98); do
+    busy=0
+    for j in $(seq 0 $((N - 1))); do
+      if port_open "$HOST" $((p + i + j)) || port_open "$HOST" $((c + i + j)); then busy=1; fi
+    done
+    if [ "$busy" -eq 0 ]; then
       [ "$i" -eq 0 ] || say "ports $p/$c busy, using $((p + i))/$((c + i))"
       echo "$((p + i)) $((c + i))"; return 0
     fi
   done
-  die "no free port pair found from $p upward"
+  die "no free port range found from $p upward"
 }
 
 log_tail() { [ -f "$LOG" ] && tail -n 40 "$LOG" | sed 's/^/  | /' >&2 || true; }
 
-# Wait until broker pid $1 serves metadata on port $2 (deadline: $3 epoch seconds).
+# Wait until the cluster serves metadata through node $2's port (node pid $1; deadline $3).
 wait_ready() {
   local pid="$1" port="$2" deadline="$3" left
   while ! port_open "$HOST" "$port"; do
-    kill -0 "$pid" 2>/dev/null || { say "broker exited during startup; log tail:"; log_tail; return 1; }
-    [ "$(date +%s)" -lt "$deadline" ] || { say "broker not listening after timeout; log tail:"; log_tail; return 1; }
+    kill -0 "$pid" 2>/dev/null || { say "node exited during startup; log tail:"; log_tail; return 1; }
+    [ "$(date +%s)" -lt "$deadline" ] || { say "node not listening after timeout; log tail:"; log_tail; return 1; }
     sleep 0.3
   done
   # Real metadata round trip through the admin client.
   while :; do
     left=$((deadline - $(date +%s)))
-    [ "$left" -gt 0 ] || { say "broker does not answer metadata requests; log tail:"; log_tail; return 1; }
+    [ "$left" -gt 0 ] || { say "node does not answer metadata requests; log tail:"; log_tail; return 1; }
     if timeout "$left" java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
         -Dlog4j2.configurationFile="$STATE/tools-log4j2.properties" -cp "$LIBS/*" \
-        org.apache.kafka.tools.TopicCommand --bootstrap-server "$HOST:$port" --list >/dev/null 2>&1; then
+        org.apache.kafka.tools.TopicCommand --bootstrap-server "$HOST:$port" \
+        --command-config "$ADMIN_PROPS" --list >/dev/null 2>&1; then
       return 0
     fi
-    kill -0 "$pid" 2>/dev/null || { say "broker exited during startup; log tail:"; log_tail; return 1; }
+    kill -0 "$pid" 2>/dev/null || { say "node exited during startup; log tail:"; log_tail; return 1; }
     sleep 1
   done
 }
 
+# Launch the selected node's JVM in the background (its own session); prints its pid.
+launch_node() {
+  local heap="${KAFKA_HEAP_OPTS:-}"
+  [ -n "$heap" ] || { if [ "$N" -eq 1 ]; then heap="-Xms256m -Xmx512m"; else heap="-Xms128m -Xmx384m"; fi; }
+  [ -f "$LOG" ] && mv -f "$LOG" "$LOG.old"
+  rm -f "$PIDFILE"
+  # setsid: survive the caller's process group; close stdin, the lock fd and the caller's stdout.
+  # shellcheck disable=SC2086
+  setsid bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
+    java $heap -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:CICompilerCount=2 \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
+    -cp "$LIBS/*" kafka.Kafka "$PROPS" </dev/null >"$LOG" 2>&1 9>&- &
+  for _ in $(seq 50); do [ -s "$PIDFILE" ] && break; sleep 0.1; done
+  cat "$PIDFILE" 2>/dev/null || true
+}
+
 cmd_start() {
-  local t0 deadline pid port cport id
+  local t0 deadline pid port cport id i voters="" pids=()
   t0="$(date +%s)"
   deadline=$((t0 + ${KAFKA_START_TIMEOUT:-90}))
 
@@ -203,92 +303,155 @@ cmd_start() {
 
   pid="$(broker_pid)"
   if [ -n "$pid" ]; then
-    port="$(configured_port)"
-    [ -n "$port" ] || die "broker pid $pid runs but $PROPS has no port; run: $0 stop"
-    if ! kafka_answers "$HOST" "$port"; then
-      say "broker pid $pid is running but not answering yet; waiting"
-      need_java
-      wait_ready "$pid" "$port" "$deadline" || die "broker pid $pid is not healthy; try: $0 stop"
-    fi
-    say "reusing running broker (pid $pid)"
-    echo "KAFKA_BOOTSTRAP=$HOST:$port"; return 0
+    for i in $(seq "$N"); do
+      select_node "$i"
+      pid="$(broker_pid)"
+      [ -n "$pid" ] || die "node $i of the running cluster is down; run: $0 restart $i (or stop)"
+      port="$(configured_port)"
+      [ -n "$port" ] || die "node pid $pid runs but $PROPS has no port; run: $0 stop"
+      if ! kafka_answers "$HOST" "$port"; then
+        say "node $i (pid $pid) is running but not answering yet; waiting"
+        need_java
+        wait_ready "$pid" "$port" "$deadline" || die "node $i (pid $pid) is not healthy; try: $0 stop"
+      fi
+    done
+    say "reusing the running cluster ($N node(s))"
+    echo "KAFKA_BOOTSTRAP=$(bootstrap_list)"; return 0
   fi
 
   need_java
   fetch_jars
   write_log4j
+  write_admin_props
   read -r port cport < <(pick_ports)
-  write_props "$port" "$cport"
+  for i in $(seq "$N"); do voters="${voters:+$voters,}$i@$HOST:$((cport + i - 1))"; done
+  for i in $(seq "$N"); do
+    select_node "$i"
+    write_props "$i" $((port + i - 1)) $((cport + i - 1)) "$voters"
+  done
 
+  select_node 1
   if [ ! -f "$DATA/meta.properties" ]; then
     # Random 16-byte cluster id, base64url without padding (what `random-uuid` prints).
     id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
     id="A${id:1}"  # never starts with '-'
-    mkdir -p "$DATA"
-    run_tool kafka.tools.StorageTool format -t "$id" -c "$PROPS" >/dev/null \
-      || die "storage format failed"
-    say "formatted ${DATA#"$ROOT"/} (cluster id $id)"
+    local scram=()
+    if [ -n "$SASL_USERS" ]; then
+      local u
+      IFS=',' read -ra users <<<"$SASL_USERS"
+      for u in "${users[@]}"; do
+        scram+=(--add-scram "SCRAM-SHA-512=[name=${u%%=*},password=${u#*=}]")
+      done
+    fi
+    for i in $(seq "$N"); do
+      select_node "$i"
+      mkdir -p "$DATA"
+      run_tool kafka.tools.StorageTool format -t "$id" -c "$PROPS" "${scram[@]}" >/dev/null \
+        || die "storage format of node $i failed"
+    done
+    say "formatted $N node(s) under ${STATE#"$ROOT"/} (cluster id $id)"
   fi
 
-  [ -f "$LOG" ] && mv -f "$LOG" "$LOG.old"
-  # setsid: survive the caller's process group; close stdin, the lock fd and the caller's stdout.
-  # shellcheck disable=SC2086
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
-    java ${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -Djava.awt.headless=true -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
-    -cp "$LIBS/*" kafka.Kafka "$PROPS" </dev/null >"$LOG" 2>&1 9>&- &
-  for _ in $(seq 50); do [ -s "$PIDFILE" ] && break; sleep 0.1; done
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [ -n "$pid" ] || die "could not launch the broker"
-
-  if ! wait_ready "$pid" "$port" "$deadline"; then
-    cmd_stop >/dev/null 2>&1 || true
-    die "broker failed to start (log: ${LOG#"$ROOT"/})"
-  fi
-  say "broker ready (pid $pid) in $(( $(date +%s) - t0 ))s"
-  echo "KAFKA_BOOTSTRAP=$HOST:$port"
+  for i in $(seq "$N"); do
+    select_node "$i"
+    pid="$(launch_node)"
+    [ -n "$pid" ] || die "could not launch node $i"
+    pids+=("$pid")
+  done
+  for i in $(seq "$N"); do
+    select_node "$i"
+    if ! wait_ready "${pids[$((i - 1))]}" $((port + i - 1)) "$deadline"; then
+      cmd_stop >/dev/null 2>&1 || true
+      die "node $i failed to start (log: ${LOG#"$ROOT"/})"
+    fi
+  done
+  say "$N node(s) ready (pids ${pids[*]}) in $(( $(date +%s) - t0 ))s"
+  echo "KAFKA_BOOTSTRAP=$(bootstrap_list)"
 }
 
-cmd_stop() {
-  local pid i
-  pid="$(broker_pid)"
-  if [ -z "$pid" ]; then
-    rm -f "$PIDFILE"; say "not running"; return 0
-  fi
+stop_pid() { # $1 pid; TERM, then KILL after 30 s
+  local pid="$1" i
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 300); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   if kill -0 "$pid" 2>/dev/null; then
-    say "broker pid $pid ignored SIGTERM for 30s; sending SIGKILL"
+    say "pid $pid ignored SIGTERM for 30s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
+}
+
+cmd_stop() {
+  local pid i any=0 pids=()
+  # TERM every node first: a controller quorum stops faster when all go together.
+  for i in $(seq "$N"); do
+    select_node "$i"
+    pid="$(broker_pid)"
+    [ -n "$pid" ] && { pids+=("$pid"); kill -TERM "$pid" 2>/dev/null || true; any=1; }
+  done
+  for pid in "${pids[@]}"; do stop_pid "$pid"; done
+  for i in $(seq "$N"); do select_node "$i"; rm -f "$PIDFILE"; done
+  select_node 1
+  if [ "$any" -eq 0 ]; then say "not running"; else say "stopped (pids ${pids[*]})"; fi
+}
+
+node_arg() {
+  [[ "${1:-}" =~ ^[1-9]$ ]] && [ "$1" -le "$N" ] || die "node must be 1..$N, not '${1:-}'"
+}
+
+cmd_kill() {
+  node_arg "${1:-}"
+  select_node "$1"
+  local pid
+  pid="$(broker_pid)"
+  [ -n "$pid" ] || die "node $1 does not run"
+  kill -KILL "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
   rm -f "$PIDFILE"
-  say "stopped (pid $pid)"
+  say "killed node $1 (pid $pid)"
+}
+
+cmd_restart() {
+  node_arg "${1:-}"
+  select_node "$1"
+  [ -z "$(broker_pid)" ] || die "node $1 runs already"
+  [ -f "$PROPS" ] || die "node $1 was never started"
+  need_java
+  local pid port deadline
+  deadline=$(( $(date +%s) + ${KAFKA_START_TIMEOUT:-90} ))
+  port="$(configured_port)"
+  pid="$(launch_node)"
+  [ -n "$pid" ] || die "could not launch node $1"
+  wait_ready "$pid" "$port" "$deadline" || die "node $1 failed to restart (log: $LOG)"
+  say "node $1 back (pid $pid)"
 }
 
 cmd_status() {
-  local pid port
-  pid="$(broker_pid)"
-  if [ -n "$pid" ]; then
+  local pid port i up=0
+  for i in $(seq "$N"); do
+    select_node "$i"
+    pid="$(broker_pid)"
+    [ -n "$pid" ] || continue
+    up=1
     port="$(configured_port)"
     if kafka_answers "$HOST" "$port"; then
-      echo "kafka: running (pid $pid) at $HOST:$port"
+      echo "kafka: node $i running (pid $pid) at $HOST:$port"
     else
-      echo "kafka: process $pid alive but not answering on $HOST:$port"
+      echo "kafka: node $i process $pid alive but not answering on $HOST:$port"
     fi
-    return 0
-  fi
+  done
+  [ "$up" -eq 1 ] && return 0
   echo "kafka: stopped"
   return 3
 }
 
 cmd_reset() {
+  local i
   cmd_stop
-  rm -rf "$DATA" "$PROPS"
-  say "deleted ${DATA#"$ROOT"/} (jars kept)"
+  for i in $(seq "$N"); do select_node "$i"; rm -rf "$DATA" "$PROPS"; done
+  say "deleted the data under ${STATE#"$ROOT"/} (jars kept)"
 }
 
 case "${1:-}" in
@@ -296,6 +459,9 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   reset) cmd_reset ;;
+  kill) cmd_kill "${2:-}" ;;
+  restart) cmd_restart "${2:-}" ;;
+  pid) node_arg "${2:-}"; select_node "$2"; broker_pid ;;
   run) shift; [ $# -ge 1 ] || die "usage: $0 run CLASS [ARGS...]"; fetch_jars; run_tool "$@" ;;
-  *) echo "usage: $0 {start|stop|status|reset|run CLASS [ARGS...]}" >&2; exit 2 ;;
+  *) echo "usage: $0 {start|stop|status|reset|kill I|restart I|pid I|run CLASS [ARGS...]}" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,8 @@ def write_plan(tmp_path):
 
 def ship_load() -> dict:
     return load_doc(FIXTURES / "plans" / "ship_load.json")
+
+
+# tests/cluster/ start their own brokers (SASL, three nodes) and a Spark standalone cluster:
+# `make test-cluster` runs them (THESEUS_CLUSTER_TESTS=1), `make test` leaves them out.
+collect_ignore = [] if os.environ.get("THESEUS_CLUSTER_TESTS") else ["cluster"]

@@ -43,6 +43,13 @@ class BuildOptions:
     shadow_topic: str | None = None  # where a closed start gate sends output (--compare)
     on_retire: Any = None  # called once the query handed its output over to a migration
     reconciler: Any = None  # a reconciling shadow's (gates.reconcile.Reconciler)
+    # librdkafka settings of every client (``--kafka-config``); None: the process's
+    kafka_conf: dict[str, str] | None = None
+
+    def kafka(self) -> dict[str, str]:
+        from gates.kafkaconf import active
+
+        return dict(active() if self.kafka_conf is None else self.kafka_conf)
 
 
 def q(name: str) -> str:
@@ -126,7 +133,8 @@ class Builder:
                              sink_key(self), self.opts.query or self.plan.query,
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
-                             retired=self._retired(), reconciler=self.opts.reconciler)
+                             retired=self._retired(), reconciler=self.opts.reconciler,
+                             producer_config=self.opts.kafka())
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
             .outputMode(sink.mode).foreachBatch(writer)
         if self.opts.checkpoint:

@@ -20,6 +20,9 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
         "maxRecordsPerBatch": str(b.opts.max_records_per_batch),
         "node": node.id,  # names the source's acknowledgements (two may read one topic)
     }
+    # The executors read Kafka with the same settings as the driver: they get them as
+    # options (shipped with the source), never from a file or the environment of their host.
+    opts.update({f"kafka.{k}": v for k, v in b.opts.kafka().items()})
     if node.key_columns:
         opts["key_columns"] = ",".join(node.key_columns)
     if b.opts.store:

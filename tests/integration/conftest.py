@@ -89,11 +89,15 @@ class Record:
 
 
 class KafkaHelper:
-    def __init__(self, bootstrap: str):
+    def __init__(self, bootstrap: str, conf: dict | None = None, replication: int = 1):
+        """``conf``: more client settings (a secured broker's credentials); ``replication``:
+        the replication factor of the topics it creates (-1: the cluster's default)."""
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.conf = {"bootstrap.servers": bootstrap, **(conf or {})}
+        self.replication = replication
+        self.admin = AdminClient(self.conf)
         self.created: list[str] = []
 
     def topic(self, prefix: str = "t", partitions: int = 3, config: dict | None = None,
@@ -102,7 +106,8 @@ class KafkaHelper:
         from confluent_kafka.admin import NewTopic
 
         name = f"it-{prefix}-{uuid.uuid4().hex[:10]}"
-        fut = self.admin.create_topics([NewTopic(name, partitions, 1, config=config or {})],
+        fut = self.admin.create_topics([NewTopic(name, partitions, self.replication,
+                                                 config=config or {})],
                                        request_timeout=timeout)[name]
         fut.result(timeout=timeout)
         self.created.append(name)
@@ -133,7 +138,7 @@ class KafkaHelper:
             return json.dumps(v, separators=(",", ":")).encode()
 
         nparts = len(self.admin.list_topics(topic, timeout=timeout).topics[topic].partitions)
-        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+        p = Producer({**self.conf, "enable.idempotence": True, "acks": "all",
                       "linger.ms": 5, "partitioner": "murmur2_random"})
         out: list = [None] * len(values)
         errors: list = []
@@ -202,7 +207,7 @@ class KafkaHelper:
 
         ends = self.end_offsets(topic, timeout)
         todo = {p for p, e in ends.items() if e > 0}
-        c = Consumer({"bootstrap.servers": self.bootstrap,
+        c = Consumer({**self.conf,
                       "group.id": f"it-reader-{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, "isolation.level": "read_committed",
                       "enable.partition.eof": True, "auto.offset.reset": "earliest"})

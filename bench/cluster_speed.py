@@ -1,0 +1,191 @@
+"""Benchmark: the gated source and sink on the Spark standalone cluster (``make cluster``)
+and the three-broker Kafka cluster (``make kafka BROKERS=3``), against Spark's own Kafka
+connector on the same cluster and topics: 6 and 24 source partitions, one and two
+executors (``spark.cores.max`` 1 or 2; each worker has one core).
+
+For each run it records the input rate and where the time of the micro-batches went
+(Spark's ``durationMs``: ``latestOffset`` + ``queryPlanning`` on the driver, ``addBatch``:
+the batch itself, which for the gated sink includes collecting the encoded rows to the
+driver and producing them there).
+
+Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), SPARK_MASTER
+(default: start scripts/spark_cluster.sh), KAFKA_BOOTSTRAP (default: start BROKERS=3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+ROWS = int(os.environ.get("BENCH_ROWS", "200000"))
+
+from run_speed import connector_jars, plan_doc  # noqa: E402
+
+
+def last_line(args: list[str], env: dict) -> str:
+    out = subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, **env}).stdout
+    return out.strip().splitlines()[-1].split("=", 1)[1]
+
+
+def produce(bs: str, topic: str, parts: int, n: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, parts, -1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1_000_000,
+                  "compression.type": "lz4", "acks": "all",
+                  "queue.buffering.max.messages": 1_000_000})
+    regions = ["eu", "us", "apac", "latam", "test"]
+    for i in range(n):
+        v = json.dumps({"order_id": f"o{i}", "amount": (i % 1000) / 3.0, "qty": i % 7,
+                        "region": regions[i % 5], "ts": "2026-01-01T00:00:00Z"})
+        while True:
+            try:
+                p.produce(topic, v.encode(), partition=i % parts)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+
+
+def out_topic(bs: str, parts: int) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench-cl-out-{uuid.uuid4().hex[:8]}"
+    AdminClient({"bootstrap.servers": bs}).create_topics(
+        [NewTopic(name, parts, -1)])[name].result(30)
+    return name
+
+
+def phases(q) -> dict:
+    total: dict = {}
+    for p in q.recentProgress:
+        for k, v in (p.get("durationMs") or {}).items():
+            total[k] = total.get(k, 0) + v
+    return {k: total[k] for k in ("triggerExecution", "latestOffset", "queryPlanning",
+                                   "addBatch", "walCommit", "commitOffsets") if k in total}
+
+
+def run_theseus(spark, bs, src, parts, delivery, tmp):
+    from compat.infer import analyze
+    from compat.serde import from_doc
+    from migrate.build import Builder, BuildOptions
+
+    doc = plan_doc(src, out_topic(bs, 3), delivery)
+    doc["nodes"][0]["partitions"] = parts
+    plan = from_doc(doc)
+    analyze(plan)
+    opts = BuildOptions(bootstrap=bs, query=plan.query, available_now=True,
+                        checkpoint=str(tmp / plan.query), max_records_per_batch=100_000)
+    t = time.perf_counter()
+    q = Builder(spark, plan, opts).start()
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t
+    assert q.exception() is None, q.exception()
+    return elapsed, phases(q)
+
+
+def run_connector(spark, bs, src, tmp):
+    from pyspark.sql import functions as F  # noqa: N812
+
+    out = out_topic(bs, 3)
+    schema = "order_id STRING, amount DOUBLE, qty INT, region STRING, ts TIMESTAMP"
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", 100_000).load()
+          .select(F.from_json(F.col("value").cast("string"), schema).alias("v")).select("v.*")
+          .where("region <> 'test' AND amount > 10")
+          .selectExpr("order_id", "amount * qty AS total", "upper(region) AS region")
+          .select(F.to_json(F.struct("*")).alias("value")))
+    t = time.perf_counter()
+    q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bs)
+         .option("topic", out).option("checkpointLocation", str(tmp / f"conn-{out}"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t
+    assert q.exception() is None, q.exception()
+    return elapsed, phases(q)
+
+
+def session(master: str, cores: int, jars: list[str]):
+    from pyspark.sql import SparkSession
+
+    from migrate.run import ship_code
+
+    s = (SparkSession.builder.master(master).appName(f"theseus-bench-{cores}")
+         .config("spark.ui.enabled", "false").config("spark.jars", ",".join(jars))
+         .config("spark.cores.max", str(cores)).config("spark.executor.cores", "1")
+         .config("spark.executor.memory", "512m").config("spark.driver.memory", "1g")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.pyspark.python", sys.executable)
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    ship_code(s)
+    from gates.source import register
+
+    register(s)
+    return s
+
+
+def main() -> int:
+    from migrate.run import spark_env
+
+    spark_env()
+    master = os.environ.get("SPARK_MASTER") or last_line(
+        ["bash", "scripts/spark_cluster.sh", "start"], {})
+    bs = os.environ.get("KAFKA_BOOTSTRAP") or last_line(
+        ["bash", "scripts/kafka.sh", "start"], {"BROKERS": "3"})
+    jars = connector_jars()
+    tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-cl-"))
+    topics = {}
+    for parts in (6, 24):
+        topics[parts] = f"bench-cl-in{parts}-{uuid.uuid4().hex[:6]}"
+        produce(bs, topics[parts], parts, ROWS)
+    result: dict = {"rows": ROWS, "master": master, "bootstrap": bs,
+                    "machine": f"{os.cpu_count()} cores shared by master, 2 workers, 3 "
+                               "brokers and the driver", "runs": []}
+    for cores in (1, 2):
+        spark = session(master, cores, jars)
+        try:
+            run_theseus(spark, bs, topics[6], 6, "at_least_once", tmp)  # warm-up
+            for parts in (6, 24):
+                for name in ("theseus_exactly_once", "theseus_at_least_once",
+                             "spark_connector"):
+                    try:
+                        if name == "spark_connector":
+                            elapsed, ph = run_connector(spark, bs, topics[parts], tmp)
+                        else:
+                            elapsed, ph = run_theseus(spark, bs, topics[parts], parts,
+                                                      name.removeprefix("theseus_"), tmp)
+                    except Exception as e:  # noqa: BLE001 (recorded, the others still run)
+                        result["runs"].append({"path": name, "executors": cores,
+                                               "partitions": parts,
+                                               "error": str(e).splitlines()[0][:300]})
+                        continue
+                    row = {"path": name, "executors": cores, "partitions": parts,
+                           "seconds": round(elapsed, 2),
+                           "rows_per_s": round(ROWS / elapsed), "durationMs": ph}
+                    result["runs"].append(row)
+                    print(json.dumps(row), flush=True)
+        finally:
+            spark.stop()
+    out = ROOT / "bench" / "results" / "cluster_speed.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

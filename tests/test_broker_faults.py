@@ -1,0 +1,126 @@
+"""The driver side of the gated source survives a broker's death: listing offsets retries
+while a partition has no leader, and still fails at once on a permanent error."""
+
+from __future__ import annotations
+
+import pytest
+
+import gates.source as source
+from compat.errors import SourceError
+
+
+class _Fut:
+    def __init__(self, offset=None, exc=None):
+        self.offset, self.exc = offset, exc
+
+    def result(self, timeout=None):
+        if self.exc is not None:
+            raise self.exc
+        from types import SimpleNamespace
+
+        return SimpleNamespace(offset=self.offset)
+
+
+class _Admin:
+    def __init__(self, script):
+        self.script = list(script)  # per call: {partition: offset | exception}
+        self.calls = []
+
+    def list_offsets(self, req, isolation_level=None, request_timeout=None):
+        answer = self.script.pop(0)
+        self.calls.append(sorted(tp.partition for tp in req))
+        return {tp: (_Fut(exc=answer[tp.partition])
+                     if isinstance(answer[tp.partition], BaseException)
+                     else _Fut(answer[tp.partition])) for tp in req}
+
+
+def _err(code):
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(code))
+
+
+def _opts():
+    return source.SourceOptions.parse({"bootstrap": "h:1", "topic": "t", "format": "string"})
+
+
+def test_a_partition_without_leader_is_asked_again(monkeypatch):
+    from confluent_kafka import KafkaError
+
+    admin = _Admin([{0: 5, 1: _err(KafkaError.NOT_LEADER_FOR_PARTITION), 2: 7},
+                    {1: _err(KafkaError.LEADER_NOT_AVAILABLE)},
+                    {1: 6}])
+    monkeypatch.setattr(source, "_admin", lambda opts: admin)
+    monkeypatch.setattr(source.time, "sleep", lambda s: None)
+    assert source._list_offsets(_opts(), [0, 1, 2], "latest") == {0: 5, 1: 6, 2: 7}
+    assert admin.calls == [[0, 1, 2], [1], [1]]
+
+
+def test_a_permanent_error_fails_at_once(monkeypatch):
+    from confluent_kafka import KafkaError
+
+    admin = _Admin([{0: _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)}])
+    monkeypatch.setattr(source, "_admin", lambda opts: admin)
+    with pytest.raises(SourceError) as e:
+        source._list_offsets(_opts(), [0], "latest")
+    assert "partition 0" in e.value.render() and len(admin.calls) == 1
+
+
+def test_a_leader_that_never_comes_back_fails_after_the_wait(monkeypatch):
+    from confluent_kafka import KafkaError
+
+    clock = [0.0]
+    monkeypatch.setattr(source.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(source.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    admin = _Admin([{0: _err(KafkaError.LEADER_NOT_AVAILABLE)}] * 1000)
+    monkeypatch.setattr(source, "_admin", lambda opts: admin)
+    with pytest.raises(SourceError, match="cannot list the latest offset"):
+        source._list_offsets(_opts(), [0], "latest")
+    assert source.LEADER_WAIT - 3 <= clock[0] <= source.LEADER_WAIT
+
+
+class _Consumer:
+    """A consumer whose partition 1 has no leader for its first two watermark queries."""
+
+    fails = 2
+
+    def __init__(self, conf):
+        self.asked = []
+
+    def list_topics(self, topic, timeout=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(topics={topic: SimpleNamespace(
+            error=None, partitions={0: None, 1: None})})
+
+    def get_watermark_offsets(self, tp, timeout=None):
+        from confluent_kafka import KafkaError
+
+        self.asked.append(tp.partition)
+        if tp.partition == 1 and _Consumer.fails:
+            _Consumer.fails -= 1
+            raise _err(KafkaError.NOT_LEADER_FOR_PARTITION)
+        return 0, 10 + tp.partition
+
+    def close(self):
+        pass
+
+
+def test_the_migrators_watermarks_wait_for_a_new_leader(monkeypatch):
+    import confluent_kafka
+    from confluent_kafka import KafkaError
+
+    from compat.errors import BrokerError
+    from gates import broker
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr(broker.time, "sleep", lambda s: None)
+    _Consumer.fails = 2
+    assert broker.watermarks("h:1", ["t"]) == {"t": {0: 10, 1: 11}}
+
+    def denied(self, tp, timeout=None):
+        raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+
+    monkeypatch.setattr(_Consumer, "get_watermark_offsets", denied)
+    with pytest.raises(BrokerError, match="cannot read the watermarks"):
+        broker.watermarks("h:1", ["t"])
