@@ -313,6 +313,7 @@ def _migrator(tmp_path, strategy, outcome, monkeypatch):
 
     monkeypatch.setattr(migrate.ckcheck, "check_checkpoint", fake)
     monkeypatch.setattr(Migrator, "require_history", lambda self, new: None)
+    monkeypatch.setattr(Migrator, "require_access", lambda self, new, shadow: None)
     lines: list[str] = []
     return Migrator(store, m, echo=lines.append, timeout=60), lines, seen, store
 
