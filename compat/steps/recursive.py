@@ -37,7 +37,6 @@ from compat.rules import RuleContext, compare
 from compat.steps.sink import Sink
 from compat.steps.source import Source
 
-
 #: Spark's spark.sql.cteRecursionLevelLimit
 DEFAULT_MAX_ITERATIONS = 100
 #: the first version with union, max_iterations, on_limit and further inputs
