@@ -201,20 +201,12 @@ def _infer(node: Recursive, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     src = ins[0]
     pointers = _check_body(node, ctx)
     for i, info in enumerate(ins):
-        if info.mode != INSERT:
+        # a table may be read by the body (as of each micro-batch), never looped
+        if info.mode != INSERT and (i == 0 or info.stream):
             raise ctx.err(node, f"inputs/{i}", "recursion needs insert-only inputs",
                           expected="[I]", found=f"[{info.mode}]")
-    body = {b.id: b for b in node.body}
-    sub = InferContext(ctx.file, body, pointers, "append")
-    infos: dict[str, NodeInfo] = {node.body_input: src}
-    infos.update(zip(node.further_inputs, ins[1:]))
-    for bid in _body_order(node):
-        b = body[bid]
-        info = infer_step(b, sub, [infos[i] for i in b.inputs])
-        if info.mode != INSERT:
-            raise sub.err(b, "", "a recursive body must emit inserts only",
-                          expected="[I]", found=f"[{info.mode}]")
-        infos[bid] = info
+    infos = body_infos(node, ins, InferContext(ctx.file, {b.id: b for b in node.body},
+                                               pointers, "append"))
     out = infos[node.body_output]
     if [c[0] for c in out.columns] != [c[0] for c in src.columns] or \
             not all(T.can_widen(a[1], b[1]) for a, b in zip(out.columns, src.columns)):
@@ -226,6 +218,28 @@ def _infer(node: Recursive, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
               if k != node.body_input and k not in node.further_inputs)
     stream = any(i.stream for i in ins)
     return NodeInfo(src.columns, INSERT, stream, True, src.watermarks, det, src.names)
+
+
+def body_infos(node: Recursive, ins: list[NodeInfo], sub: InferContext
+               ) -> dict[str, NodeInfo]:
+    """What the loop (``body_input``), the further inputs and every body node output (the
+    builder evaluates the body with them)."""
+    body = {b.id: b for b in node.body}
+    infos: dict[str, NodeInfo] = {node.body_input: ins[0]}
+    infos.update(zip(node.further_inputs, ins[1:]))
+    for bid in _body_order(node):
+        b = body[bid]
+        info = infer_step(b, sub, [infos[i] for i in b.inputs])
+        if info.mode != INSERT:
+            raise sub.err(b, "", "a recursive body must emit inserts only",
+                          expected="[I]", found=f"[{info.mode}]")
+        infos[bid] = info
+    return infos
+
+
+def body_order(rec: Recursive) -> list[str]:
+    """Body node ids, inputs first (the looped stream and further inputs excluded)."""
+    return _body_order(rec)
 
 
 def _body_order(rec: Recursive) -> list[str]:

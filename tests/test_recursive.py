@@ -1,0 +1,134 @@
+"""The ``recursive`` step's versions: version 1 documents keep loading with their meaning;
+version 2's fields, further inputs and monotone body; what the CLI says about bad ones."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compat.errors import PlanError
+from compat.infer import analyze
+from compat.serde import from_doc, to_doc
+from compat.steps import Recursive
+from compat.steps.recursive import body_paths
+from migrate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+V1 = json.loads((ROOT / "fixtures/upgrades/recursive_body_changed/old.json").read_text())
+V2 = json.loads((ROOT / "fixtures/qtt/recursive_descendants/plan.json").read_text())
+
+
+def rec_doc(doc: dict) -> dict:
+    return next(n for n in doc["nodes"] if n["step"] == "recursive")
+
+
+def load(doc: dict):
+    plan = from_doc(copy.deepcopy(doc), "plan.json")
+    analyze(plan)
+    return plan
+
+
+def test_a_version_1_document_keeps_its_meaning_and_its_bytes():
+    plan = load(V1)
+    rec = plan.nodes["route"]
+    assert isinstance(rec, Recursive)
+    assert (rec.version, rec.union, rec.max_iterations, rec.on_limit) == (1, "set", 100,
+                                                                           "error")
+    assert rec.feedback is not None and rec.feedback.partitions == 2
+    assert to_doc(plan)["nodes"][1] == V1["nodes"][1]  # no version 2 key is written
+
+
+def test_version_2_reads_further_inputs_and_writes_only_what_differs_from_defaults():
+    doc = copy.deepcopy(V2)
+    rec_doc(doc).update(union="bag", max_iterations=7, on_limit="return")
+    plan = load(doc)
+    rec = plan.nodes["closure"]
+    assert rec.further_inputs == ("edges",)
+    written = next(n for n in to_doc(plan)["nodes"] if n["id"] == "closure")
+    assert (written["union"], written["max_iterations"], written["on_limit"]) == \
+        ("bag", 7, "return")
+    assert "union" not in next(n for n in to_doc(load(V2))["nodes"] if n["id"] == "closure")
+
+
+def _bad(doc_fn, base=V2):
+    doc = copy.deepcopy(base)
+    doc_fn(doc)
+    with pytest.raises(PlanError) as e:
+        load(doc)
+    return e.value
+
+
+def test_version_1_refuses_version_2_fields_and_further_inputs():
+    e = _bad(lambda d: rec_doc(d).update(on_limit="return"), V1)
+    assert e.pointer == "/nodes/1/on_limit" and "version 2" in str(e)
+    e = _bad(lambda d: rec_doc(d).pop("feedback"), V1)
+    assert e.pointer == "/nodes/1/feedback"
+
+
+def test_version_2_refuses_a_feedback_topic():
+    e = _bad(lambda d: rec_doc(d).update(feedback={"partitions": 2}))
+    assert e.pointer == "/nodes/2/feedback" and "no feedback topic" in str(e)
+
+
+@pytest.mark.parametrize("change,pointer,words", [
+    (lambda r: r["body"][0].update(type="left"), "/nodes/2/body/0/type", "a left join"),
+    (lambda r: r["body"].__setitem__(1, {
+        "id": "up", "step": "aggregate", "version": 1, "inputs": ["j"],
+        "group_by": [{"name": "anc", "expr": "parent"}],
+        "aggregates": [{"name": "node", "function": "max", "args": ["node"]}]}),
+     "/nodes/2/body/1/step", "aggregates sit after the recursion"),
+    (lambda r: r["body"][1].update(id="edges"), "/nodes/2/body/1/id",
+     "id of an input of its recursive step"),
+    (lambda r: r.update(body_input="edges"), "/nodes/2/body_input",
+     "further input"),
+])
+def test_version_2_refuses_bodies_it_cannot_run(change, pointer, words):
+    e = _bad(lambda d: change(rec_doc(d)))
+    assert e.pointer == pointer, str(e)
+    assert words in str(e)
+
+
+def test_the_cli_reports_a_bad_recursive_step_in_one_line_with_exit_2(tmp_path):
+    doc = copy.deepcopy(V2)
+    rec_doc(doc)["body"][0]["type"] = "left_anti"
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["check", str(p), str(p)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "bad.json" in result.output and "/nodes/2/body/0/type" in result.output
+
+
+def test_body_paths_say_whether_semi_naive_may_feed_new_rows_only():
+    rec = load(V2).nodes["closure"]
+    assert body_paths(rec) == {"r": 1, "edges": 1}
+    doc = copy.deepcopy(V2)
+    r = rec_doc(doc)
+    # the loop read twice (r joined with itself through the edges): not linear in r
+    r["body"] = [
+        {"id": "j", "step": "join", "version": 1, "inputs": ["r", "edges"], "type": "inner",
+         "left_keys": ["anc"], "right_keys": ["child"]},
+        {"id": "up", "step": "project", "version": 1, "inputs": ["j"],
+         "columns": [{"name": "anc", "expr": "parent"}, {"name": "node", "expr": "node"}]},
+        {"id": "both", "step": "union", "version": 1, "inputs": ["up", "r"]}]
+    r["body_output"] = "both"
+    assert body_paths(load(doc).nodes["closure"]) == {"r": 2, "edges": 1}
+
+
+def test_check_does_not_import_spark_for_a_recursive_plan(tmp_path):
+    """theseus check stays a light CI gate for recursive plans too."""
+    import subprocess
+    import sys
+
+    p = ROOT / "fixtures/qtt/recursive_closure_cycle/plan.json"
+    code = ("import sys; from click.testing import CliRunner; from migrate.cli import main; "
+            f"r = CliRunner().invoke(main, ['check', {str(p)!r}, {str(p)!r}]); "
+            "assert r.exit_code == 0, r.output; "
+            "bad = [m for m in ('pyspark', 'confluent_kafka', 'networkx', 'deepdiff') "
+            "if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
