@@ -211,3 +211,23 @@ def test_with_recursive_errors_point_at_the_sql(sql, words):
     with pytest.raises(SqlError) as e:
         compile_sql(sql, "q.sql")
     assert words in str(e.value) and "q.sql:" in str(e.value), str(e.value)
+
+
+def test_a_live_migration_of_a_recursive_query_is_refused_before_anything_starts(tmp_path):
+    """Only in-place upgrades of recursive queries are supported: a changed body (migrate)
+    is refused at step 1 with the reason, nothing spawned."""
+    from compat.check import load_plan
+    from compat.errors import MigrationError
+    from compat.serde import dumps
+    from migrate import migration
+    from migrate.store import DirectoryStore
+
+    case = ROOT / "fixtures/upgrades/recursive_v2_body_changed"
+    store = DirectoryStore(tmp_path)
+    store.put_plan("descendants", dumps(load_plan(str(case / "old.json"))))
+    store.set_status("descendants", status="running", pid=0, generation=0)
+    with pytest.raises(MigrationError) as e:
+        migration.start(store, "descendants", str(case / "new.json"), bootstrap="127.0.0.1:1",
+                        echo=lambda line: None, timeout=30)
+    assert "recursive step is not supported yet" in str(e.value)
+    assert not store.query_dir("descendants.g1").exists()
