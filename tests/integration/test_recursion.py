@@ -308,3 +308,29 @@ def test_the_loop_state_survives_sigkill_exactly_once(kafka, tmp_path):
     assert set(got) == want, (set(got) ^ want)
     dups = {k: n for k, n in got.items() if n > 1}
     assert not dups, f"duplicates: {list(dups.items())[:10]}"
+
+
+def test_theseus_run_available_now_prints_the_loop_and_ends_at_the_fixpoint(kafka, spark,
+                                                                           tmp_path):
+    """The query host (``theseus run --available-now``) runs a recursive plan from the SQL
+    compiler's JSON: one progress line per loop batch, exit 0, the fixpoint in the output."""
+    from compat.sql import compile_sql
+    from migrate.run import run
+
+    sql = (ROOT / "fixtures/history/recursive_descendants/v1/query.sql").read_text()
+    doc = compile_sql(sql, "q.sql")
+    edges, out = kafka.topic("run-edges", 2), kafka.topic("run-counts", 2)
+    for n in doc["nodes"]:
+        if n["step"] in ("source", "sink"):
+            n["topic"] = edges if n["step"] == "source" else out
+    doc["query"] = f"run-{tmp_path.name}"[-40:]
+    rng = random.Random(5)
+    g = random_forest(rng, 30, 5)
+    kafka.produce(edges, edges_of(g, rng))
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    lines: list[str] = []
+    assert run(str(path), bootstrap=kafka.bootstrap, state=str(tmp_path / "state"),
+               available_now=True, echo=lines.append) == 0
+    assert any("recursive 'closure_1' batch 0:" in ln for ln in lines), lines
+    assert table(kafka, out) == descendant_counts(g)
