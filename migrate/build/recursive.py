@@ -224,7 +224,8 @@ class Loop:
         # Step 2.
         old = {i: self._read(state / f"E{i}", i, batch_id) for i in self.streams if i}
         r_old = self._read(state / "R", 0, batch_id)
-        tables = {i: self.fb.dataframe(self.rec.inputs[i])
+        # a table as it is now, read once for the whole batch's loop
+        tables = {i: self.fb.dataframe(self.rec.inputs[i]).localCheckpoint(eager=True)
                   for i in range(1, len(self.rec.inputs)) if i not in self.streams}
         full = {i: old[i].unionByName(new[i]) for i in old}
         full.update(tables)

@@ -334,3 +334,46 @@ def test_theseus_run_available_now_prints_the_loop_and_ends_at_the_fixpoint(kafk
                available_now=True, echo=lines.append) == 0
     assert any("recursive 'closure_1' batch 0:" in ln for ln in lines), lines
     assert table(kafka, out) == descendant_counts(g)
+
+
+def test_the_body_joins_a_table_read_as_of_each_batch(kafka, spark, tmp_path):
+    """Every manager above each asked employee: the body climbs a ``role: table`` of
+    employee -> manager (latest value per key: a corrected manager counts, the old one
+    not) — networkx's ancestors of the final table, plus the employee itself."""
+    doc = {
+        "format": "theseus.plan/1", "query": "chains", "config": {"state_partitions": 2},
+        "nodes": [
+            {"id": "reports_to", "step": "source", "version": 1, "topic": "reports_to",
+             "partitions": 1, "format": "json", "role": "table", "key_columns": ["employee"],
+             "schema": [{"name": "employee", "type": "string"},
+                        {"name": "manager", "type": "string"}]},
+            {"id": "asks", "step": "source", "version": 1, "topic": "asks", "partitions": 1,
+             "format": "json", "role": "stream", "schema": [{"name": "who", "type": "string"}]},
+            {"id": "me", "step": "project", "version": 1, "inputs": ["asks"],
+             "columns": [{"name": "who", "expr": "who"}, {"name": "boss", "expr": "who"}]},
+            {"id": "above", "step": "recursive", "version": 2, "inputs": ["me", "reports_to"],
+             "body_input": "r", "body_output": "up", "body": [
+                 {"id": "j", "step": "join", "version": 1, "inputs": ["r", "reports_to"],
+                  "type": "inner", "left_keys": ["boss"], "right_keys": ["employee"]},
+                 {"id": "up", "step": "project", "version": 1, "inputs": ["j"],
+                  "columns": [{"name": "who", "expr": "who"},
+                              {"name": "boss", "expr": "manager"}]}]},
+            {"id": "out", "step": "sink", "version": 1, "inputs": ["above"], "topic": "bosses",
+             "format": "json", "key_columns": ["who", "boss"], "mode": "append",
+             "delivery": "exactly_once"}]}
+    rng = random.Random(11)
+    g = random_forest(rng, 25, 5)
+    rows = [{"employee": c, "manager": p} for p, c in g.edges]
+    # a wrong manager first, corrected later in the topic: the table keeps the last value
+    wrong = {"employee": rows[0]["employee"], "manager": "nobody"}
+    topics = {t: kafka.topic(prefix=t.replace("_", "-"), partitions=1)
+              for t in ("reports_to", "asks", "bosses")}
+    kafka.produce(topics["reports_to"], [wrong] + rows,
+                  keys=[{"employee": r["employee"]} for r in [wrong] + rows])
+    asked = sorted(g.nodes)[::2]
+    chain, plan, _ = start(doc, kafka, spark, tmp_path, {"asks": [{"who": w} for w in asked]},
+                           topics=topics, max_records=5)
+    finish(chain)
+    got = Counter((r.json()["who"], r.json()["boss"]) for r in kafka.read_all(topics["bosses"]))
+    want = {(w, b) for w in asked for b in nx.ancestors(g, w) | {w}}
+    assert set(got) == want and max(got.values()) == 1
