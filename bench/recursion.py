@@ -72,28 +72,28 @@ def produce(bs: str, topic: str, edges: list[tuple[str, str]]) -> None:
 
 
 def read_table(bs: str, topic: str) -> dict[str, int]:
-    from confluent_kafka import Consumer, TopicPartition
+    """The last value per node (read-committed, to the end of every partition: the last
+    offset of a transactional topic is a commit marker, never a record, so the end is told
+    by the consumer's end-of-partition event)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bs, "group.id": "bench-" + uuid.uuid4().hex,
                   "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest"})
-    md = c.list_topics(topic, timeout=30).topics[topic]
-    ends = {}
-    for p in md.partitions:
-        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-        ends[p] = hi
-    c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
     out: dict[str, int] = {}
-    done = {p for p, e in ends.items() if e == 0}
-    while len(done) < len(ends):
+    todo = set(parts)
+    deadline = time.monotonic() + 300
+    while todo and time.monotonic() < deadline:
         for m in c.consume(10000, timeout=1.0):
             if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    todo.discard(m.partition())
                 continue
             if m.value() is not None:
                 v = json.loads(m.value())
                 out[v["node"]] = v["descendants"]
-            if m.offset() >= ends[m.partition()] - 1:
-                done.add(m.partition())
     c.close()
     return out
 
