@@ -154,7 +154,11 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     old_term = signal.signal(signal.SIGTERM, on_signal)
     seen = -1
     try:
+        # a plan with recursion runs as a chain of queries: its loops report in notes
+        notes = getattr(query, "notes", list)
         while query.isActive:
+            for line in notes():
+                echo(line)
             for p in query.recentProgress:
                 if p["batchId"] > seen:
                     seen = p["batchId"]
@@ -169,6 +173,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 stop_after_batch(query)
                 break
             handed_over.wait(0.5)
+        for line in notes():
+            echo(line)
         for p in query.recentProgress:
             if p["batchId"] > seen:
                 seen = p["batchId"]

@@ -69,6 +69,10 @@ def rename_and_reformat(doc: dict, seed: int) -> dict:
     for n in doc["nodes"]:
         if n["step"] == "join":
             ids[n["inputs"][1]] = n["inputs"][1]
+        # a recursive body reads its step's further inputs by their ids (and a body join
+        # names clashing columns after them): renaming one is a change of the body
+        if n["step"] == "recursive":
+            ids.update({i: i for i in n["inputs"][1:]})
 
     def requalify(text):
         # qualifiers in join conditions name input ids

@@ -31,7 +31,7 @@ def test_history_covers_the_step_types():
     steps = {n["step"] for c in cases(HISTORY) for v in versions(c)
              for n in json.loads((v / "plan.json").read_text())["nodes"]}
     assert {"source", "filter", "project", "aggregate", "join", "deduplicate", "top_n",
-            "union", "explode", "sink"} <= steps
+            "union", "explode", "recursive", "sink"} <= steps
 
 
 @pytest.fixture

@@ -124,8 +124,9 @@ class Translator:
         if not w:
             return ctes
         if w.args.get("recursive"):
-            raise self.err("WITH RECURSIVE is not supported (a recursive step is written in "
-                           "the plan)", w)
+            from compat.sql.recursive import with_recursive
+
+            return with_recursive(self, w, ctes)
         out = dict(ctes)
         for cte in w.expressions:
             out[cte.alias_or_name.lower()] = (cte.this, dict(out))
@@ -401,6 +402,10 @@ class Translator:
         qualifier = t.alias or name
         low = name.lower()
         if low in ctes:
+            if not isinstance(ctes[low], tuple):  # a recursive CTE, or its loop inside it
+                from compat.sql.recursive import reference
+
+                return reference(self, ctes[low], t, qualifier)
             q, defined = ctes[low]
             return self.query(q, defined).requalify(qualifier)
         if low in self.script.views:

@@ -123,7 +123,12 @@ class Builder:
         return lambda: retired(store, query)
 
     def start(self) -> Any:
-        """Start the streaming query writing to the sink; returns the StreamingQuery."""
+        """Start the streaming query writing to the sink; returns the StreamingQuery (a
+        plan with recursive steps: a chain of queries that behaves as one)."""
+        from migrate.build.recursive import has_recursion, start_chain
+
+        if has_recursion(self.plan):
+            return start_chain(self)
         sink = self.plan.sink
         df = self.dataframe()
         from gates.sink import make_writer

@@ -1,18 +1,424 @@
-"""``recursive``: checked, not yet runnable."""
+"""``recursive`` on Spark: a fixpoint loop inside each micro-batch over state the step keeps.
+
+A streaming DataFrame cannot loop, so a plan with recursive steps runs as a chain of
+streaming queries in one Spark session (``QueryChain``):
+
+1. A **loop query** per recursive step reads the step's stream inputs (the base rows and
+   the streams its body reads, e.g. edges) as one tagged stream.  Its ``foreachBatch``
+   computes the batch's new rows semi-naively: the new base rows, plus the body over the
+   old rows with the new edges, then the body over each iteration's new rows only, until
+   an iteration derives nothing (``set``: rows already derived are dropped, so cycles
+   end) or ``max_iterations`` is reached (``on_limit``).  It writes the new rows to an
+   internal topic through the gated sink (one Kafka transaction per batch, a replayed batch
+   is skipped) after appending them to its state.
+2. The **output query** is the plan with every recursive step replaced by a source reading
+   that internal topic (read-committed): the steps after the recursion (aggregates) and the
+   sink run there as in any plan.
+
+State lives in the query's checkpoint directory, beside Spark's own files:
+``<checkpoint>/recursive/<step id>/state/{R,E<i>}/batch=<n>/`` holds the rows derived (R)
+and the further stream inputs received (E) in batch n, as Parquet; the loop query's Spark
+checkpoint is ``<checkpoint>/recursive/<step id>/spark``.  Batch n reads only batches < n
+and first deletes what an interrupted attempt of n left, so a replay (Spark replays the
+last uncommitted batch with the same offsets) recomputes the same rows, and the sink skips
+them if they were already committed: exactly once, across a SIGKILL.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from compat.errors import RuntimeFailure
-from compat.infer import NodeInfo
-from compat.steps import Recursive
-from migrate.build.core import Builder, build_step
+from compat.infer import InferContext, NodeInfo, analyze
+from compat.model import Column, Plan
+from compat.steps import Recursive, Source
+from compat.steps.recursive import body_infos, body_order, body_paths
+from migrate.build.core import Builder, build_step, q
+
+TAG = "__theseus_in"
 
 
 @build_step.register
 def _build(node: Recursive, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
-    raise RuntimeFailure("recursive steps are checked but cannot run yet",
-                         file=b.plan.file, node=node.id,
-                         pointer=b.plan.pointer(node.id, "step"),
-                         expected="a plan without recursion", found="recursive")
+    # Reached only when a recursive plan is built as one DataFrame (Builder.dataframe of
+    # a node at or after the recursion): Builder.start runs it as a chain instead.
+    raise RuntimeFailure("a recursive step runs as a loop query of its own: start the plan "
+                         "with Builder.start (theseus run), not as one DataFrame",
+                         file=b.plan.file, node=node.id, pointer=b.plan.pointer(node.id),
+                         expected="Builder.start", found="Builder.dataframe")
+
+
+def has_recursion(plan: Plan) -> bool:
+    return any(isinstance(n, Recursive) for n in plan.nodes.values())
+
+
+def internal_topic(b: Builder, rec: Recursive) -> str:
+    """The topic the loop query writes and the output query reads: named by the query and
+    the step, and by the checkpoint (a migration's new query gets a topic of its own)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", b.opts.query or b.plan.query)
+    where = hashlib.sha1((b.opts.checkpoint or "").encode()).hexdigest()[:8]
+    return f"theseus.recursive.{name}.{rec.id}.{where}"
+
+
+def rewritten(plan: Plan, topics: dict[str, str], partitions: int) -> Plan:
+    """The plan with each recursive step replaced by a source reading its internal topic."""
+    nodes = {}
+    for nid, node in plan.nodes.items():
+        if isinstance(node, Recursive):
+            info = plan.info[nid]
+            node = Source(id=nid, topic=topics[nid], partitions=partitions, format="json",
+                          role="stream",
+                          schema=tuple(Column(name=n, type=t) for n, (_, t)
+                                       in zip(info.names, info.columns)))
+        nodes[nid] = node
+    out = replace(plan, nodes=nodes, info={})
+    analyze(out)
+    return out
+
+
+def start_chain(b: Builder) -> QueryChain:
+    """Start the loop queries, then the output query (after them with available-now)."""
+    from gates.sink import make_writer
+
+    plan = b.plan
+    recs = [n for n in plan.nodes.values() if isinstance(n, Recursive)]
+    partitions = plan.state_partitions or 1
+    topics = {r.id: internal_topic(b, r) for r in recs}
+    _create_topics(b.opts.bootstrap, list(topics.values()), partitions)
+    flat = rewritten(plan, topics, partitions)
+    fb = Builder(b.spark, flat, b.opts)  # builds the inputs of each loop and the output
+    chain = QueryChain(b.opts.available_now)
+    root = Path(b.opts.checkpoint) if b.opts.checkpoint else \
+        Path(tempfile.mkdtemp(prefix="theseus-recursive-"))
+    for rec in recs:
+        loop = Loop(b, rec, fb, root / "recursive" / rec.id, chain)
+        writer = make_writer(b.opts.bootstrap, topics[rec.id], [],
+                             f"{b.opts.query or plan.query}.{rec.id}.loop", "exactly_once")
+        chain.add(lambda loop=loop, writer=writer: loop.start(writer))
+    chain.add(lambda: Builder.start(fb))
+    chain.begin()
+    return chain
+
+
+def _create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from gates.broker import client_conf
+
+    admin = AdminClient(client_conf(bootstrap))
+    have = admin.list_topics(timeout=30).topics
+    todo = [NewTopic(t, partitions, 1) for t in topics if t not in have]
+    if not todo:
+        return
+    for t, fut in admin.create_topics(todo, request_timeout=30).items():
+        try:
+            fut.result(timeout=30)
+        except Exception as e:  # created meanwhile by another host of the same query
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise RuntimeFailure(f"cannot create the internal topic of a recursive step: "
+                                     f"{e}", expected="a topic the broker accepts",
+                                     found=t) from None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=30).topics
+        if all(t.topic in md and md[t.topic].error is None and
+               all(p.leader >= 0 for p in md[t.topic].partitions.values()) for t in todo):
+            return
+        time.sleep(0.1)
+
+
+class _BodyBuilder:
+    """What the step builders read from a Builder, for the body's own little plan."""
+
+    def __init__(self, b: Builder, rec: Recursive, infos: dict[str, NodeInfo]) -> None:
+        self.spark = b.spark
+        self.F = b.F
+        self.opts = b.opts
+        self.plan = Plan(query=b.plan.query, nodes={n.id: n for n in rec.body},
+                         file=b.plan.file, info=infos,
+                         pointers={n.id: b.plan.pointers.get(f"{rec.id}/{n.id}", "")
+                                   for n in rec.body})
+
+
+class Loop:
+    """The loop query of one recursive step and its per-batch fixpoint."""
+
+    def __init__(self, b: Builder, rec: Recursive, fb: Builder, root: Path,
+                 chain: QueryChain) -> None:
+        self.rec = rec
+        self.plan = b.plan
+        self.fb = fb
+        self.root = root
+        self.chain = chain
+        ins = [b.plan.info[i] for i in rec.inputs]
+        self.infos = body_infos(rec, ins, InferContext(b.plan.file,
+                                                       {n.id: n for n in rec.body},
+                                                       b.plan.pointers, "append"))
+        self.bb = _BodyBuilder(b, rec, self.infos)
+        self.order = body_order(rec)
+        self.linear = all(n <= 1 for n in body_paths(rec).values())
+        self.set = rec.union == "set"
+        if not self.linear and not self.set:
+            raise RuntimeFailure("a bag (UNION ALL) recursion needs a body that reads the "
+                                 "loop and each further input along one path at most",
+                                 file=b.plan.file, node=rec.id,
+                                 pointer=b.plan.pointer(rec.id, "body"),
+                                 expected="a linear body, or union 'set'",
+                                 found="an input read along several paths")
+        # stream inputs arrive through the loop query; tables are read at every batch
+        self.streams = [i for i, nid in enumerate(rec.inputs) if b.plan.info[nid].stream]
+        if 0 not in self.streams:
+            raise RuntimeFailure("the base of a recursive step must be a stream",
+                                 file=b.plan.file, node=rec.id,
+                                 pointer=b.plan.pointer(rec.id, "inputs/0"),
+                                 expected="a stream", found="a table")
+        self.names = {i: list(b.plan.info[nid].names) for i, nid in enumerate(rec.inputs)}
+        self.schemas: dict[int, Any] = {}
+
+    # -- the query ---------------------------------------------------------------------
+    def start(self, writer: Any) -> Any:
+        F = self.fb.F
+        frames = {i: self.fb.dataframe(self.rec.inputs[i]) for i in self.streams}
+        for i, df in frames.items():
+            self.schemas[i] = df.select(*[F.col(q(n)) for n in self.names[i]]).schema
+        tagged = None
+        for i in self.streams:
+            cols = [F.lit(i).alias(TAG)]
+            for j in self.streams:
+                s = F.struct(*[F.col(q(n)) for n in self.names[j]])
+                cols.append((s if j == i else F.lit(None).cast(self.schemas[j]))
+                            .alias(f"{TAG}{j}"))
+            part = frames[i].select(*cols)
+            tagged = part if tagged is None else tagged.unionByName(part)
+        self.writer = writer
+        opts = self.fb.opts
+        w = tagged.writeStream.queryName(f"{opts.query or self.plan.query}.{self.rec.id}.loop") \
+            .foreachBatch(self.batch).option("checkpointLocation", str(self.root / "spark"))
+        w = w.trigger(availableNow=True) if opts.available_now else \
+            w.trigger(processingTime=opts.trigger_interval)
+        return w.start()
+
+    # -- one micro-batch -----------------------------------------------------------------
+    def batch(self, df: Any, batch_id: int) -> None:
+        """Step 1. Forget what an interrupted attempt of this batch left.  Step 2. Read the
+        state of the batches before.  Step 3. Iterate to the fixpoint.  Step 4. Record the
+        new rows and edges.  Step 5. Write the new rows (exactly once)."""
+        t0 = time.monotonic()
+        F = self.fb.F
+        state = self.root / "state"
+        # Step 1.
+        for d in [*state.glob(f"*/batch={batch_id}"), self.root / "tmp"]:
+            shutil.rmtree(d, ignore_errors=True)
+        df = df.localCheckpoint(eager=True)
+        new = {i: df.where(F.col(TAG) == i).select(f"{TAG}{i}.*") for i in self.streams}
+        # Step 2.
+        old = {i: self._read(state / f"E{i}", i, batch_id) for i in self.streams if i}
+        r_old = self._read(state / "R", 0, batch_id)
+        # a table as it is now, read once for the whole batch's loop
+        tables = {i: self.fb.dataframe(self.rec.inputs[i]).localCheckpoint(eager=True)
+                  for i in range(1, len(self.rec.inputs)) if i not in self.streams}
+        full = {i: old[i].unionByName(new[i]) for i in old}
+        full.update(tables)
+        # Step 3.
+        rows, iterations, hit = self._fixpoint(new[0], r_old, old, new, full)
+        # Step 4.
+        counts = {}
+        for i in self.streams:
+            if i:
+                counts[f"E{i}"] = self._write(new[i], state / f"E{i}" / f"batch={batch_id}")
+        counts["R"] = self._write(rows, state / "R" / f"batch={batch_id}")
+        if hit:
+            msg = (f"recursive step '{self.rec.id}' reached max_iterations="
+                   f"{self.rec.max_iterations} in batch {batch_id} and the body still derives "
+                   f"new rows")
+            if self.rec.on_limit == "error":
+                raise RuntimeFailure(msg, file=self.plan.file, node=self.rec.id,
+                                     pointer=self.plan.pointer(self.rec.id, "max_iterations"),
+                                     expected=f"a fixpoint within {self.rec.max_iterations} "
+                                     "iterations", found=f"new rows at iteration {iterations}")
+            self.chain.note(f"  warning: {msg}; on_limit 'return' keeps what was derived")
+        # Step 5.
+        self.writer(rows, batch_id)
+        self.chain.note(f"  recursive '{self.rec.id}' batch {batch_id}: "
+                        f"{counts['R']} new rows in {iterations} iteration(s), "
+                        f"{int((time.monotonic() - t0) * 1000)} ms")
+
+    def _fixpoint(self, base: Any, r_old: Any, old: dict[int, Any], new: dict[int, Any],
+                  full: dict[int, Any]) -> tuple[Any, int, bool]:
+        """Semi-naive: D0 = new base rows; D1 = body(D0, all edges) ∪ body(old rows, new
+        edges); Dk+1 = body(Dk, all edges); with set semantics minus every row known."""
+        known = r_old
+        d = base.distinct() if self.set else base
+        if self.set:
+            d = d.subtract(known)
+        d = d.localCheckpoint(eager=True)
+        derived = [d]
+        known = known.unionByName(d)
+        limit = self.rec.max_iterations
+        i = 0
+        while True:
+            i += 1
+            if self.linear:
+                terms = [self._body(d, full)]
+                streams = sorted(old)
+                for n, k in enumerate(streams if i == 1 else []):
+                    # the old rows with: edges before k as they were, k's new ones, the
+                    # ones after k as they are now (each new derivation counted once)
+                    ins = dict(full)
+                    ins.update({j: old[j] for j in streams[:n]})
+                    ins[k] = new[k]
+                    terms.append(self._body(r_old, ins))
+                nxt = _union(terms)
+            else:
+                nxt = self._body(known, full)
+            if self.set:
+                nxt = nxt.distinct().subtract(known)
+            nxt = nxt.localCheckpoint(eager=True)
+            if nxt.isEmpty():
+                return _union(derived), i, False
+            derived.append(nxt)
+            known = known.unionByName(nxt)
+            d = nxt
+            if i >= limit:
+                return _union(derived), i, True
+
+    def _body(self, loop: Any, inputs: dict[int, Any]) -> Any:
+        from migrate.build.core import build_step as build
+
+        frames = {self.rec.body_input: loop}
+        for k, fid in enumerate(self.rec.further_inputs, 1):
+            frames[fid] = inputs[k]
+        body = {n.id: n for n in self.rec.body}
+        for bid in self.order:
+            node = body[bid]
+            frames[bid] = build(node, self.bb, [frames[i] for i in node.inputs],
+                                self.infos[bid])
+        out = frames[self.rec.body_output]
+        return out.select(*[self.fb.F.col(q(o)).cast(t.dataType).alias(t.name)
+                            for o, t in zip(out.columns, self.schemas[0].fields)])
+
+    def _read(self, path: Path, i: int, batch_id: int) -> Any:
+        spark = self.fb.spark
+        if path.exists() and any(path.glob("batch=*/*.parquet")):
+            df = spark.read.schema(self._with_batch(i)).parquet(str(path))
+            return df.where(self.fb.F.col("batch") < batch_id).drop("batch")
+        return spark.createDataFrame([], self.schemas[i])
+
+    def _with_batch(self, i: int) -> Any:
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        return StructType([*self.schemas[i].fields, StructField("batch", LongType())])
+
+    def _write(self, df: Any, path: Path) -> int:
+        n = df.count()
+        if n:
+            # written aside, then renamed: a batch directory is complete or absent
+            tmp = self.root / "tmp" / f"{path.parent.name}-{path.name}"
+            df.coalesce(1).write.mode("overwrite").parquet(str(tmp))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, path)
+        return n
+
+
+def _union(frames: list[Any]) -> Any:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+class QueryChain:
+    """Several streaming queries that ``theseus run`` hosts as one: the loop queries of the
+    recursive steps, then the output query.  With available-now each starts when the one
+    before finished, so the output query sees every row the fixpoint derived from the input
+    present at the start.  ``notes()`` gives the loops' progress lines and warnings."""
+
+    def __init__(self, available_now: bool) -> None:
+        self.available_now = available_now
+        self._starters: list[Callable[[], Any]] = []
+        self.queries: list[Any] = []
+        self._notes: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, starter: Callable[[], Any]) -> None:
+        self._starters.append(starter)
+
+    def begin(self) -> None:
+        if self.available_now:
+            self.queries.append(self._starters.pop(0)())
+        else:
+            while self._starters:
+                self.queries.append(self._starters.pop(0)())
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._notes.append(line)
+
+    def notes(self) -> list[str]:
+        with self._lock:
+            out, self._notes = self._notes, []
+        return out
+
+    def _advance(self) -> None:
+        if any(sq.exception() is not None for sq in self.queries):
+            for sq in self.queries:
+                if sq.isActive:
+                    sq.stop()
+            self._starters.clear()
+            return
+        while self._starters and not any(sq.isActive for sq in self.queries):
+            self.queries.append(self._starters.pop(0)())
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802  (StreamingQuery's name)
+        self._advance()
+        return any(sq.isActive for sq in self.queries) or bool(self._starters)
+
+    @property
+    def recentProgress(self) -> list[dict]:  # noqa: N802
+        self._advance()
+        out = self.queries[-1] if not self._starters else None
+        return out.recentProgress if out is not None else []
+
+    @property
+    def id(self) -> Any:
+        return self.queries[0].id
+
+    @property
+    def status(self) -> dict:
+        return {"isTriggerActive": any(sq.status.get("isTriggerActive", False)
+                                       for sq in self.queries if sq.isActive)}
+
+    def exception(self) -> Any:
+        for sq in self.queries:
+            e = sq.exception()
+            if e is not None:
+                return e
+        return None
+
+    def stop(self) -> None:
+        self._starters.clear()
+        for sq in self.queries:
+            if sq.isActive:
+                sq.stop()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:  # noqa: N802
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.isActive:
+            if self.exception() is not None:
+                self.stop()
+                return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
