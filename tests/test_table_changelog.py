@@ -4,7 +4,6 @@ refused with one clear message."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
