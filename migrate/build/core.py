@@ -126,8 +126,11 @@ class Builder:
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
                              retired=self._retired())
+        # A changelog's rows are all appended (signed: migrate.build.changelog); Spark
+        # chains its stateful operators only in append mode.
+        mode = "append" if self.plan.info[sink.id].changelog else sink.mode
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
-            .outputMode(sink.mode).foreachBatch(writer)
+            .outputMode(mode).foreachBatch(writer)
         if self.opts.checkpoint:
             w = w.option("checkpointLocation", self.opts.checkpoint)
         if self.opts.available_now:
