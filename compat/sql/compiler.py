@@ -34,8 +34,8 @@ from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
 from compat.steps import Project, Sink, Source
-from compat.steps.source import CHANGELOG, table_read
 from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
+from compat.steps.source import CHANGELOG, table_read
 
 COMPILER_VERSION = "theseus-sql/1"
 #: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
