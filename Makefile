@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate bench-fleet lint clean
+.PHONY: test demo kafka kafka-stop bench bench-run bench-migrate bench-fleet bench-tables lint clean
 
 $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
@@ -41,6 +41,9 @@ bench-migrate: $(STAMP)
 
 bench-fleet: $(STAMP)
 	$(PY) bench/fleet_share.py
+
+bench-tables: $(STAMP)
+	$(PY) bench/tables.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts
