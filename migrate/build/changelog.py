@@ -8,8 +8,8 @@ to it as they are (a filter keeps the retraction of a row only if it kept the ro
 project maps both), and the sink turns each micro-batch's signed rows into upserts and
 tombstones per key (``gates.sink``).
 
-Stateful steps are ``applyInPandasWithState`` operators in ``append`` mode, keyed by a JSON
-text of their key (``to_json`` in the JVM, so every Spark type keys alike), their rows
+Stateful steps are ``transformWithStateInPandas`` operators in ``Append`` mode, keyed by a
+JSON text of their key (``to_json`` in the JVM, so every Spark type keys alike), their rows
 carried as JSON text too (``from_json`` with the node's inferred schema reads them back):
 
 * **normalise** (the source): the previous value per table key in state; every record is
@@ -23,11 +23,14 @@ carried as JSON text too (``from_json`` with the node's inferred schema reads th
   rows of each side as counted multisets; the output for the key before and after the
   batch's changes is compared and the difference emitted.
 
-Why ``applyInPandasWithState``: it runs in PySpark 4 without a native state store provider
-(``transformWithStateInPandas`` needs RocksDB and is marked evolving), several of them may be
-chained in one query when all are in append mode, and their state is versioned with the
-checkpoint: a batch replayed after a crash starts from the state of the batch before it
-and produces the same rows, which the exactly-once sink then skips.
+Why ``transformWithStateInPandas``: a table aggregate or join chains two stateful operators
+(the normalisation, then the aggregate or join), and Spark refuses a second
+``applyInPandasWithState`` in one query ("Multiple applyInPandasWithStates are not
+supported", measured on PySpark 4.3), while ``transformWithState`` operators chain in append
+mode.  It needs the RocksDB state store, which ``theseus run`` configures for every query
+(``Builder.start`` sets it for a changelog query whose session does not).  Its state is
+versioned with the checkpoint: a batch replayed after a crash starts from the state of the
+batch before it and produces the same rows, which the exactly-once sink then skips.
 """
 
 from __future__ import annotations
@@ -46,7 +49,48 @@ SIDE = "_theseus_side"
 #: how a stateful changelog operator's output is typed before ``from_json``
 OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
-_NO_TIMEOUT = "NoTimeout"
+#: the state store transformWithState needs
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class _State:
+    """A transformWithState value state with the face of applyInPandasWithState's
+    ``GroupState`` (``exists``, ``get``, ``update``, ``remove``) the group functions use."""
+
+    def __init__(self, vs: Any) -> None:
+        self.vs = vs
+
+    @property
+    def exists(self) -> bool:
+        return self.vs.exists()
+
+    @property
+    def get(self) -> tuple:
+        return tuple(self.vs.get())
+
+    def update(self, v: tuple) -> None:
+        self.vs.update(tuple(v))
+
+    def remove(self) -> None:
+        self.vs.clear()
+
+
+def _stateful(grouped: Any, fn: Any, state_schema: str) -> Any:
+    """``fn(key, pdfs, state)`` over each group of ``grouped``, its state a value of
+    ``state_schema``: a transformWithStateInPandas operator in append mode."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class Processor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = _State(handle.getValueState("s", state_schema))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
+            yield from fn(key, rows, self.state)
+
+        def close(self) -> None:
+            pass
+
+    return grouped.transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append", "None")
 
 
 def _frame(rows: list[tuple[str, int]]) -> Any:
@@ -83,16 +127,12 @@ def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
 def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],
               columns: tuple[tuple[str, str], ...]) -> Any:
     """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
     F = b.F
     packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
                        F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
-    out = packed.groupBy(KEY).applyInPandasWithState(
-        _normalise_group, OUT_SCHEMA, "row string", "append",
-        getattr(GroupStateTimeout, _NO_TIMEOUT))
+    out = _stateful(packed.groupBy(KEY), _normalise_group, "row string")
     return unpack(b, out, columns, names)
 
 
@@ -128,8 +168,6 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
               names: tuple[str, ...]) -> Any:
     """``group_by`` as (name, expression), ``calls`` as (name, function, argument
     expressions): the signed rows of each group's output."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
     F = b.F
     keys = [F.expr(e).alias(n) for n, e in group_by]
     args = []
@@ -149,8 +187,7 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _aggregate_group(spec, key, pdfs, state)
 
-    out = packed.groupBy(KEY).applyInPandasWithState(
-        fn, OUT_SCHEMA, "st string", "append", getattr(GroupStateTimeout, _NO_TIMEOUT))
+    out = _stateful(packed.groupBy(KEY), fn, "st string")
     return unpack(b, out, columns, names)
 
 
@@ -232,8 +269,6 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          columns: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
     ``compat.steps.join.join_output``'s (output name, side, input column)."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
     F = b.F
 
     def side(df: Any, keys: tuple[str, ...], cols: tuple[str, ...], tag: int) -> Any:
@@ -255,9 +290,7 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _join_group(spec, key, pdfs, state)
 
-    res = both.groupBy(KEY).applyInPandasWithState(
-        fn, OUT_SCHEMA, "l string, r string", "append",
-        getattr(GroupStateTimeout, _NO_TIMEOUT))
+    res = _stateful(both.groupBy(KEY), fn, "l string, r string")
     return unpack(b, res, columns, names)
 
 

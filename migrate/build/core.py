@@ -137,7 +137,22 @@ class Builder:
             w = w.trigger(availableNow=True)
         else:
             w = w.trigger(processingTime=self.opts.trigger_interval)
-        return w.start()
+        if not self.plan.info[sink.id].changelog:
+            return w.start()
+        # A changelog's operators are transformWithState's, which need RocksDB; the query
+        # takes its own copy of the session's settings when it starts.
+        from migrate.build.changelog import ROCKSDB
+
+        key = "spark.sql.streaming.stateStore.providerClass"
+        before = self.spark.conf.get(key, None)
+        self.spark.conf.set(key, ROCKSDB)
+        try:
+            return w.start()
+        finally:
+            if before is None:
+                self.spark.conf.unset(key)
+            elif before != ROCKSDB:
+                self.spark.conf.set(key, before)
 
     def _build(self, node: Node) -> Any:
         try:
