@@ -21,7 +21,8 @@ carried as JSON text too (``from_json`` with the node's inferred schema reads th
   retracted and its new one added, and a group left with no rows only retracted;
 * **join** (inner or left, equal keys; a foreign-key join is one): per join key the current
   rows of each side as counted multisets; the output for the key before and after the
-  batch's changes is compared and the difference emitted.
+  batch's changes is compared and the difference emitted.  Rows with a null key match
+  nothing and keep no state (a left row with one passes, padded with nulls).
 
 Why ``transformWithStateInPandas``: a table aggregate or join chains two stateful operators
 (the normalisation, then the aggregate or join), and Spark refuses a second
@@ -269,19 +270,23 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          columns: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
     ``compat.steps.join.join_output``'s (output name, side, input column)."""
+    from migrate.build.core import q
+
     F = b.F
+
+    def null_key(keys: tuple[str, ...]) -> Any:
+        out = None
+        for e in keys:
+            isnull = F.expr(e).isNull()
+            out = isnull if out is None else out | isnull
+        return out
 
     def side(df: Any, keys: tuple[str, ...], cols: tuple[str, ...], tag: int) -> Any:
         kcols = [F.expr(e).alias(f"k{i}") for i, e in enumerate(keys)]
-        # SQL equality: a null key matches nothing (its rows still pad in a left join)
-        any_null = None
-        for e in keys:
-            isnull = F.expr(e).isNull()
-            any_null = isnull if any_null is None else any_null | isnull
-        key = F.when(any_null, F.lit(None).cast("string")).otherwise(
-            F.to_json(F.struct(*kcols), JSON_OPTIONS))
-        return df.select(key.alias(KEY), F.lit(tag).alias(SIDE), _pack(b, cols).alias(ROW),
-                         F.col(SIGN))
+        # SQL equality: a row with a null key matches nothing, so it never enters state
+        return df.where(~null_key(keys)).select(
+            F.to_json(F.struct(*kcols), JSON_OPTIONS).alias(KEY), F.lit(tag).alias(SIDE),
+            _pack(b, cols).alias(ROW), F.col(SIGN))
 
     both = side(left, left_keys, left_names, 0).unionByName(
         side(right, right_keys, right_names, 1))
@@ -290,8 +295,15 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _join_group(spec, key, pdfs, state)
 
-    res = _stateful(both.groupBy(KEY), fn, "l string, r string")
-    return unpack(b, res, columns, names)
+    res = unpack(b, _stateful(both.groupBy(KEY), fn, "l string, r string"), columns, names)
+    if how != "left":
+        return res
+    # A left row with a null key is output padded with nulls, and retracted so: no state.
+    types = dict(zip(names, (t for _, t in columns)))
+    padded = left.where(null_key(left_keys)).select(
+        *[(F.col(q(src)) if s == "left" else F.lit(None).cast(types[name])).alias(name)
+          for name, s, src in out], F.col(SIGN))
+    return res.unionByName(padded)
 
 
 def _joined(spec: tuple[str, list[tuple[str, str, str]]], null_key: bool,
