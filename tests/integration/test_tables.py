@@ -88,6 +88,9 @@ def _history(rng: random.Random, first: bool):
         else:
             profiles.append((u, None if rng.random() < 0.5 else
                              {"user_id": u, "tier": rng.choice(TIERS)}))
+    if first:
+        # every user of the rare region is deleted by the end: its group empties
+        users += [(f"u{i}", None) for i in range(15)]
     for _ in range(1500):
         o = f"o{rng.randrange(ORDERS)}"
         if rng.random() < 0.2:
