@@ -76,22 +76,33 @@ class _State:
         self.vs.clear()
 
 
-def _stateful(grouped: Any, fn: Any, state_schema: str) -> Any:
-    """``fn(key, pdfs, state)`` over each group of ``grouped``, its state a value of
+def _named(pdfs: Iterator[Any], columns: list[str]) -> Iterator[Any]:
+    # PySpark 4.3 rebuilds each chunk from itertuples(), which renames columns that start
+    # with an underscore to their positions: give them their names back.
+    for pdf in pdfs:
+        pdf.columns = columns
+        yield pdf
+
+
+def _stateful(df: Any, fn: Any, state_schema: str) -> Any:
+    """``fn(key, pdfs, state)`` over each group of ``df`` by ``KEY``, its state a value of
     ``state_schema``: a transformWithStateInPandas operator in append mode."""
     from pyspark.sql.streaming import StatefulProcessor
+
+    columns = list(df.columns)
 
     class Processor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             self.state = _State(handle.getValueState("s", state_schema))
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
-            yield from fn(key, rows, self.state)
+            yield from fn(key, _named(rows, columns), self.state)
 
         def close(self) -> None:
             pass
 
-    return grouped.transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append", "None")
+    return df.groupBy(KEY).transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append",
+                                                      "None")
 
 
 def _frame(rows: list[tuple[str, int]]) -> Any:
@@ -133,7 +144,7 @@ def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, .
     F = b.F
     packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
                        F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
-    out = _stateful(packed.groupBy(KEY), _normalise_group, "row string")
+    out = _stateful(packed, _normalise_group, "row string")
     return unpack(b, out, columns, names)
 
 
@@ -188,7 +199,7 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _aggregate_group(spec, key, pdfs, state)
 
-    out = _stateful(packed.groupBy(KEY), fn, "st string")
+    out = _stateful(packed, fn, "st string")
     return unpack(b, out, columns, names)
 
 
@@ -295,7 +306,7 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _join_group(spec, key, pdfs, state)
 
-    res = unpack(b, _stateful(both.groupBy(KEY), fn, "l string, r string"), columns, names)
+    res = unpack(b, _stateful(both, fn, "l string, r string"), columns, names)
     if how != "left":
         return res
     # A left row with a null key is output padded with nulls, and retracted so: no state.
