@@ -14,6 +14,7 @@ All plans share one Spark session and the same input topics; each query runs wit
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -340,7 +341,8 @@ def test_table_aggregate_survives_sigkill(kafka, tmp_path):
 
     cmd = [PYTHON, "-m", "migrate.cli", "run", str(plan_path), "--bootstrap", kafka.bootstrap,
            "--state", str(tmp_path / "store")]
-    env = {**spark_env(), "PYTHONPATH": str(ROOT)}
+    env = spark_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
