@@ -78,7 +78,8 @@ def _history(rng: random.Random, first: bool):
         i = rng.randrange(USERS)
         u = f"u{i}"
         if i < 15:
-            users.append((u, None))  # the rare region empties: its group is deleted
+            if not first:
+                users.append((u, None))  # the rare region empties: its group is deleted
             continue
         r = rng.random()
         if r < 0.15:
@@ -89,8 +90,9 @@ def _history(rng: random.Random, first: bool):
         else:
             profiles.append((u, None if rng.random() < 0.5 else
                              {"user_id": u, "tier": rng.choice(TIERS)}))
-    if first:
-        # every user of the rare region is deleted by the end: its group empties
+    if not first:
+        # every user of the rare region is deleted by the end of the second round: the
+        # group, written after the first, empties and is tombstoned after the second
         users += [(f"u{i}", None) for i in range(15)]
     for _ in range(1500):
         o = f"o{rng.randrange(ORDERS)}"
