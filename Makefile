@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster demo kafka kafka-stop cluster cluster-stop bench bench-run \
-	bench-migrate bench-fleet bench-cluster bench-recursion lint clean
+	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables lint clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -63,6 +63,9 @@ bench-cluster: $(STAMP)
 
 bench-recursion: $(STAMP)
 	$(PY) bench/recursion.py
+
+bench-tables: $(STAMP)
+	$(PY) bench/tables.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

@@ -55,6 +55,10 @@ class NodeInfo:
     watermarks: frozenset[str]  # output columns that carry an event-time watermark
     deterministic: bool  # this node's own expressions
     names: tuple[str, ...] = ()  # output column names as written (case kept)
+    #: fed by a table read as a changelog (``source`` version 2, ``read: changelog``): the
+    #: rows are a table's changes, each an insertion or a retraction of a whole row, and
+    #: stateful steps over them retract (Flink's ChangelogNormalize and retract mode)
+    changelog: bool = False
 
     @property
     def types(self) -> dict[str, str]:

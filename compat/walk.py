@@ -27,6 +27,7 @@ from compat.rules import RuleContext
 from compat.rules.common import check_version
 from compat.rules.passive import check_passive, history_note
 from compat.steps import Sink, Source, StartGate, StopGate
+from compat.steps.source import SNAPSHOT, table_read
 
 Rule = Callable[[Node, Node, RuleContext], list[Finding]]
 #: an old and a new enforcing step paired by the walk
@@ -422,10 +423,11 @@ def _checkpoint_free(node: Node) -> bool:
     """Whether nothing of ``node`` is in the checkpoint, so that it may change on a restart
     (given it holds no state): not the sink (its key and topic are what consumers read),
     not a stream source (the checkpoint holds its offsets); a table source is read afresh
-    at every micro-batch."""
+    at every micro-batch when it is read as a snapshot (a changelog's offsets are in the
+    checkpoint)."""
     if isinstance(node, Sink):
         return False
-    return not isinstance(node, Source) or node.role == "table"
+    return not isinstance(node, Source) or table_read(node) == SNAPSHOT
 
 
 def _state_node(state: Pair | None) -> Node | None:

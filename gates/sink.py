@@ -19,6 +19,11 @@ Record format:
   ``yyyy-MM-dd``. The gated source reads this format back.
 * an optional column ``_theseus_op``: rows where it equals ``'D'`` are written as tombstones
   (null value, same key); the column itself is never written.
+* an optional column ``_theseus_sign`` (a changelog: ``+1`` a row enters the output, ``-1``
+  it leaves): the batch's rows are summed per key and value, and each key gets one record,
+  the value that is left with a positive count (the first seen if several are: the sink key
+  is then not a key of the output), else, when a value of the key was retracted, a
+  tombstone; a key whose changes cancel out gets none.  The column itself is never written.
 
 Delivery:
 
@@ -54,6 +59,7 @@ from typing import Any
 from compat.errors import SinkError
 
 OP_COLUMN = "_theseus_op"
+SIGN_COLUMN = "_theseus_sign"
 DELIVERIES = ("exactly_once", "at_least_once")
 JSON_OPTIONS = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
@@ -72,7 +78,7 @@ def encode_batch(df, key_columns: Sequence[str]) -> tuple[list, list]:
     """Serialize a DataFrame into (keys, values) lists of str/None, computed in the JVM."""
     from pyspark.sql import functions as F
 
-    cols = [c for c in df.columns if c != OP_COLUMN]
+    cols = [c for c in df.columns if c not in (OP_COLUMN, SIGN_COLUMN)]
     missing = [k for k in key_columns if k not in cols]
     if missing:
         raise SinkError("the sink's key columns are not all output columns",
@@ -85,8 +91,37 @@ def encode_batch(df, key_columns: Sequence[str]) -> tuple[list, list]:
         key = F.to_json(F.struct(*[F.col(_q(k)) for k in key_columns]), JSON_OPTIONS)
     else:
         key = F.lit(None).cast("string")
+    if SIGN_COLUMN in df.columns:
+        table = df.select(key.alias("k"), value.alias("v"), F.col(SIGN_COLUMN)).toArrow()
+        return consolidate(table.column("k").to_pylist(), table.column("v").to_pylist(),
+                           table.column(SIGN_COLUMN).to_pylist())
     table = df.select(key.alias("k"), value.alias("v")).toArrow()
     return table.column("k").to_pylist(), table.column("v").to_pylist()
+
+
+def consolidate(keys: list, values: list, signs: list) -> tuple[list, list]:
+    """A batch of signed rows as one record per key: upserts and tombstones (module doc)."""
+    net: dict[tuple, int] = {}
+    order: dict[Any, None] = {}
+    for k, v, s in zip(keys, values, signs):
+        net[(k, v)] = net.get((k, v), 0) + s
+        order.setdefault(k, None)
+    last: dict[Any, Any] = {}
+    retracted: set = set()
+    for (k, v), n in net.items():
+        if n > 0:
+            last[k] = v
+        elif n < 0:
+            retracted.add(k)
+    out_k, out_v = [], []
+    for k in order:
+        if k in last:
+            out_k.append(k)
+            out_v.append(last[k])
+        elif k in retracted:
+            out_k.append(k)
+            out_v.append(None)
+    return out_k, out_v
 
 
 class KafkaSink:

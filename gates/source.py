@@ -18,9 +18,10 @@ Options (names are case-insensitive, values strings):
 ``maxRecordsPerBatch`` (admission control, default 100000 offsets per micro-batch over all
     partitions, spread fairly; ``0`` = unlimited), ``store`` + ``query`` (gate state, see
     :mod:`gates.state`; both optional), ``startingOffsets`` (``earliest`` default | ``latest``),
-``role`` (``stream`` default | ``table``), ``key_columns`` (comma list; required for
-    ``table``), ``readTimeoutSeconds`` (a task fails if it makes no progress for this long,
-    default 120), ``isolationLevel`` (``read_committed`` default | ``read_uncommitted``),
+``role`` (``stream`` default | ``table`` | ``changelog``), ``key_columns`` (comma list;
+    required for ``table`` and ``changelog``), ``readTimeoutSeconds`` (a task fails if it
+    makes no progress for this long, default 120), ``isolationLevel`` (``read_committed``
+    default | ``read_uncommitted``),
 ``kafka.<conf>`` (passed to the librdkafka clients, e.g. ``kafka.security.protocol``),
 ``node`` (the plan's source node id: names this reader in the acknowledgements, see
     :func:`_reader_name`).
@@ -41,6 +42,12 @@ record. A ``table`` source is read with ``spark.read`` and returns the latest va
 (``key_columns`` taken from the record key, a JSON object, else from the value; a tombstone
 deletes the key). Each read takes the partitions' ends when the task runs, so a stream-static
 join sees the table as of each micro-batch.
+
+A ``changelog`` source is a table read with ``spark.readStream``: every record, a tombstone
+too, is a row, its key columns taken from the record key as for ``table``; two more columns
+(which the schema must end with) say ``_theseus_deleted`` (a null value: the key is deleted)
+and ``_theseus_offset`` (the record's offset, the order of a key's changes: a key lives in
+one partition).  ``migrate.build.changelog`` turns these upserts into retractions.
 """
 from __future__ import annotations
 
@@ -155,7 +162,7 @@ class SourceOptions:
             return v
 
         fmt = choice("format", "json", ("json", "string"))
-        role = choice("role", "stream", ("stream", "table"))
+        role = choice("role", "stream", ("stream", "table", "changelog"))
         starting = choice("startingOffsets", "earliest", ("earliest", "latest"))
         schema = get("schema")
         if schema is None:
@@ -164,8 +171,8 @@ class SourceOptions:
                                   "format json", topic=topic)
             schema = "value STRING"
         keys = tuple(k.strip() for k in (get("key_columns", "") or "").split(",") if k.strip())
-        if role == "table" and not keys:
-            raise SourceError(f"{NAME}: role 'table' needs option 'key_columns'", topic=topic)
+        if role in ("table", "changelog") and not keys:
+            raise SourceError(f"{NAME}: role '{role}' needs option 'key_columns'", topic=topic)
         iso = choice("isolationLevel", "read_committed", ("read_committed", "read_uncommitted"))
         numbers = (("partitions", int, None), ("maxRecordsPerBatch", int, 100000),
                    ("readTimeoutSeconds", float, 120))
@@ -700,6 +707,40 @@ def _read_stream_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRa
         yield builder.from_values(buf)
 
 
+#: the columns a ``changelog`` source adds last to its rows
+DELETED_COLUMN = "_theseus_deleted"
+OFFSET_COLUMN = "_theseus_offset"
+
+
+def _read_changelog_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange,
+                          start: int, end: int):
+    """Every record of [start, end) as an upsert of its key (a tombstone: a deletion)."""
+    docs: list[dict] = []
+    for msgs in _consume(opts, rng, start, end):
+        for m in msgs:
+            if _is_control(m):
+                continue
+            v = m.value()
+            doc = None if v is None else builder.parse(v) if builder.fmt == "json" else \
+                {builder.names[0]: v.decode("utf-8", "replace")}
+            res = _key_of(opts, m, doc)
+            if res is None:
+                continue  # neither a key nor a value says which row this is
+            _ident, kd = res
+            row = dict(doc) if doc is not None else {}
+            for k in opts.key_columns:
+                if k not in row and k in kd:
+                    row[k] = kd[k]
+            row[DELETED_COLUMN] = doc is None
+            row[OFFSET_COLUMN] = m.offset()
+            docs.append(row)
+        if len(docs) >= _CHUNK:
+            yield builder.from_dicts(docs)
+            docs = []
+    if docs:
+        yield builder.from_dicts(docs)
+
+
 def _key_of(opts: SourceOptions, m, doc: dict | None) -> tuple | None:
     """Identity of a record's key for table role: values of key_columns as JSON text."""
     raw = m.key()
@@ -901,6 +942,10 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     # -- executor side
     def read(self, partition: KafkaRange):
         builder = _ArrowBuilder(self.schema, self.opts.format)
+        if self.opts.role == "changelog":
+            yield from _read_changelog_range(self.opts, builder, partition,
+                                             partition.start, partition.end)
+            return
         yield from _read_stream_range(self.opts, builder, partition,
                                       partition.start, partition.end)
 
@@ -915,7 +960,7 @@ class TheseusKafkaBatchReader(DataSourceReader):
 
     def read(self, partition: KafkaRange):
         builder = _ArrowBuilder(self.schema, self.opts.format)
-        if self.opts.role == "table":
+        if self.opts.role in ("table", "changelog"):
             yield from _read_table_partition(self.opts, builder, partition)
             return
         parts = [partition.partition]

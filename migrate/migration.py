@@ -73,6 +73,7 @@ from compat.errors import (
 )
 from compat.model import Plan
 from compat.steps import Recursive, Source
+from compat.steps.source import SNAPSHOT, table_read
 from gates import kafkaconf
 from gates.broker import client_conf, watermarks
 from gates.deadline import Deadline
@@ -309,10 +310,11 @@ class Migrator:
     def source_topics(self, plan: Plan) -> list[str]:
         """The stream sources' topics: the cut, the caps and the acks are about these.
 
-        A ``role: table`` source is read as a snapshot (latest value per key) when its query
-        starts, so it has no position to cap; its topic is left alone."""
+        A table read as a snapshot (latest value per key) is read whole at every batch, so it
+        has no position to cap; its topic is left alone.  A table read as a changelog is a
+        stream of its changes: it is cut like a stream."""
         return sorted({n.topic for n in plan.nodes.values()
-                       if isinstance(n, Source) and n.role != "table"})
+                       if isinstance(n, Source) and table_read(n) != SNAPSHOT})
 
     def high_watermarks(self, topics: list[str]) -> dict[str, dict[int, int]]:
         return watermarks(self.m.bootstrap, topics, self.deadline)

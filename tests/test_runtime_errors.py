@@ -99,7 +99,7 @@ def test_gate_errors_point_at_topic_and_partition():
 
 @pytest.mark.parametrize("options, expected, found", [
     ({"format": "avro"}, "json | string", "'avro'"),
-    ({"role": "changelog"}, "stream | table", "'changelog'"),
+    ({"role": "upsert"}, "stream | table | changelog", "'upsert'"),
     ({"maxRecordsPerBatch": "lots"}, "an integer", "'lots'"),
     ({"isolationLevel": "dirty"}, "read_committed | read_uncommitted", "'dirty'"),
 ])

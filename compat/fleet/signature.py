@@ -41,6 +41,7 @@ from typing import Any
 from compat import expr as E
 from compat.infer import duration_seconds
 from compat.model import Node, Plan
+from compat.steps.source import CHANGELOG_VERSION, table_read
 
 #: how many hex digits of a signature name it in messages and internal topics
 SHORT = 12
@@ -180,7 +181,9 @@ def _node_sig(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan
         sig = _h("source", v, node.topic, node.format, node.role,  # type: ignore[attr-defined]
                  schema, tuple(k.lower() for k in node.key_columns),  # type: ignore[attr-defined]
                  (et.column.lower(), _duration(et.watermark)) if et else None,
-                 node.starting_offsets)  # type: ignore[attr-defined]
+                 node.starting_offsets,  # type: ignore[attr-defined]
+                 # how a version 2 table is read (version 1 hashes as it always did)
+                 *((table_read(node),) if v >= CHANGELOG_VERSION else ()))  # type: ignore
         return NodeSig(sig, {c.name.lower(): _token(sig, c.name.lower())
                              for c in node.schema})  # type: ignore[attr-defined]
     if step in ("stop_gate", "start_gate"):

@@ -33,8 +33,9 @@ from compat.sql.parse import parse_script
 from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
-from compat.steps import Project, Sink
+from compat.steps import Project, Sink, Source
 from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
+from compat.steps.source import CHANGELOG, table_read
 
 COMPILER_VERSION = "theseus-sql/1"
 #: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
@@ -105,6 +106,21 @@ def _too_deep(src: SqlText) -> SqlError:
                      found=f"{deepest} levels" if deepest else "deep nesting")
 
 
+def _table_key(graph: ir.Graph, top: str) -> tuple[str, ...]:
+    """The output key of a query over tables read as changelogs, as in ksqlDB: the key of
+    the table its first input leads to (a foreign-key join's left table), when the output
+    carries its columns; else none."""
+    step = graph[top]
+    while not isinstance(step, Source) and step.inputs:
+        step = graph[step.inputs[0]]
+    if not isinstance(step, Source) or table_read(step) != CHANGELOG:
+        return ()
+    outputs = {c.lower(): c for c in graph.columns(top)}
+    if not all(k.lower() in outputs for k in step.key_columns):
+        return ()
+    return tuple(outputs[k.lower()] for k in step.key_columns)
+
+
 def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOptions]:
     """The unoptimized graph of a script, sink included."""
     graph, out = translate(src, script)
@@ -115,7 +131,7 @@ def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOpt
     if target.columns is not None:
         top = _rename_to_table(src, script, graph, top)
     keys = opts.key_columns if opts.key_columns is not None else \
-        tuple(out.group_keys or ())
+        tuple(out.group_keys or ()) or _table_key(graph, top)
     # without a mode option, step 6 decides it: append if the plan is valid so, else update
     sink = Sink(id=target.name, inputs=(top,), topic=opts.topic, format=opts.format,
                 key_columns=keys, mode=opts.mode or "append", delivery=opts.delivery)

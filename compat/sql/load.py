@@ -22,7 +22,7 @@ from compat.sql.text import Span, SqlText
 OPTION_FIELDS = {"topic": "topic", "partitions": "partitions", "format": "format",
                  "role": "role", "key": "key_columns", "event_time": "event_time/column",
                  "watermark": "event_time/watermark", "starting_offsets": "starting_offsets",
-                 "mode": "mode", "delivery": "delivery"}
+                 "read": "read", "mode": "mode", "delivery": "delivery"}
 
 
 def read_sql(path: str, raw: bytes | None = None) -> str:

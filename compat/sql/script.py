@@ -11,6 +11,11 @@ A script is Spark SQL DDL and one query::
 Declared tables are sources when the query reads them and the sink when it writes them; their
 OPTIONS are checked for that use (``source_step``, ``sink_options``).  Tables the query does not
 read are left out of the plan.
+
+A ``role 'table'`` table is read as a changelog (source version 2) when the query reads no
+stream (``CREATE TABLE b AS SELECT ... FROM a`` over tables, as in ksqlDB), and as a snapshot
+(version 1, the static side of a stream-table join) when it also reads a stream; the
+``read`` option ('changelog' | 'snapshot') says it explicitly.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from compat.infer import duration_seconds
 from compat.model import Column, EventTime
 from compat.sql.text import Span, SqlText, did_you_mean, span_of
 from compat.steps import Source
+from compat.steps.source import CHANGELOG, CHANGELOG_VERSION, SNAPSHOT
 
 SOURCE_OPTIONS = ("topic", "partitions", "format", "role", "key", "event_time", "watermark",
-                  "starting_offsets")
+                  "starting_offsets", "read")
 SINK_OPTIONS = ("topic", "format", "key", "mode", "delivery")
 SETTINGS = ("spark.sql.shuffle.partitions", "theseus.query",
             "theseus.optimizer.excluded_rules", "theseus.config.<key>",
@@ -68,6 +74,14 @@ class Script:
 
     def setting(self, name: str) -> Value | None:
         return self.settings.get(name)
+
+    def reads_streams(self) -> bool:
+        """Whether the query (or a view, which it may read) names a stream-role table."""
+        exprs = [self.query, *self.views.values()]
+        names = {t.name.lower() for e in exprs if e is not None for t in e.find_all(exp.Table)}
+        return any(str(t.options["role"].value if "role" in t.options else "stream").lower()
+                   == "stream" for n, t in self.tables.items()
+                   if n in names and t is not self.target)
 
 
 def read_script(src: SqlText, statements: list[exp.Expression]) -> Script:
@@ -348,8 +362,10 @@ def _key_list(src: SqlText, table: Table, names: list[str] | None) -> tuple[str,
     return keys
 
 
-def source_step(src: SqlText, table: Table, step_id: str) -> Source:
-    """The source step reading a declared table."""
+def source_step(src: SqlText, table: Table, step_id: str, *,
+                changelog: bool = False) -> Source:
+    """The source step reading a declared table; a table as a changelog when ``changelog``
+    (the query reads no stream) or option ``read`` says so (module doc)."""
     _refuse(src, table, SOURCE_OPTIONS, "input")
     assert table.columns is not None
     names = [c.name for c in table.columns]
@@ -387,10 +403,19 @@ def source_step(src: SqlText, table: Table, step_id: str) -> Source:
             raise src.error(f"invalid watermark '{wm}' (expected a duration such as "
                             "'30 seconds')", table.options["watermark"].span)
     start = _opt(src, table, "starting_offsets", str, "earliest", ("earliest", "latest"))
+    read = _opt(src, table, "read", str, None, (CHANGELOG, SNAPSHOT))
+    if read is not None and role != "table":
+        raise src.error(f"option 'read' says how a table is read; '{table.name}' has role "
+                        f"'{role}' (add OPTIONS (role 'table'))", table.options["read"].span)
+    version = 1
+    if role == "table" and (read == CHANGELOG or (read is None and changelog)):
+        version, read = CHANGELOG_VERSION, None  # version 2 reads a table as a changelog
+    elif read == SNAPSHOT:
+        version = CHANGELOG_VERSION
     return Source(id=step_id, topic=topic, partitions=partitions, format=fmt, role=role,
                   schema=tuple(table.columns), key_columns=keys,
                   event_time=EventTime(et, wm) if et is not None and wm is not None else None,
-                  starting_offsets=start)
+                  starting_offsets=start, version=version, read=read)
 
 
 @dataclass(frozen=True)

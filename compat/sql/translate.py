@@ -80,6 +80,8 @@ class Translator:
     def __init__(self, src: SqlText, script: Script) -> None:
         self.src = src
         self.script = script
+        #: the query reads tables only: they are read as changelogs (compat.sql.script)
+        self._table_only: bool | None = None
         self.graph = ir.Graph(on_error=lambda g, e: plan_error(src, script, g, e))
         self.counters: dict[str, int] = {}
         # Table and view names, and the sink's, can never be generated ids.
@@ -429,7 +431,9 @@ class Translator:
         while sid in self.graph.steps:
             n += 1
             sid = f"{table.name}_{n}"
-        step = source_step(self.src, table, sid)
+        if self._table_only is None:
+            self._table_only = not self.script.reads_streams()
+        step = source_step(self.src, table, sid, changelog=self._table_only)
         self.graph.add(step, table.span)
         q = qualifier.lower()
         return Rel(sid, [ScopeCol(q, c.name, c.name) for c in step.schema])

@@ -19,6 +19,7 @@ from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
+    RETRACT,
     UPSERT,
     WINDOW_COLUMN,
     WINDOW_TYPE,
@@ -49,6 +50,10 @@ class Aggregate(Node):
         return frozenset({"windowed"}) if self.window else frozenset()
 
 
+#: aggregate functions a table aggregate can retract a row from: counts and sums subtract,
+#: min and max keep a count per value in state
+RETRACTABLE = frozenset({"count", "sum", "avg", "min", "max"})
+
 register_codes({
     "aggregate-key-changed": ("migrate", "error", "topology", MIGRATE),
     "aggregate-key-type-changed": ("migrate", "error", "schema_evolution", MIGRATE),
@@ -69,7 +74,10 @@ register_codes({
 def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
     sc = scope(src)
-    if src.mode != INSERT:
+    if src.changelog and node.window is not None:
+        raise ctx.err(node, "window", "a table read as a changelog has no event time to "
+                      "window by", expected="no window over a changelog", found="a window")
+    if src.mode != INSERT and not src.changelog:
         raise ctx.err(node, "inputs", "Spark cannot aggregate a stream of updates (a second "
                       "aggregation needs windowed, append-mode input)",
                       expected="an insert-only input [I]", found=f"[{src.mode}]")
@@ -118,6 +126,12 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                           f"'{a.function}'", expected="a Spark aggregate function",
                           found=repr(a.function),
                           hint=f"Did you mean '{close[0]}'?" if close else None)
+        if src.changelog and (fn not in RETRACTABLE or a.distinct):
+            raise ctx.err(node, f"aggregates/{i}/function", "over a table read as a "
+                          "changelog, an aggregate retracts a row's old contribution; "
+                          f"'{a.function}{' distinct' if a.distinct else ''}' cannot",
+                          expected=", ".join(sorted(RETRACTABLE)) + " (not distinct)",
+                          found=repr(a.function))
         if a.distinct and src.stream:
             raise ctx.err(node, f"aggregates/{i}/distinct", "Spark does not support distinct "
                           "aggregations on streams", expected="approx_count_distinct(...) or "
@@ -161,8 +175,11 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         mode = INSERT
     else:
         mode = UPSERT
+    if src.changelog:
+        # A group whose last row is retracted is deleted: its key gets a tombstone.
+        mode = RETRACT
     return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
-                    tuple(names))
+                    tuple(names), changelog=src.changelog)
 
 
 @compare.register

@@ -52,7 +52,8 @@ def _infer(node: Explode, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         raise ctx.err(node, "as", f"column '{node.alias}' already exists in the input",
                       expected="a new column name", found=repr(node.alias))
     return NodeInfo(src.columns + ((node.alias.lower(), elem),), src.mode, src.stream, False,
-                    src.watermarks, deterministic(node.expr), src.names + (node.alias,))
+                    src.watermarks, deterministic(node.expr), src.names + (node.alias,),
+                    changelog=src.changelog)
 
 
 @compare.register

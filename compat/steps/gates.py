@@ -33,7 +33,8 @@ class StartGate(Node):
 @infer_step.register(StartGate)
 def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
-    return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names)
+    return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names,
+                    changelog=src.changelog)
 
 
 @compare.register(StopGate)

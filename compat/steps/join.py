@@ -1,6 +1,13 @@
-"""``join``: rows of two inputs matched on keys.  Enforcing when both inputs are streams
-(Spark keeps both sides' rows in state, so type, keys and time bound must match); a
-stream-table join holds no state and may change freely."""
+"""``join``: rows of two inputs matched on keys.  Enforcing and stateful unless one side is
+a snapshot-read table: a stream-stream join keeps both sides' rows in state, and so does a
+table-table join of two tables read as changelogs (each side's current rows per join key),
+so type, keys and time bound must match; a stream-table join against a snapshot (re-read
+at every micro-batch) holds no state and may change freely.
+
+A table-table join (inner or left, on equal keys) emits the joined rows' changes as either
+side changes: a retraction of the old joined row and the new one.  A foreign-key join
+(ksqlDB's) is one whose right keys are the right table's key and whose left keys are other
+columns of the left row: it is the same join, its output keyed by the left table's key."""
 
 from __future__ import annotations
 
@@ -10,11 +17,13 @@ from typing import ClassVar
 from compat import expr as E
 from compat import types as T
 from compat.findings import MIGRATE, Finding, register_codes
-from compat.infer import INSERT, InferContext, NodeInfo, deterministic, infer_step, scope
+from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import ENFORCING, EXPR, Node, enum, prop
 from compat.rules import RuleContext, canon, canon_list, compare
 
 JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
+#: the join types of two tables read as changelogs
+TABLE_TABLE_TYPES = ("inner", "left")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,9 +123,32 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                               expected="boolean", found=t)
     stateful = left.stream and right.stream
     if not left.stream and not right.stream:
-        raise ctx.err(node, "inputs", "Spark cannot join two tables continuously",
-                      expected="at least one stream input", found="two table inputs")
-    if stateful:
+        raise ctx.err(node, "inputs", "Spark cannot join two snapshot-read tables "
+                      "continuously", expected="at least one stream input, or tables read "
+                      "as changelogs (source version 2)", found="two snapshot-read tables")
+    table_table = left.changelog and right.changelog
+    if left.changelog != right.changelog:
+        side, other = ("right", right) if left.changelog else ("left", left)
+        what = "a stream" if other.stream else "a snapshot-read table"
+        raise ctx.err(node, f"inputs/{0 if side == 'left' else 1}", f"a table read as a "
+                      f"changelog can be joined only with another one; the {side} input is "
+                      f"{what}", expected="both inputs tables read as changelogs, or the "
+                      "table read as a snapshot (read: snapshot) in a stream-table join",
+                      found=what)
+    if table_table:
+        if node.type not in TABLE_TABLE_TYPES:
+            raise ctx.err(node, "type", f"a table-table join is {' or '.join(TABLE_TABLE_TYPES)}",
+                          expected=" or ".join(TABLE_TABLE_TYPES), found=repr(node.type))
+        if not node.left_keys:
+            raise ctx.err(node, "left_keys", "a table-table join matches rows on equal keys",
+                          expected="left_keys and right_keys", found="none")
+        for f in ("condition", "time_bound"):
+            if getattr(node, f):
+                raise ctx.err(node, f, f"a table-table join matches on its keys only (a "
+                              f"{f} would decide which left rows are padded with nulls)",
+                              expected=f"no {f}: filter before or after the join",
+                              found=repr(getattr(node, f)))
+    elif stateful:
         for side, info in (("left", left), ("right", right)):
             if info.mode != INSERT:
                 raise ctx.err(node, "inputs", f"the {side} input of a stream-stream join "
@@ -150,8 +182,10 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     det = all(deterministic(x) for x in
               (*node.left_keys, *node.right_keys, node.condition or "1",
                node.time_bound or "1"))
-    mode = INSERT if stateful else (left.mode if left.stream else right.mode)
-    return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names))
+    mode = RETRACT if table_table else INSERT if stateful else \
+        (left.mode if left.stream else right.mode)
+    return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names),
+                    changelog=table_table)
 
 
 @compare.register
@@ -160,9 +194,11 @@ def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
     f = ctx.f
     o_state, n_state = ctx.oi(old).stateful, ctx.ni(new).stateful
     if o_state != n_state:
-        kinds = {True: "stream-stream (stateful)", False: "stream-table (stateless)"}
+        def kind(info: NodeInfo) -> str:
+            return "table-table (stateful)" if info.changelog else \
+                "stream-stream (stateful)" if info.stateful else "stream-table (stateless)"
         out.append(f("join-statefulness-changed", f"join '{new.id}' changes from "
-                     f"{kinds[o_state]} to {kinds[n_state]}", old, new, "inputs"))
+                     f"{kind(ctx.oi(old))} to {kind(ctx.ni(new))}", old, new, "inputs"))
         return out
     # A stateless join's changes select different rows from now on: a restart suffices.
     soft = {} if n_state else {"effect": "in_place", "severity": "warning"}

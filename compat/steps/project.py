@@ -59,7 +59,7 @@ def _infer_columns(node: Project, ctx: InferContext, src: NodeInfo) -> NodeInfo:
             marks.add(name)
     ctx.unique(node, [c.name for c in node.columns], "columns")
     return NodeInfo(tuple(cols), src.mode, src.stream, False, frozenset(marks), det,
-                    tuple(c.name for c in node.columns))
+                    tuple(c.name for c in node.columns), changelog=src.changelog)
 
 
 @compare.register

@@ -109,12 +109,17 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         raise ctx.err(node, "key_columns", "the input retracts rows, and a retraction is "
                       "written as a tombstone for its key", expected="key_columns",
                       found="none")
+    if src.changelog and node.mode != "update":
+        raise ctx.err(node, "mode", "a table read as a changelog is written as upserts and "
+                      "tombstones of its key", expected="mode 'update'",
+                      found=repr(node.mode))
     if not src.stream:
-        raise ctx.err(node, "inputs", "the sink is fed only by tables; a streaming query "
-                      "needs at least one stream source", expected="a stream upstream",
-                      found="tables only")
+        raise ctx.err(node, "inputs", "the sink is fed only by tables read as snapshots; a "
+                      "streaming query needs a stream source or a table read as a changelog",
+                      expected="a stream upstream, or source version 2 with read: changelog",
+                      found="snapshot-read tables only")
     return NodeInfo(src.columns, src.mode if node.mode != "complete" else UPSERT, src.stream,
-                    False, src.watermarks, True, src.names)
+                    False, src.watermarks, True, src.names, changelog=src.changelog)
 
 
 def _aggregates_upstream(ctx: InferContext, node: Node) -> bool:

@@ -1,6 +1,17 @@
 """``source``: a Kafka topic read as a stream of records (or, ``role: table``, as the latest
 value per key).  Enforcing: Spark's checkpoint records each source and its offsets, so the
-topic, format, role and schema must match; a partition change is scaling."""
+topic, format, role and schema must match; a partition change is scaling.
+
+Versions (old versions stay buildable and keep their meaning):
+
+1. a table (``role: table``) is a snapshot: read in full at every micro-batch, the static
+   side of a stream-static join;
+2. adds ``read`` (``changelog`` default for a table, or ``snapshot`` as in version 1): a
+   table read as a changelog is a stream of upserts of its key (a null value deletes the
+   key), normalised in Spark state into retractions of the old row plus the new row
+   (Flink's ChangelogNormalize), so that a table alone, a table aggregate and a
+   table-table join run incrementally.  ``read`` is refused in version 1 and on a stream.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +20,7 @@ from typing import ClassVar
 
 from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
-from compat.infer import INSERT, UPSERT, InferContext, NodeInfo, infer_step
+from compat.infer import INSERT, RETRACT, UPSERT, InferContext, NodeInfo, infer_step
 from compat.model import (
     ENFORCING,
     NAME,
@@ -37,6 +48,9 @@ class Source(Node):
     key_columns: tuple[str, ...] = prop((), items=NAME)
     event_time: EventTime | None = prop(None)
     starting_offsets: str = prop("earliest", schema=enum("earliest", "latest"))
+    read: str | None = prop(None, schema=enum("changelog", "snapshot"),
+                            doc="how a table is read (source version 2): changelog (default) "
+                            "or snapshot (re-read in full at every micro-batch, as version 1)")
 
     step: ClassVar[str] = "source"
     klass: ClassVar[str] = ENFORCING
@@ -44,7 +58,24 @@ class Source(Node):
     max_inputs: ClassVar[int | None] = 0
 
 
+#: the first source version with ``read`` (a table read as a changelog by default)
+CHANGELOG_VERSION = 2
+CHANGELOG = "changelog"
+SNAPSHOT = "snapshot"
+
+
+def table_read(node: Source) -> str | None:
+    """How a table source is read, ``changelog`` or ``snapshot`` (None for a stream): as
+    written, else by its version's default (version 1 knows only snapshots)."""
+    if node.role != "table":
+        return None
+    if node.read is not None:
+        return node.read
+    return CHANGELOG if node.version >= CHANGELOG_VERSION else SNAPSHOT
+
+
 register_codes({
+    "source-read-changed": ("migrate", "error", "source_modifying", MIGRATE),
     "source-topic-changed": ("migrate", "error", "source_modifying", MIGRATE),
     "source-format-changed": ("migrate", "error", "source_modifying", MIGRATE),
     "source-role-changed": ("migrate", "error", "source_modifying", MIGRATE),
@@ -88,7 +119,20 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         raise ctx.err(node, "key_columns", "a table source keeps the latest value per key, "
                       "so it needs key_columns", expected="a non-empty key_columns list",
                       found="none")
+    if node.read is not None and node.version < CHANGELOG_VERSION:
+        raise ctx.err(node, "read", f"'read' is a field of source version {CHANGELOG_VERSION}",
+                      expected=f"version {CHANGELOG_VERSION}, or no 'read' (version 1 reads "
+                      "a table as a snapshot)", found=f"version {node.version}")
+    if node.read is not None and node.role != "table":
+        raise ctx.err(node, "read", "'read' says how a table is read; a stream is read "
+                      "record by record", expected="role 'table', or no 'read'",
+                      found=f"role '{node.role}'")
+    changelog = table_read(node) == CHANGELOG
     marks: frozenset[str] = frozenset()
+    if changelog and node.event_time:
+        raise ctx.err(node, "event_time", "a table read as a changelog has no event time "
+                      "(its rows are updated in place, not appended)",
+                      expected="no event_time, or read: snapshot", found="an event_time")
     if node.event_time:
         col = node.event_time.column.lower()
         if col not in types:
@@ -99,19 +143,28 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                           "timestamp", expected="timestamp", found=types[col])
         ctx.duration(node, "event_time/watermark", node.event_time.watermark)
         marks = frozenset({col})
+    names = tuple(c.name for c in node.schema)
+    if changelog:
+        # Normalised in state: every change is the old row's retraction plus the new row.
+        return NodeInfo(tuple(cols), RETRACT, True, True, marks, True, names, changelog=True)
     mode = UPSERT if node.role == "table" else INSERT
-    return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True,
-                    tuple(c.name for c in node.schema))
+    return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True, names)
 
 
 @compare.register
 def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     f = ctx.f
+    if table_read(old) != table_read(new) and old.role == new.role == "table":
+        out.append(f("source-read-changed", f"table '{new.id}' is read as a "
+                     f"{table_read(new)} instead of a {table_read(old)}: a changelog keeps "
+                     "the table in state and its offsets in the checkpoint, a snapshot "
+                     "neither", old, new, "read" if new.read is not None else "version"))
     if old.topic != new.topic:
-        # A table is read afresh at every micro-batch (the walk judges its changes as
-        # passive ones); a stream's offsets are in the checkpoint.
-        why = "" if old.role == new.role == "table" else \
+        # A snapshot is read afresh at every micro-batch (the walk judges its changes as
+        # passive ones); a stream's offsets, and a changelog's, are in the checkpoint.
+        snap = table_read(old) == table_read(new) == SNAPSHOT
+        why = "" if snap else \
             "; Spark refuses a checkpoint whose sources changed"
         out.append(f("source-topic-changed", f"source '{new.id}' reads topic '{new.topic}' "
                      f"instead of '{old.topic}'{why}", old, new, "topic"))

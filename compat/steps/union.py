@@ -42,10 +42,16 @@ def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                 raise ctx.err(node, f"inputs/{k}", f"union column '{name}' has "
                               "incompatible types", expected=cols[i][1], found=t)
             cols[i] = (name, w)
+    if len({i.changelog for i in ins}) > 1:
+        k = next(k for k, i in enumerate(ins) if i.changelog != ins[0].changelog)
+        raise ctx.err(node, f"inputs/{k}", "a union cannot mix a table read as a changelog "
+                      "with other inputs (a changelog's rows are changes of a table)",
+                      expected="changelog inputs only, or none",
+                      found="a changelog and another input")
     mode = max((i.mode for i in ins), key=MODE_RANK.__getitem__)
     marks = frozenset.intersection(*(i.watermarks for i in ins))
     return NodeInfo(tuple(cols), mode, any(i.stream for i in ins), False, marks, True,
-                    first.names)
+                    first.names, changelog=first.changelog)
 
 
 @compare.register

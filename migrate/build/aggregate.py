@@ -6,6 +6,7 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Aggregate
+from migrate.build import changelog
 from migrate.build.core import Builder, build_step
 
 
@@ -13,6 +14,10 @@ from migrate.build.core import Builder, build_step
 def _build(node: Aggregate, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     (df,) = ins
     F = b.F
+    if info.changelog:
+        return changelog.aggregate(b, df, [(g.name, g.expr) for g in node.group_by],
+                                   [(a.name, a.function, list(a.args)) for a in node.aggregates],
+                                   info.columns, info.names)
     keys = []
     if node.window:
         w = node.window

@@ -140,15 +140,33 @@ class Builder:
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
                              retired=self._retired(), reconciler=self.opts.reconciler,
                              producer_config=self.opts.kafka())
+        # A changelog's rows are all appended (signed: migrate.build.changelog); Spark
+        # chains its stateful operators only in append mode.
+        mode = "append" if self.plan.info[sink.id].changelog else sink.mode
         w = df.writeStream.queryName(self.opts.query or self.plan.query) \
-            .outputMode(sink.mode).foreachBatch(writer)
+            .outputMode(mode).foreachBatch(writer)
         if self.opts.checkpoint:
             w = w.option("checkpointLocation", self.opts.checkpoint)
         if self.opts.available_now:
             w = w.trigger(availableNow=True)
         else:
             w = w.trigger(processingTime=self.opts.trigger_interval)
-        return w.start()
+        if not self.plan.info[sink.id].changelog:
+            return w.start()
+        # A changelog's operators are transformWithState's, which need RocksDB; the query
+        # takes its own copy of the session's settings when it starts.
+        from migrate.build.changelog import ROCKSDB
+
+        key = "spark.sql.streaming.stateStore.providerClass"
+        before = self.spark.conf.get(key, None)
+        self.spark.conf.set(key, ROCKSDB)
+        try:
+            return w.start()
+        finally:
+            if before is None:
+                self.spark.conf.unset(key)
+            elif before != ROCKSDB:
+                self.spark.conf.set(key, before)
 
     def _build(self, node: Node) -> Any:
         try:

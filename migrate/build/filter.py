@@ -14,7 +14,9 @@ from migrate.build.core import OP, Builder, build_step
 def _build(node: Filter, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     (df,) = ins
     F = b.F
-    if b.plan.info[node.inputs[0]].mode == INSERT:
+    src = b.plan.info[node.inputs[0]]
+    if src.mode == INSERT or src.changelog:
+        # A changelog's retraction of a row passes exactly when the row did.
         return df.where(F.expr(node.predicate))
     # Over updates: keep the row, but retract its key when it stops matching.
     keep = F.coalesce(F.expr(node.predicate), F.lit(False))

@@ -8,6 +8,7 @@ from typing import Any
 from compat.infer import NodeInfo
 from compat.steps import Join
 from compat.steps.join import join_output, paired_keys
+from migrate.build import changelog
 from migrate.build.core import Builder, build_step, q
 
 _HOW = {"left_semi": "left_semi", "left_anti": "left_anti", "full": "full_outer",
@@ -20,6 +21,10 @@ def _build(node: Join, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     left, right = ins
     lid, rid = node.inputs
     linfo, rinfo = b.plan.info[lid], b.plan.info[rid]
+    if info.changelog:
+        return changelog.join(b, left, right, node.left_keys, node.right_keys, node.type,
+                              join_output(node, linfo.names, rinfo.names), linfo.names,
+                              rinfo.names, info.columns, info.names)
     # Keys may be expressions: compute them on each side, then join on the results.
     lk = [f"__theseus_lk{i}" for i in range(len(node.left_keys))]
     rk = [f"__theseus_rk{i}" for i in range(len(node.right_keys))]

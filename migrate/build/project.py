@@ -6,6 +6,7 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Project
+from migrate.build.changelog import SIGN
 from migrate.build.core import OP, Builder, build_step
 
 
@@ -13,6 +14,7 @@ from migrate.build.core import OP, Builder, build_step
 def _build(node: Project, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     (df,) = ins
     cols = [b.F.expr(c.expr).alias(c.name) for c in node.columns]
-    if OP in df.columns:
-        cols.append(b.F.col(OP))
+    for marker in (OP, SIGN):
+        if marker in df.columns:
+            cols.append(b.F.col(marker))
     return df.select(*cols)

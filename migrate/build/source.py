@@ -1,5 +1,6 @@
 """``source``: the gated Kafka source (``gates.source``), a stream or, for a table, a
-batch read in full at every micro-batch."""
+batch read in full at every micro-batch (a snapshot), or a stream of its changes normalised
+into retractions (a changelog, ``migrate.build.changelog``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Source
+from compat.steps.source import CHANGELOG, table_read
+from migrate.build import changelog
 from migrate.build.core import SOURCE_FORMAT, Builder, build_step, ddl
 
 
@@ -28,6 +31,13 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     if b.opts.store:
         opts["store"] = b.opts.store
         opts["query"] = b.opts.query or b.plan.query
+    if table_read(node) == CHANGELOG:
+        from gates.source import DELETED_COLUMN, OFFSET_COLUMN
+
+        opts["role"] = "changelog"
+        opts["schema"] += f", {DELETED_COLUMN} BOOLEAN, {OFFSET_COLUMN} BIGINT"
+        df = b.spark.readStream.format(SOURCE_FORMAT).options(**opts).load()
+        return changelog.normalise(b, df, node.key_columns, info.names, info.columns)
     if node.role == "table":
         # A table is read in full (latest value per key) at every micro-batch: Spark
         # re-plans the static side of a stream-static join each time.

@@ -1,0 +1,364 @@
+"""Tables read as changelogs, on Spark: upserts normalised into retractions, and the steps
+that keep a table's state (aggregate, table-table join) as retracting operators.
+
+A changelog is carried as a DataFrame of the node's columns plus ``_theseus_sign``
+(``+1`` a row enters the table, ``-1`` a row leaves it; Flink's ``[I,UB,UA,D]`` with UB and
+D as ``-1``, I and UA as ``+1``).  Spark sees only appended rows, so stateless steps apply
+to it as they are (a filter keeps the retraction of a row only if it kept the row; a
+project maps both), and the sink turns each micro-batch's signed rows into upserts and
+tombstones per key (``gates.sink``).
+
+Stateful steps are ``transformWithStateInPandas`` operators in ``Append`` mode, keyed by a
+JSON text of their key (``to_json`` in the JVM, so every Spark type keys alike), their rows
+carried as JSON text too (``from_json`` with the node's inferred schema reads them back):
+
+* **normalise** (the source): the previous value per table key in state; every record is
+  the old row's retraction plus the new row, a tombstone the old row's retraction alone, a
+  record equal to the current row nothing (Flink's ``ChangelogNormalize``);
+* **aggregate**: per group the number of rows and, per function, retraction-safe state
+  (count; sum and non-null count for sum and avg; a count per value for min and max, so
+  that retracting the minimum finds the next one); the group's old output row is
+  retracted and its new one added, and a group left with no rows only retracted;
+* **join** (inner or left, equal keys; a foreign-key join is one): per join key the current
+  rows of each side as counted multisets; the output for the key before and after the
+  batch's changes is compared and the difference emitted.  Rows with a null key match
+  nothing and keep no state (a left row with one passes, padded with nulls).
+
+Why ``transformWithStateInPandas``: a table aggregate or join chains two stateful operators
+(the normalisation, then the aggregate or join), and Spark refuses a second
+``applyInPandasWithState`` in one query ("Multiple applyInPandasWithStates are not
+supported", measured on PySpark 4.3), while ``transformWithState`` operators chain in append
+mode.  It needs the RocksDB state store, which ``theseus run`` configures for every query
+(``Builder.start`` sets it for a changelog query whose session does not).  Its state is
+versioned with the checkpoint: a batch replayed after a crash starts from the state of the
+batch before it and produces the same rows, which the exactly-once sink then skips.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from gates.sink import JSON_OPTIONS, SIGN_COLUMN
+
+SIGN = SIGN_COLUMN
+ROW = "_theseus_row"
+KEY = "_theseus_key"
+SIDE = "_theseus_side"
+#: how a stateful changelog operator's output is typed before ``from_json``
+OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
+
+#: the state store transformWithState needs
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class _State:
+    """A transformWithState value state with the face of applyInPandasWithState's
+    ``GroupState`` (``exists``, ``get``, ``update``, ``remove``) the group functions use."""
+
+    def __init__(self, vs: Any) -> None:
+        self.vs = vs
+
+    @property
+    def exists(self) -> bool:
+        return self.vs.exists()
+
+    @property
+    def get(self) -> tuple:
+        return tuple(self.vs.get())
+
+    def update(self, v: tuple) -> None:
+        self.vs.update(tuple(v))
+
+    def remove(self) -> None:
+        self.vs.clear()
+
+
+def _named(pdfs: Iterator[Any], columns: list[str]) -> Iterator[Any]:
+    # PySpark 4.3 rebuilds each chunk from itertuples(), which renames columns that start
+    # with an underscore to their positions: give them their names back.
+    for pdf in pdfs:
+        pdf.columns = columns
+        yield pdf
+
+
+def _stateful(df: Any, fn: Any, state_schema: str) -> Any:
+    """``fn(key, pdfs, state)`` over each group of ``df`` by ``KEY``, its state a value of
+    ``state_schema``: a transformWithStateInPandas operator in append mode."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    columns = list(df.columns)
+
+    class Processor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = _State(handle.getValueState("s", state_schema))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
+            yield from fn(key, _named(rows, columns), self.state)
+
+        def close(self) -> None:
+            pass
+
+    return df.groupBy(KEY).transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append",
+                                                      "None")
+
+
+def _frame(rows: list[tuple[str, int]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({ROW: [r for r, _ in rows], SIGN: [s for _, s in rows]},
+                        columns=[ROW, SIGN])
+
+
+def _dumps(d: Any) -> str:
+    return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
+def unpack(b: Any, df: Any, columns: tuple[tuple[str, str], ...], names: tuple[str, ...]
+           ) -> Any:
+    """The node's columns (and the sign) back from an operator's JSON rows."""
+    from migrate.build.core import ddl, q
+
+    F = b.F
+    parsed = df.select(F.from_json(F.col(ROW), ddl(columns, names), JSON_OPTIONS).alias("r"),
+                       F.col(SIGN))
+    return parsed.select(*[F.col(f"r.{q(n)}").alias(n) for n in names], F.col(SIGN))
+
+
+def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
+    from migrate.build.core import q
+
+    F = b.F
+    return F.to_json(F.struct(*[F.col(q(n)) for n in names]), JSON_OPTIONS)
+
+
+# -- the source: upserts -> retractions ------------------------------------------------------
+
+def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],
+              columns: tuple[tuple[str, str], ...]) -> Any:
+    """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows."""
+    from gates.source import DELETED_COLUMN, OFFSET_COLUMN
+
+    F = b.F
+    packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
+                       F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
+    out = _stateful(packed, _normalise_group, "row string")
+    return unpack(b, out, columns, names)
+
+
+def _normalise_group(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    from gates.source import DELETED_COLUMN, OFFSET_COLUMN
+
+    old = state.get[0] if state.exists else None
+    cur = old
+    changes = []
+    for pdf in pdfs:
+        changes.extend(zip(pdf[OFFSET_COLUMN].tolist(), pdf[DELETED_COLUMN].tolist(),
+                           pdf[ROW].tolist()))
+    changes.sort(key=lambda c: c[0])  # a key's changes in the order they were written
+    for _off, deleted, row in changes:
+        cur = None if deleted else row
+    if cur == old:
+        return
+    rows = []
+    if old is not None:
+        rows.append((old, -1))
+    if cur is not None:
+        rows.append((cur, 1))
+        state.update((cur,))
+    else:
+        state.remove()
+    yield _frame(rows)
+
+
+# -- aggregate with retraction -----------------------------------------------------------------
+
+def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
+              calls: list[tuple[str, str, list[str]]], columns: tuple[tuple[str, str], ...],
+              names: tuple[str, ...]) -> Any:
+    """``group_by`` as (name, expression), ``calls`` as (name, function, argument
+    expressions): the signed rows of each group's output."""
+    F = b.F
+    keys = [F.expr(e).alias(n) for n, e in group_by]
+    args = []
+    for i, (_n, _fn, exprs) in enumerate(calls):
+        for j, e in enumerate(exprs):
+            if e.strip() != "*":
+                args.append(F.expr(e).alias(f"a{i}_{j}"))
+    pre = df.select(*keys, *args, F.col(SIGN))
+    key_names = [n for n, _ in group_by]
+    arg_names = [a for a in pre.columns if a not in key_names and a != SIGN]
+    packed = pre.select(_pack(b, key_names).alias(KEY), _pack(b, arg_names).alias(ROW),
+                        F.col(SIGN))
+    spec = [(name, fn.lower(), [f"a{i}_{j}" if e.strip() != "*" else "*"
+                                for j, e in enumerate(exprs)])
+            for i, (name, fn, exprs) in enumerate(calls)]
+
+    def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+        return _aggregate_group(spec, key, pdfs, state)
+
+    out = _stateful(packed, fn, "st string")
+    return unpack(b, out, columns, names)
+
+
+def _agg_value(fn: str, st: Any) -> Any:
+    if fn == "count":
+        return st
+    if fn in ("sum", "avg"):
+        total, n = st
+        if n == 0:
+            return None
+        return total / n if fn == "avg" else total
+    # min / max: st maps the JSON text of each value to how many rows hold it
+    vals = [json.loads(v) for v, c in st.items() if c > 0]
+    if not vals:
+        return None
+    return min(vals) if fn == "min" else max(vals)
+
+
+def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
+                     pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    (key_json,) = key
+    if state.exists:
+        st = json.loads(state.get[0])
+    else:
+        st = {"rows": 0, "aggs": [0 if fn == "count" else [0, 0] if fn in ("sum", "avg")
+                                  else {} for _n, fn, _a in spec]}
+    group = json.loads(key_json)
+
+    def output() -> str | None:
+        if st["rows"] <= 0:
+            return None
+        out = dict(group)
+        for (name, fn, _args), s in zip(spec, st["aggs"]):
+            out[name] = _agg_value(fn, s)
+        return _dumps(out)
+
+    before = output()
+    for pdf in pdfs:
+        for row, sign in zip(pdf[ROW].tolist(), pdf[SIGN].tolist()):
+            vals = json.loads(row)
+            st["rows"] += sign
+            for i, (_name, fn, args) in enumerate(spec):
+                v = None if args == ["*"] else vals.get(args[0]) if args else None
+                if fn == "count":
+                    if args in ([], ["*"]) or v is not None:
+                        st["aggs"][i] += sign
+                elif v is None:
+                    continue
+                elif fn in ("sum", "avg"):
+                    st["aggs"][i][0] += sign * v
+                    st["aggs"][i][1] += sign
+                else:
+                    k = _dumps(v)
+                    c = st["aggs"][i].get(k, 0) + sign
+                    if c:
+                        st["aggs"][i][k] = c
+                    else:
+                        st["aggs"][i].pop(k, None)
+    after = output()
+    if st["rows"] > 0:
+        state.update((_dumps(st),))
+    else:
+        state.remove()  # an emptied group leaves no state behind
+    if before == after:
+        return
+    rows = []
+    if before is not None:
+        rows.append((before, -1))
+    if after is not None:
+        rows.append((after, 1))
+    yield _frame(rows)
+
+
+# -- table-table join --------------------------------------------------------------------------
+
+def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
+         right_keys: tuple[str, ...], how: str, out: list[tuple[str, str, str]],
+         left_names: tuple[str, ...], right_names: tuple[str, ...],
+         columns: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> Any:
+    """An inner or left join of two changelogs on equal keys; ``out`` is
+    ``compat.steps.join.join_output``'s (output name, side, input column)."""
+    from migrate.build.core import q
+
+    F = b.F
+
+    def null_key(keys: tuple[str, ...]) -> Any:
+        out = None
+        for e in keys:
+            isnull = F.expr(e).isNull()
+            out = isnull if out is None else out | isnull
+        return out
+
+    def side(df: Any, keys: tuple[str, ...], cols: tuple[str, ...], tag: int) -> Any:
+        kcols = [F.expr(e).alias(f"k{i}") for i, e in enumerate(keys)]
+        # SQL equality: a row with a null key matches nothing, so it never enters state
+        return df.where(~null_key(keys)).select(
+            F.to_json(F.struct(*kcols), JSON_OPTIONS).alias(KEY), F.lit(tag).alias(SIDE),
+            _pack(b, cols).alias(ROW), F.col(SIGN))
+
+    both = side(left, left_keys, left_names, 0).unionByName(
+        side(right, right_keys, right_names, 1))
+    spec = (how, out)
+
+    def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+        return _join_group(spec, key, pdfs, state)
+
+    res = unpack(b, _stateful(both, fn, "l string, r string"), columns, names)
+    if how != "left":
+        return res
+    # A left row with a null key is output padded with nulls, and retracted so: no state.
+    types = dict(zip(names, (t for _, t in columns)))
+    padded = left.where(null_key(left_keys)).select(
+        *[(F.col(q(src)) if s == "left" else F.lit(None).cast(types[name])).alias(name)
+          for name, s, src in out], F.col(SIGN))
+    return res.unionByName(padded)
+
+
+def _joined(spec: tuple[str, list[tuple[str, str, str]]], null_key: bool,
+            lrows: Counter, rrows: Counter) -> Counter:
+    how, out = spec
+    result: Counter = Counter()
+    rights = [] if null_key else [(json.loads(r), c) for r, c in rrows.items() if c > 0]
+    for lr, lc in lrows.items():
+        if lc <= 0:
+            continue
+        ld = json.loads(lr)
+        if rights:
+            for rd, rc in rights:
+                row = {name: (ld if s == "left" else rd).get(src) for name, s, src in out}
+                result[_dumps(row)] += lc * rc
+        elif how == "left":
+            row = {name: ld.get(src) if s == "left" else None for name, s, src in out}
+            result[_dumps(row)] += lc
+    return result
+
+
+def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
+                pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    (key_json,) = key
+    null_key = key_json is None
+    if state.exists:
+        ls, rs = state.get
+        lrows, rrows = Counter(json.loads(ls)), Counter(json.loads(rs))
+    else:
+        lrows, rrows = Counter(), Counter()
+    before = _joined(spec, null_key, lrows, rrows)
+    for pdf in pdfs:
+        for side, row, sign in zip(pdf[SIDE].tolist(), pdf[ROW].tolist(),
+                                   pdf[SIGN].tolist()):
+            rows = lrows if side == 0 else rrows
+            rows[row] += sign
+            if rows[row] == 0:
+                del rows[row]
+    after = _joined(spec, null_key, lrows, rrows)
+    if lrows or rrows:
+        state.update((_dumps(dict(lrows)), _dumps(dict(rrows))))
+    else:
+        state.remove()
+    diff = [(r, 1) for r, c in (after - before).items() for _ in range(c)]
+    diff += [(r, -1) for r, c in (before - after).items() for _ in range(c)]
+    if diff:
+        yield _frame(diff)

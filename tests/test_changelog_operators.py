@@ -1,0 +1,156 @@
+"""The retracting operators of tables read as changelogs (``migrate.build.changelog``), run
+without Spark on the inputs Spark would hand them, and the sink's consolidation of signed
+rows into upserts and tombstones (``gates.sink.consolidate``).  The same operators run on
+Spark in ``tests/integration/test_tables.py``, judged by an oracle."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from gates.sink import consolidate
+from gates.source import DELETED_COLUMN, OFFSET_COLUMN
+from migrate.build import changelog as C
+
+
+class State:
+    """What ``applyInPandasWithState`` passes: one group's state."""
+
+    def __init__(self) -> None:
+        self.value = None
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self):
+        return self.value
+
+    def update(self, v) -> None:
+        self.value = tuple(v)
+
+    def remove(self) -> None:
+        self.value = None
+
+
+def rows(out) -> list[tuple[dict, int]]:
+    return [(json.loads(r), s) for f in out for r, s in zip(f[C.ROW], f[C.SIGN])]
+
+
+def test_normalise_retracts_the_old_row_and_deletes_on_a_tombstone():
+    st = State()
+
+    def batch(*changes):
+        pdf = pd.DataFrame({C.KEY: ["k"] * len(changes),
+                            C.ROW: [None if v is None else json.dumps(v) for _o, v in changes],
+                            DELETED_COLUMN: [v is None for _o, v in changes],
+                            OFFSET_COLUMN: [o for o, _v in changes]})
+        return rows(C._normalise_group(("k",), iter([pdf]), st))
+
+    assert batch((0, {"a": 1})) == [({"a": 1}, 1)]
+    # out of order within the batch: the offset decides, the last change wins
+    assert batch((2, {"a": 3}), (1, {"a": 2})) == [({"a": 1}, -1), ({"a": 3}, 1)]
+    assert batch((3, {"a": 3})) == []  # the same value again: no change
+    assert batch((4, None)) == [({"a": 3}, -1)] and not st.exists
+    assert batch((5, None)) == []  # deleting a deleted key
+
+
+def _agg_spec():
+    return [("n", "count", ["*"]), ("nx", "count", ["a0_0"]), ("s", "sum", ["a0_0"]),
+            ("m", "avg", ["a0_0"]), ("lo", "min", ["a0_0"]), ("hi", "max", ["a0_0"])]
+
+
+def test_aggregate_retracts_min_and_max_and_deletes_an_emptied_group():
+    st = State()
+    spec = _agg_spec()
+
+    def batch(*signed):
+        pdf = pd.DataFrame({C.ROW: [json.dumps({"a0_0": v}) for v, _s in signed],
+                            C.SIGN: [s for _v, s in signed]})
+        return rows(C._aggregate_group(spec, ('{"g":"x"}',), iter([pdf]), st))
+
+    first = batch((5, 1), (1, 1), (None, 1))
+    assert first == [({"g": "x", "n": 3, "nx": 2, "s": 6, "m": 3.0, "lo": 1, "hi": 5}, 1)]
+    second = batch((1, -1))  # the minimum leaves: the next one is found
+    assert second == [(first[0][0], -1),
+                      ({"g": "x", "n": 2, "nx": 1, "s": 5, "m": 5.0, "lo": 5, "hi": 5}, 1)]
+    last = batch((5, -1), (None, -1))
+    assert last == [(second[1][0], -1)] and not st.exists
+
+
+def test_aggregate_matches_a_recomputation_under_random_changes():
+    rng = random.Random(3)
+    st, spec = State(), _agg_spec()
+    live: Counter = Counter()
+    current = None
+    for _ in range(200):
+        signed = []
+        for _ in range(rng.randint(1, 5)):
+            if live and rng.random() < 0.4:
+                v = rng.choice(sorted(live, key=str))
+                live[v] -= 1
+                live += Counter()
+                signed.append((v, -1))
+            else:
+                v = rng.choice([None, *range(10)])
+                live[v] += 1
+                signed.append((v, 1))
+        pdf = pd.DataFrame({C.ROW: [json.dumps({"a0_0": v}) for v, _s in signed],
+                            C.SIGN: [s for _v, s in signed]})
+        for row, sign in rows(C._aggregate_group(spec, ('{"g":1}',), iter([pdf]), st)):
+            current = row if sign > 0 else (None if current == row else current)
+        vals = [v for v in live.elements() if v is not None]
+        n = sum(live.values())
+        want = None if n == 0 else {
+            "g": 1, "n": n, "nx": len(vals), "s": sum(vals) if vals else None,
+            "m": sum(vals) / len(vals) if vals else None,
+            "lo": min(vals) if vals else None, "hi": max(vals) if vals else None}
+        assert current == want
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_join_emits_the_difference_as_either_side_changes(how):
+    st = State()
+    out = [("id", "left", "id"), ("v", "left", "v"), ("w", "right", "w")]
+
+    def batch(*changes):
+        pdf = pd.DataFrame({C.SIDE: [s for s, _r, _g in changes],
+                            C.ROW: [json.dumps(r) for _s, r, _g in changes],
+                            C.SIGN: [g for _s, _r, g in changes]})
+        got = rows(C._join_group((how, out), ('{"k0":1}',), iter([pdf]), st))
+        return sorted(got, key=lambda x: (x[1], json.dumps(x[0])))
+
+    a, b = {"id": 1, "v": "a"}, {"id": 1, "v": "b"}
+    pad = [({"id": 1, "v": "a", "w": None}, 1)] if how == "left" else []
+    assert batch((0, a, 1)) == pad
+    joined = batch((1, {"w": 7}, 1))
+    assert joined == [(dict(id=1, v="a", w=None), -1)] * (how == "left") + \
+        [({"id": 1, "v": "a", "w": 7}, 1)]
+    # the left row changes: its joined row is replaced
+    assert batch((0, a, -1), (0, b, 1)) == [({"id": 1, "v": "a", "w": 7}, -1),
+                                            ({"id": 1, "v": "b", "w": 7}, 1)]
+    # the right row leaves: inner retracts, left pads with nulls
+    left_pad = [({"id": 1, "v": "b", "w": None}, 1)] if how == "left" else []
+    assert batch((1, {"w": 7}, -1)) == [({"id": 1, "v": "b", "w": 7}, -1)] + left_pad
+
+
+def test_a_null_join_key_matches_nothing():
+    st = State()
+    out = [("id", "left", "id"), ("w", "right", "w")]
+    pdf = pd.DataFrame({C.SIDE: [0, 1], C.ROW: ['{"id":1}', '{"w":2}'], C.SIGN: [1, 1]})
+    got = rows(C._join_group(("left", out), (None,), iter([pdf]), st))
+    assert got == [({"id": 1, "w": None}, 1)]
+
+
+def test_consolidate_writes_one_record_per_key():
+    keys = ["a", "a", "b", "c", "c", "d", "d"]
+    vals = ["1", "2", "3", "4", "4", "5", "6"]
+    signs = [-1, 1, -1, -1, 1, 1, -1]
+    # a: updated; b: deleted; c: retracted and re-added unchanged; d: 5 in, 6 out
+    k, v = consolidate(keys, vals, signs)
+    assert list(zip(k, v)) == [("a", "2"), ("b", None), ("d", "5")]
