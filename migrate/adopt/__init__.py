@@ -57,9 +57,9 @@ def writer_settings(job: Job) -> tuple[str, str | None, dict[str, str]]:
     source = str(_field(jw, "source"))
     mode = _field(jw, "outputMode")
     opts_map = _field(jw, "extraOptions")
-    jvm = job.spark._jvm
-    opts = {str(k).lower(): str(v) for k, v in dict(
-        jvm.scala.jdk.javaapi.CollectionConverters.asJava(opts_map.originalMap())).items()}
+    keys = opts_map.originalMap().keys().toSeq()
+    opts = {str(keys.apply(i)).lower(): str(opts_map.originalMap().apply(keys.apply(i)))
+            for i in range(keys.size())}
     return source, (str(mode.toString()).lower() if mode is not None else None), opts
 
 
@@ -136,7 +136,7 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
 def _struct_fields(t: Translator, e: Any, child: Out, what: str) -> list[tuple[str, Any]]:
     if t.cls(e) != "StructsToJson":
         return []
-    opts = dict(t.jvm.scala.jdk.javaapi.CollectionConverters.asJava(e.options()))
+    opts = t.scala_map(e.options())
     if opts:
         raise t.err(f"to_json options on the {what} cannot be expressed in a plan",
                     line=call_line(t.job.source, "to_json"),

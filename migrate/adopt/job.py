@@ -66,13 +66,13 @@ def spark_session() -> Any:
         _SESSION = active
         return active
     jars = connector_jars()
-    _SESSION = (SparkSession.builder.master("local[1]").appName("theseus-import")
-                .config("spark.jars", ",".join(jars))
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.session.timeZone", "UTC")
-                .getOrCreate())
-    _SESSION.sparkContext.setLogLevel("ERROR")
+    try:
+        _SESSION = _start(SparkSession, jars)
+    except JobError:
+        raise
+    except Exception as e:  # no Java, a JVM that does not start...
+        raise JobError("cannot start Spark to analyse the job", expected="a local Spark "
+                       "(Java 17 or 21 on PATH or JAVA_HOME)", found=_describe(e)) from None
     if not _has_kafka(_SESSION):
         raise JobError("the Spark session has no Kafka connector", expected="Spark's "
                        "spark-sql-kafka-0-10 jars on its class path",
@@ -81,12 +81,21 @@ def spark_session() -> Any:
     return _SESSION
 
 
+def _start(SparkSession: Any, jars: list[str]) -> Any:
+    session = (SparkSession.builder.master("local[1]").appName("theseus-import")
+                .config("spark.jars", ",".join(jars))
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.session.timeZone", "UTC")
+                .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
 def _has_kafka(spark: Any) -> bool:
     try:
-        spark._jvm.java.lang.Class.forName(
-            "org.apache.spark.sql.kafka010.KafkaSourceProvider", True,
-            spark._jvm.java.lang.Thread.currentThread().getContextClassLoader())
-        return True
+        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider"))
     except Exception:
         return False
 
@@ -123,7 +132,6 @@ def _describe(e: BaseException) -> str:
 
 def run_job(path: str, function: str = DEFAULT_FUNCTION) -> Job:
     """Import ``path`` and call ``function(spark)``; the writer it returns, or one error."""
-    global _COUNTER
     source = read_source(path)
     try:
         compile(source, path, "exec", ast.PyCF_ONLY_AST)

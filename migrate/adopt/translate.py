@@ -138,7 +138,12 @@ class Translator:
         lst = self.jvm.java.util.ArrayList()
         for it in items:
             lst.add(it)
-        return self.jvm.scala.jdk.javaapi.CollectionConverters.asScala(lst).toSeq()
+        return self.jvm.PythonUtils.toSeq(lst)
+
+    def scala_map(self, m: Any) -> dict[str, str]:
+        """A Scala ``Map[String, String]`` as a dict."""
+        keys = m.keys().toSeq()
+        return {str(keys.apply(i)): str(m.apply(keys.apply(i))) for i in range(keys.size())}
 
     @staticmethod
     def items(seq: Any) -> list[Any]:
@@ -182,6 +187,11 @@ class Translator:
         """Spark's SQL text of ``e`` with columns renamed to their plan names (qualified by
         node id through ``qualify``) and the analyzer's implicit casts left out."""
         self.check_expr(e)
+        if self.cls(e) == "Between":
+            # Spark writes between(a, b, c); the plan's canonical form is the operator.
+            return " ".join([self.sql(e.input(), names, qualify), "BETWEEN",
+                             _paren_op(self.sql(e.lower(), names, qualify)), "AND",
+                             _paren_op(self.sql(e.upper(), names, qualify))])
         text = str(self._rewrite(e, names, qualify or {}).sql())
         return _unparen(text)
 
@@ -298,7 +308,7 @@ class Translator:
             inner = e.child()
             if not self._is_value_string(inner, raw):
                 raise self._raw_columns(items, raw)
-            opts = dict(self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(e.options()))
+            opts = self.scala_map(e.options())
             if opts:
                 raise self.err("from_json options cannot be expressed in a plan (it reads "
                                "JSON as Spark's defaults do)",
@@ -308,8 +318,7 @@ class Translator:
             if self.cls(schema) != "StructType":
                 raise self.err("from_json must parse a struct", expected="a StructType",
                                found=str(schema.simpleString()))
-            fields = self.items(schema.fields().toSeq()) if hasattr(schema.fields(), "toSeq") \
-                else list(schema.fields())
+            fields = list(schema.fields())
             node["schema"] = [{"name": str(f.name()), "type": str(f.dataType().simpleString())}
                               for f in fields]
             node["format"] = "json"
@@ -384,11 +393,10 @@ class Translator:
                            line=call_line(self.job.source, "withWatermark"),
                            expected="readStream...select('d.*').withWatermark(...)",
                            found=f"withWatermark on {node['step']} '{child.node}'")
-        delay = plan.delay()
-        if int(delay.months()) != 0:
+        micros = _micros(plan.delay())
+        if micros is None:
             raise self.err("a watermark delay in months cannot be expressed",
-                           expected="days or less", found=str(delay.toString()))
-        micros = int(delay.days()) * 86_400_000_000 + int(delay.microseconds())
+                           expected="days or less", found=str(plan.delay().toString()))
         node["event_time"] = {"column": name, "watermark": duration(micros)}
         return Out(child.node, dict(child.names), list(child.order),
                    watermark_ms=micros // 1000)
@@ -470,7 +478,10 @@ class Translator:
         for g in grouping:
             if self.cls(g) == "AttributeReference" and (
                     g.metadata().contains("spark.timeWindow") or
-                    g.metadata().contains("spark.sessionWindow")):
+                    g.metadata().contains("spark.sessionWindow") or
+                    (str(g.name()) in ("window", "session_window") and
+                     str(g.dataType().simpleString()) ==
+                     "struct<start:timestamp,end:timestamp>")):
                 wid = self.eid(g)
         if wid is not None:
             window, child_plan = self._window(child_plan, wid)
@@ -583,7 +594,8 @@ class Translator:
                 raise self.err("a session window with a dynamic gap cannot be expressed",
                                expected="session_window(col, '5 minutes')",
                                found=str(end.sql())[:200])
-            return {"type": "session", "column": column, "gap": _interval_text(gap)}, \
+            text = _interval_text(gap)
+            return {"type": "session", "column": column, "size": text, "gap": text}, \
                 node.child()
         rem = self._first(start, "Remainder")
         slide = int(rem.right().value())
@@ -725,13 +737,33 @@ def duration(micros: int) -> str:
     return f"{micros // 1000} milliseconds" if micros else "0 seconds"
 
 
+def _micros(interval: Any) -> int | None:
+    """A ``CalendarInterval`` (public fields) in microseconds; None with months."""
+    from py4j.java_gateway import get_field
+
+    if int(get_field(interval, "months")) != 0:
+        return None
+    return int(get_field(interval, "days")) * 86_400_000_000 + \
+        int(get_field(interval, "microseconds"))
+
+
 def _interval_text(lit: Any) -> str:
     v = lit.value()
-    try:
-        micros = int(v.days()) * 86_400_000_000 + int(v.microseconds())
-        return duration(micros)
-    except Exception:
-        return str(v.toString() if hasattr(v, "toString") else v)
+    kind = str(lit.dataType().simpleString()).lower()
+    if kind == "string":
+        return str(v.toString())
+    if kind == "interval":
+        micros = _micros(v)
+        if micros is not None:
+            return duration(micros)
+    if "interval" in kind and isinstance(v, int):  # day-time interval: microseconds
+        return duration(v)
+    return str(v.toString() if hasattr(v, "toString") else v)
+
+
+def _paren_op(text: str) -> str:
+    """A BETWEEN bound that is itself an operation, in parentheses."""
+    return f"({text})" if " " in text and not text.startswith("(") else text
 
 
 def _unparen(text: str) -> str:

@@ -89,13 +89,13 @@ REFUSED = {
                "udf.py:6: a Python UDF 'shout' cannot be expressed in a plan"),
     "foreach_batch.py": (_KAFKA + "def build(spark):\n"
                          "    return src(spark).writeStream.foreachBatch(lambda d, i: None)\n",
-                         "foreach_batch.py:7: 'foreachBatch' cannot be expressed in a plan"),
+                         "foreach_batch.py:6: 'foreachBatch' cannot be expressed in a plan"),
     "pandas_state.py": (_KAFKA + "def build(spark):\n"
                         "    out = src(spark).groupBy('b').applyInPandasWithState(\n"
                         "        lambda k, p, s: p, 'b STRING', 'n INT', 'append', 'NoTimeout')\n"
                         "    return out.select(F.to_json(F.struct('b')).alias('value'))"
                         ".writeStream.format('kafka').option('topic', 'o')\n",
-                        "pandas_state.py:7: 'applyInPandasWithState' cannot be expressed"),
+                        "pandas_state.py:6: 'applyInPandasWithState' cannot be expressed"),
     "reflect.py": (_KAFKA + "def build(spark):\n"
                    "    df = src(spark).selectExpr(\"reflect('java.util.UUID', 'randomUUID') "
                    "AS b\")\n"
