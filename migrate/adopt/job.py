@@ -82,12 +82,23 @@ def spark_session() -> Any:
 
 
 def _start(SparkSession: Any, jars: list[str]) -> Any:
-    session = (SparkSession.builder.master("local[1]").appName("theseus-import")
-                .config("spark.jars", ",".join(jars))
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.session.timeZone", "UTC")
-                .getOrCreate())
+    # The JVM's own start-up chatter (log4j profile, native-hadoop and incubator warnings)
+    # would bury the one line theseus prints: the JVM gets a silent stderr.  Errors still
+    # reach Python through py4j.
+    saved = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(quiet, 2)
+        session = (SparkSession.builder.master("local[1]").appName("theseus-import")
+                   .config("spark.jars", ",".join(jars))
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC")
+                   .getOrCreate())
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
     session.sparkContext.setLogLevel("ERROR")
     return session
 

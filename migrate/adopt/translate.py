@@ -84,6 +84,9 @@ class Translator:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the Kafka options of every source node, by node id
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: (left key id, right key id) -> the plan column that is their coalesce (an outer
+    #: join's paired key)
+    coalesced: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.spark = self.job.spark
@@ -207,15 +210,26 @@ class Translator:
             return e.withName(names[i]).withQualifier(self.seq(q))
         if c == "Cast" and e.getTagValue(self.cast_tag).isEmpty():
             return self._rewrite(e.child(), names, qualify)
+        pair = self._coalesced(e)
+        if pair is not None:
+            return e.children().apply(0).withName(pair).withQualifier(self.seq([]))
         kids = self.children(e)
         if not kids:
             return e
         return e.withNewChildren(self.seq([self._rewrite(k, names, qualify) for k in kids]))
 
     def attr_name(self, e: Any, names: dict[int, str]) -> str | None:
-        """The plan name of ``e`` when it is a bare column."""
+        """The plan name of ``e`` when it is a bare column (or an outer join's key)."""
         if self.cls(e) == "AttributeReference" and self.eid(e) in names:
             return names[self.eid(e)]
+        return self._coalesced(e)
+
+    def _coalesced(self, e: Any) -> str | None:
+        if not self.coalesced or self.cls(e) != "Coalesce":
+            return None
+        kids = self.children(e)
+        if len(kids) == 2 and all(self.cls(k) == "AttributeReference" for k in kids):
+            return self.coalesced.get((self.eid(kids[0]), self.eid(kids[1])))
         return None
 
     # ---------------------------------------------------------------- the plan
@@ -229,6 +243,19 @@ class Translator:
                 raise self.refuse(f"'{op}'", c, _LINE_NAMES.get(op, (op.split("/")[0],)))
             raise self.refuse(f"Spark operator {plan.nodeName()}", c)
         return method(plan)
+
+    def _batch(self, plan: Any) -> Out:
+        raise self.err("a batch read (spark.read) cannot be expressed in a plan: a plan's "
+                       "sources are Kafka streams, and its table sources keep the latest "
+                       "value per key where a batch read of Kafka joins every record",
+                       line=call_line(self.job.source, "read"),
+                       expected="spark.readStream.format('kafka') on both sides",
+                       found=str(plan.nodeName()))
+
+    _t_DataSourceV2Relation = _batch
+    _t_LogicalRelation = _batch
+    _t_LocalRelation = _batch
+    _t_Range = _batch
 
     def _t_SubqueryAlias(self, plan: Any) -> Out:
         out = self.translate(plan.child())
@@ -278,7 +305,13 @@ class Translator:
         in_order = [child.names[i] for i in child.order]
         identity = len(items) == len(in_order)
         for k, it in enumerate(items):
-            if self.cls(it) == "Alias":
+            if self.cls(it) == "Alias" and self.attr_name(it.child(), child.names) == \
+                    str(it.name()):
+                # col("orders.ts").alias("ts"): a column under the name it has in the plan
+                name = str(it.name())
+                expr = _quote(name)
+                identity = identity and name == in_order[k]
+            elif self.cls(it) == "Alias":
                 name = str(it.name())
                 expr = self.sql(it.child(), child.names)
                 identity = False
@@ -694,10 +727,18 @@ class Translator:
             out_names[i] = name
             order.append(i)
             produced[(side, src.lower())] = name
-        # A right key dropped as the pair of a left one reads as that left column.
         for (side, src), i in by_src.items():
-            if side == "right" and i not in out_names and ("left", src) in produced:
+            if side != "right" or i in out_names or ("left", src) not in produced:
+                continue
+            li = by_src[("left", src)]
+            if kind == "inner":
+                # A right key dropped as the pair of a left one reads as that left column.
                 out_names[i] = produced[("left", src)]
+            elif kind in ("right", "full"):
+                # The plan's column is coalesce(left, right) (as Spark's join on a column
+                # name gives it); either side alone is null where Spark's would not be.
+                self.coalesced[(li, i)] = produced[("left", src)]
+                del out_names[li]
         wm = [o.watermark_ms for o in (left, right) if o.watermark_ms is not None]
         return Out(nid, out_names, order, watermark_ms=min(wm) if wm else None)
 
@@ -734,7 +775,7 @@ def duration(micros: int) -> str:
         if micros and micros % size == 0:
             n = micros // size
             return f"{n} {unit}{'' if n == 1 else 's'}"
-    return f"{micros // 1000} milliseconds" if micros else "0 seconds"
+    return f"{micros} microseconds" if micros else "0 seconds"
 
 
 def _micros(interval: Any) -> int | None:
