@@ -301,6 +301,14 @@ class Translator:
             return self._parse_value(plan, child, items)
         if child.parsed is not None:
             return self._unnest(plan, child, items)
+        node = self.nodes[child.node]
+        if node["step"] == "source" and node["format"] == "string" and len(items) == 1 \
+                and self.cls(items[0]) == "Alias" and \
+                self.cls(items[0].child()) == "JsonToStructs" and \
+                self.attr_name(items[0].child().child(), child.names) == \
+                node["schema"][0]["name"]:
+            # selectExpr("CAST(value AS STRING) AS json") then from_json(col("json"), s)
+            return self._json(items[0], _Raw(child.node, {}))
         names, order, cols = {}, [], []
         in_order = [child.names[i] for i in child.order]
         identity = len(items) == len(in_order)
@@ -338,24 +346,9 @@ class Translator:
         e = items[0].child()
         c = self.cls(e)
         if c == "JsonToStructs":
-            inner = e.child()
-            if not self._is_value_string(inner, raw):
+            if not self._is_value_string(e.child(), raw):
                 raise self._raw_columns(items, raw)
-            opts = self.scala_map(e.options())
-            if opts:
-                raise self.err("from_json options cannot be expressed in a plan (it reads "
-                               "JSON as Spark's defaults do)",
-                               line=call_line(self.job.source, "from_json"),
-                               expected="from_json(value, schema)", found=str(opts))
-            schema = e.schema()
-            if self.cls(schema) != "StructType":
-                raise self.err("from_json must parse a struct", expected="a StructType",
-                               found=str(schema.simpleString()))
-            fields = list(schema.fields())
-            node["schema"] = [{"name": str(f.name()), "type": str(f.dataType().simpleString())}
-                              for f in fields]
-            node["format"] = "json"
-            return Out(raw.node, {}, [], parsed=self.eid(items[0].toAttribute()))
+            return self._json(items[0], raw)
         if self._is_value_string(e, raw):
             name = str(items[0].name())
             node["format"] = "string"
@@ -363,6 +356,26 @@ class Translator:
             i = self.eid(items[0].toAttribute())
             return Out(raw.node, {i: name}, [i])
         raise self._raw_columns(items, raw)
+
+    def _json(self, item: Any, raw: _Raw) -> Out:
+        """The source reads JSON values of the schema ``from_json`` parses them with."""
+        node = self.nodes[raw.node]
+        e = item.child()
+        opts = self.scala_map(e.options())
+        if opts:
+            raise self.err("from_json options cannot be expressed in a plan (it reads "
+                           "JSON as Spark's defaults do)",
+                           line=call_line(self.job.source, "from_json"),
+                           expected="from_json(value, schema)", found=str(opts))
+        schema = e.schema()
+        if self.cls(schema) != "StructType":
+            raise self.err("from_json must parse a struct", expected="a StructType",
+                           found=str(schema.simpleString()))
+        fields = list(schema.fields())
+        node["schema"] = [{"name": str(f.name()), "type": str(f.dataType().simpleString())}
+                          for f in fields]
+        node["format"] = "json"
+        return Out(raw.node, {}, [], parsed=self.eid(item.toAttribute()))
 
     def _is_value_string(self, e: Any, raw: _Raw) -> bool:
         if self.cls(e) != "Cast" or str(e.dataType().simpleString()) != "string":
