@@ -131,6 +131,8 @@ class Translator:
         doc = self.nodes.pop(old)
         doc["id"] = new
         self.nodes[new] = doc
+        if old in self.sources:
+            self.sources[new] = self.sources.pop(old)
         return new
 
     @staticmethod
@@ -627,6 +629,9 @@ class Translator:
         if struct is None or self.cls(struct) != "CreateNamedStruct":
             raise self.err("a window Spark built in a way Theseus does not read",
                            expected="named_struct(start, end)", found=c)
+        under = node.child()
+        if self.cls(under) == "Filter" and self.cls(under.condition()) == "IsNotNull":
+            under = under.child()  # Spark's own filter of rows without an event time
         start, end = self.items(struct.valExprs())
         col = self._first(start, "AttributeReference")
         if col is None:
@@ -641,8 +646,7 @@ class Translator:
                                expected="session_window(col, '5 minutes')",
                                found=str(end.sql())[:200])
             text = _interval_text(gap)
-            return {"type": "session", "column": column, "size": text, "gap": text}, \
-                node.child()
+            return {"type": "session", "column": column, "size": text, "gap": text}, under
         rem = self._first(start, "Remainder")
         slide = int(rem.right().value())
         size = None
@@ -659,7 +663,7 @@ class Translator:
                                   "column": column, "size": duration(size)}
         if size != slide:
             window["slide"] = duration(slide)
-        return window, node.child()
+        return window, under
 
     def _all(self, e: Any, cls: str) -> list[Any]:
         out, stack = [], [e]
