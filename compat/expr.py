@@ -842,7 +842,27 @@ def normalize(ast: Ast) -> Ast:
         return ("field", inner, ast[2])
     if tag == "lambda":
         return ("lambda", ast[1], normalize(ast[2]))
+    if tag == "interval":
+        return ("interval", _interval_canonical(ast[1]))
     return ast
+
+
+#: interval units, singular: ``INTERVAL 10 MINUTES`` is ``INTERVAL '10' MINUTE``
+_UNITS = {"year", "month", "week", "day", "hour", "minute", "second", "millisecond",
+          "microsecond"}
+
+
+def _interval_canonical(text: str) -> str:
+    """An interval's text with units in the singular and numbers without leading zeros
+    (Spark writes ``INTERVAL '01' HOUR`` for what users write ``INTERVAL 1 HOURS``)."""
+    out = []
+    for word in text.split():
+        if word.endswith("s") and word[:-1] in _UNITS:
+            word = word[:-1]
+        elif word.isdigit():
+            word = str(int(word))
+        out.append(word)
+    return " ".join(out)
 
 
 def _flatten(op: str, ast: Ast) -> list[Ast]:

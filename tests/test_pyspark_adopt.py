@@ -67,3 +67,15 @@ def test_importing_the_adopt_package_imports_no_spark():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT).stdout
     assert out.strip() == "[]", out
+
+
+def test_an_interval_as_spark_writes_it_equals_the_users_spelling():
+    """Spark's ``Expression.sql`` writes ``INTERVAL '01' HOUR`` where a plan says
+    ``INTERVAL 1 HOURS``: an imported time bound must compare equal, a different one not."""
+    from compat.expr import canonical
+
+    assert canonical("b.ts <= a.ts + INTERVAL '01' HOUR") == \
+        canonical("b.ts <= a.ts + INTERVAL 1 HOURS")
+    assert canonical("b.ts BETWEEN a.ts AND (a.ts + INTERVAL '10' MINUTE)") == \
+        canonical("b.ts BETWEEN a.ts AND a.ts + INTERVAL 10 MINUTES")
+    assert canonical("a.ts + INTERVAL '10' MINUTE") != canonical("a.ts + INTERVAL 10 HOURS")
