@@ -815,6 +815,9 @@ def normalize(ast: Ast) -> Ast:
         inner = normalize(ast[2])
         if ast[1] == "not" and inner[0] == "un" and inner[1] == "not":
             return inner[2]
+        if ast[1] == "not" and inner[0] == "bin" and inner[1] == "=":
+            # Spark's analyzer writes a <> b as NOT (a = b): the same three-valued logic
+            return normalize(("bin", "!=", inner[2], inner[3]))
         return ("un", ast[1], inner)
     if tag == "fn":
         return ("fn", ast[1], tuple(normalize(a) for a in ast[2]), ast[3])

@@ -79,3 +79,6 @@ def test_an_interval_as_spark_writes_it_equals_the_users_spelling():
     assert canonical("b.ts BETWEEN a.ts AND (a.ts + INTERVAL '10' MINUTE)") == \
         canonical("b.ts BETWEEN a.ts AND a.ts + INTERVAL 10 MINUTES")
     assert canonical("a.ts + INTERVAL '10' MINUTE") != canonical("a.ts + INTERVAL 10 HOURS")
+    # Spark writes a <> b as NOT (a = b)
+    assert canonical("NOT (region = 'test')") == canonical("region <> 'test'")
+    assert canonical("NOT (region = 'test')") != canonical("region = 'test'")
