@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from compat.errors import PlanError
+from compat.infer import duration_seconds
 from compat.model import Plan
 from compat.steps.join import join_output, paired_keys
 
@@ -43,7 +44,29 @@ def exportable(plan: Plan) -> str | None:
                     "a Kafka topic as a stream or as every record")
         if node.step == "join" and not all(_bare(k) for k in node.left_keys + node.right_keys):
             return f"join '{nid}' has expression keys (only column keys are written)"
+        if node.step == "source" and node.key_columns:
+            return (f"source '{nid}' reads key columns from the record key: a job reads "
+                    "the record value only")
+        if node.step == "deduplicate" and node.within:
+            delays = _watermarks(plan, nid)
+            if delays != {duration_seconds(node.within)}:
+                return (f"deduplicate '{nid}' keeps keys for {node.within}, not for its "
+                        "watermark delay: Spark's dropDuplicatesWithinWatermark keeps them "
+                        "for the watermark delay")
     return None
+
+
+def _watermarks(plan: Plan, nid: str) -> set[float | None]:
+    """The watermark delays (seconds) of the sources upstream of ``nid``."""
+    out: set[float | None] = set()
+    stack = [nid]
+    while stack:
+        node = plan.nodes[stack.pop()]
+        if node.step == "source":
+            out.add(duration_seconds(node.event_time.watermark) if node.event_time
+                    else None)
+        stack.extend(node.inputs)
+    return out
 
 
 def _bare(expr: str) -> bool:
