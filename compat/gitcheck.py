@@ -39,8 +39,10 @@ def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
 #: plan files: JSON documents, Spark SQL scripts (compiled on the fly) and PySpark jobs
 #: (imported on the fly)
 SUFFIXES = (".json", ".sql", ".py")
-#: a PySpark job builds a Kafka streaming writer
+#: a PySpark job defines build(spark) and builds a streaming writer (a helper module that
+#: only builds writers for others is not a job)
 _JOB = re.compile(rb"\.writeStream\b")
+_BUILD = re.compile(rb"^def build\(", re.MULTILINE)
 #: a Theseus SQL script declares its topics as Kafka tables
 _KAFKA_TABLE = re.compile(rb"\busing\s+kafka\b", re.IGNORECASE)
 
@@ -52,7 +54,7 @@ def _is_plan_text(raw: bytes, name: str) -> bool:
     if is_sql(name):
         return bool(_KAFKA_TABLE.search(raw))
     if is_job(name):
-        return bool(_JOB.search(raw))
+        return bool(_JOB.search(raw) and _BUILD.search(raw))
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):

@@ -80,7 +80,9 @@ def test_export_writes_each_step_as_the_dataframe_api():
 def test_job_files_are_plans_for_check_and_the_hooks():
     assert is_job("jobs/orders.py") and is_job("jobs/orders.py:build_v2")
     assert not is_job("plans/orders.json") and not is_job("a.sql")
-    assert _is_plan_text(b"df.writeStream.format('kafka')", "jobs/x.py")
+    assert _is_plan_text(b"def build(spark):\n    return df.writeStream.format('kafka')\n",
+                         "jobs/x.py")
+    assert not _is_plan_text(b"def sink(df):\n    return df.writeStream\n", "jobs/h.py")
     assert not _is_plan_text(b"SCHEMA = 'a string'", "jobs/schemas.py")
     hook = (ROOT / ".pre-commit-hooks.yaml").read_text()
     files = re.search(r"files: (\S+)", hook).group(1)
