@@ -35,8 +35,17 @@ _HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
 
 def exportable(plan: Plan) -> str | None:
     """Why ``plan`` cannot be written as a PySpark job, or None."""
+    extra = sorted(k for k in plan.config if k != "state_partitions")
+    if extra:
+        return (f"config {', '.join(extra)}: a Spark job holds no Theseus settings but its "
+                "shuffle partitions")
     for nid in plan.nodes:
         node = plan.nodes[nid]
+        windowed_key = node.step == "sink" and node.version == 2 and "window" in [
+            n.lower() for n in plan.info[node.inputs[0]].names]
+        if node.version != 1 and not windowed_key:
+            return (f"step '{nid}' ({node.step}) is version {node.version}: a job's import "
+                    "gives version 1 of every step (a windowed, window-keyed sink: 2)")
         if node.step in NOT_EXPORTABLE:
             return f"step '{nid}' ({node.step}): {NOT_EXPORTABLE[node.step]}"
         if node.step == "source" and node.role == "table":

@@ -51,7 +51,8 @@ def test_every_fixture_plan_is_written_or_refused_with_its_step():
             written += 1
         else:
             assert steps & set(NOT_EXPORTABLE) or any(w in why for w in (
-                "table", "expression keys", "key columns", "watermark delay"))
+                "table", "expression keys", "key columns", "watermark delay", "version",
+                "config"))
             with pytest.raises(Exception, match="cannot be written as a PySpark job"):
                 to_pyspark(plan)
             refused += 1

@@ -75,7 +75,8 @@ BAD = {
 
 _KAFKA = ("from pyspark.sql import functions as F\n"
           "def src(spark):\n"
-          "    return (spark.readStream.format('kafka').option('subscribe', 't').load()\n"
+          "    return (spark.readStream.format('kafka').option('subscribe', 't')"
+          ".option('kafka.bootstrap.servers', 'x:1').load()\n"
           "            .select(F.from_json(F.col('value').cast('string'), 'a INT, b STRING')"
           ".alias('d')).select('d.*'))\n")
 
@@ -105,7 +106,7 @@ REFUSED = {
     "record_timestamp.py": ("from pyspark.sql import functions as F\n"
                             "def build(spark):\n"
                             "    df = spark.readStream.format('kafka').option('subscribe', "
-                            "'t').load()\n"
+                            "'t').option('kafka.bootstrap.servers', 'x:1').load()\n"
                             "    df = df.selectExpr('CAST(value AS STRING) AS v', "
                             "'timestamp')\n"
                             "    return df.select(F.to_json(F.struct('v')).alias('value'))"
@@ -165,7 +166,8 @@ def test_check_against_imports_the_ref_from_its_own_tree(kafka_connector, tmp_pa
         from settings import GROUP
 
         def build(spark):
-            df = (spark.readStream.format("kafka").option("subscribe", "orders").load()
+            df = (spark.readStream.format("kafka").option("subscribe", "orders")
+                  .option("kafka.bootstrap.servers", "127.0.0.1:1").load()
                   .select(F.from_json(F.col("value").cast("string"),
                                       "region STRING, shop STRING, amount DOUBLE").alias("o"))
                   .select("o.*"))
