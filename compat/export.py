@@ -141,8 +141,16 @@ def to_pyspark(plan: Plan) -> str:
     ]
     for nid in plan.nodes:
         node = plan.nodes[nid]
-        lines.extend("    " + ln for ln in _step(plan, nid, node))
+        lines.extend("    " + ln for ln in _aligned(_step(plan, nid, node)))
     return "\n".join(lines) + "\n"
+
+
+def _aligned(step: list[str]) -> list[str]:
+    """Continuation lines under the first line's opening parenthesis."""
+    if len(step) < 2 or "(" not in step[0]:
+        return step
+    pad = " " * (step[0].index("(") + 1)
+    return [step[0]] + [pad + ln.lstrip() for ln in step[1:]]
 
 
 def _step(plan: Plan, nid: str, node: Any) -> list[str]:
