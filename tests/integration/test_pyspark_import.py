@@ -235,3 +235,28 @@ def test_export_round_trip_over_every_exportable_fixture_plan(kafka_connector, t
             failures.append(f"{path.relative_to(ROOT)}: {report.verdict} "
                             f"{[f.message for f in report.findings][:3]}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.own_jvm
+def test_the_command_prints_one_line_and_a_plan(tmp_path):
+    """As users run it, in its own process: the JVM's start-up chatter stays out of the
+    terminal; a bad job is one line on stderr (exit 2), a good one a plan on stdout."""
+    from tests.integration.conftest import PYTHON, ROOT, spark_env
+
+    bad = tmp_path / "bad.py"
+    bad.write_text(REFUSED["foreach_batch.py"][0])
+    env = {**spark_env(), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([PYTHON, "-m", "migrate.cli", "plan", "import", str(bad)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"theseus: error: {bad}:6: 'foreachBatch' cannot be expressed in a plan: it runs "
+        "arbitrary code on each batch (expected writeStream.format('kafka'), found "
+        "foreachBatch)"], r.stderr
+    out = tmp_path / "plan.json"
+    r = subprocess.run([PYTHON, "-m", "migrate.cli", "plan", "import",
+                        str(FIX / "stream_join" / "job.py"), "--partitions", "2", "-o",
+                        str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    doc = json.loads(out.read_text())
+    assert [n["step"] for n in doc["nodes"]] == ["source", "source", "join", "sink"]
