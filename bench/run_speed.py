@@ -21,8 +21,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 ROWS = int(os.environ.get("BENCH_ROWS", "400000"))
-CONNECTOR_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients",
-                  "commons-pool2")
 
 
 def bootstrap() -> str:
@@ -31,16 +29,6 @@ def bootstrap() -> str:
     out = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "start"],
                          capture_output=True, text=True, check=True).stdout
     return out.strip().splitlines()[-1].split("=", 1)[1]
-
-
-def connector_jars() -> list[str]:
-    cache = ROOT / ".cache" / "spark-kafka"
-    if not any(cache.glob("spark-sql-kafka-0-10*.jar")):
-        subprocess.run(["mvn", "-q", "-f", str(ROOT / "bench" / "spark-kafka" / "pom.xml"),
-                        "dependency:copy-dependencies", f"-DoutputDirectory={cache}"],
-                       check=True)
-    return sorted(str(j) for j in cache.glob("*.jar")
-                  if any(j.name.startswith(p) for p in CONNECTOR_JARS))
 
 
 def produce(bs: str, topic: str, n: int) -> None:
@@ -154,6 +142,8 @@ def main() -> int:
 
     spark_env()
     bs = bootstrap()
+    from migrate.adopt.jars import connector_jars
+
     jars = connector_jars()
     from pyspark.sql import SparkSession
 

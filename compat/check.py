@@ -140,11 +140,29 @@ def is_sql(path: str) -> bool:
     return path.lower().endswith(".sql")
 
 
+def is_job(path: str) -> bool:
+    """A ``.py`` file (``FILE.py[:FUNCTION]``) is a PySpark job, imported into a plan when
+    it is loaded (``theseus plan import``)."""
+    head, sep, fn = path.rpartition(":")
+    return path.lower().endswith(".py") or bool(sep and head.lower().endswith(".py")
+                                                 and fn.isidentifier())
+
+
+#: the loader of job files: imported only when a job file is checked, since it starts
+#: Spark (``theseus check`` on JSON and SQL never imports PySpark)
+JOB_LOADER = "migrate.adopt:load_job_plan"
+
+
 def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
     """Load and validate a plan, from JSON or from a SQL script (``.sql``, compiled on the
     fly); ``reuse`` shares the identical nodes of a JSON plan loaded before (the old side of
     a check), which then need no second validation.  ``raw`` gives the file's bytes when
     they do not come from disk (a file at a git ref)."""
+    if is_job(path):
+        import importlib
+
+        module, _, fn = JOB_LOADER.partition(":")
+        return getattr(importlib.import_module(module), fn)(path, raw)  # type: ignore
     if is_sql(path):
         # sqlglot is imported only for SQL: a check of JSON plans does not pay for it.
         from compat.sql.load import load_sql_plan
@@ -309,5 +327,6 @@ def verdict_of(findings: list[Finding]) -> str:
     return {0: "identical", 1: "in_place", 2: "migrate", 3: "unsupported"}[worst]
 
 
-__all__ = ["Report", "check_files", "check_plans", "check_version", "is_sql", "load_plan",
+__all__ = ["Report", "check_files", "check_plans", "check_version", "is_job", "is_sql",
+           "load_plan",
            "parse_require"]

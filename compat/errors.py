@@ -116,6 +116,23 @@ class SqlError(TheseusError):
 _SHOWN = 240
 
 
+class JobError(TheseusError):
+    """A PySpark job file cannot become a plan (``theseus plan import``): the file raises
+    on import, its function returns something else than a ``DataStreamWriter``, or the
+    query uses what a plan cannot express (a UDF, ``foreachBatch``, a source that is not
+    Kafka...).  Points at ``file:line`` when Python can tell the line."""
+
+    def __init__(self, message: str, *, line: int | None = None, **kw: object) -> None:
+        self.line = line
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+
+    def where(self) -> str:
+        base = super().where()
+        if self.line is not None and self.file:
+            return base.replace(self.file, f"{self.file}:{self.line}", 1)
+        return base
+
+
 class CheckError(TheseusError):
     """The checker was called wrongly (bad flag values, git ref not found...)."""
 

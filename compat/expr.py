@@ -815,6 +815,9 @@ def normalize(ast: Ast) -> Ast:
         inner = normalize(ast[2])
         if ast[1] == "not" and inner[0] == "un" and inner[1] == "not":
             return inner[2]
+        if ast[1] == "not" and inner[0] == "bin" and inner[1] == "=":
+            # Spark's analyzer writes a <> b as NOT (a = b): the same three-valued logic
+            return normalize(("bin", "!=", inner[2], inner[3]))
         return ("un", ast[1], inner)
     if tag == "fn":
         return ("fn", ast[1], tuple(normalize(a) for a in ast[2]), ast[3])
@@ -842,7 +845,27 @@ def normalize(ast: Ast) -> Ast:
         return ("field", inner, ast[2])
     if tag == "lambda":
         return ("lambda", ast[1], normalize(ast[2]))
+    if tag == "interval":
+        return ("interval", _interval_canonical(ast[1]))
     return ast
+
+
+#: interval units, singular: ``INTERVAL 10 MINUTES`` is ``INTERVAL '10' MINUTE``
+_UNITS = {"year", "month", "week", "day", "hour", "minute", "second", "millisecond",
+          "microsecond"}
+
+
+def _interval_canonical(text: str) -> str:
+    """An interval's text with units in the singular and numbers without leading zeros
+    (Spark writes ``INTERVAL '01' HOUR`` for what users write ``INTERVAL 1 HOURS``)."""
+    out = []
+    for word in text.split():
+        if word.endswith("s") and word[:-1] in _UNITS:
+            word = word[:-1]
+        elif word.isdigit():
+            word = str(int(word))
+        out.append(word)
+    return " ".join(out)
 
 
 def _flatten(op: str, ast: Ast) -> list[Ast]:

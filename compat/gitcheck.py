@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compat.check import Report, check_plans, is_sql, load_plan
+from compat.check import Report, check_plans, is_job, is_sql, load_plan
 from compat.errors import CheckError, TheseusError
 
 #: outcome -> (rank, exit code)
@@ -36,8 +36,13 @@ def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
                          found="no git") from None
 
 
-#: plan files: JSON documents and Spark SQL scripts (compiled on the fly)
-SUFFIXES = (".json", ".sql")
+#: plan files: JSON documents, Spark SQL scripts (compiled on the fly) and PySpark jobs
+#: (imported on the fly)
+SUFFIXES = (".json", ".sql", ".py")
+#: a PySpark job defines build(spark) and builds a streaming writer (a helper module that
+#: only builds writers for others is not a job)
+_JOB = re.compile(rb"\.writeStream\b")
+_BUILD = re.compile(rb"^def build\(", re.MULTILINE)
 #: a Theseus SQL script declares its topics as Kafka tables
 _KAFKA_TABLE = re.compile(rb"\busing\s+kafka\b", re.IGNORECASE)
 
@@ -48,6 +53,8 @@ def _is_plan_text(raw: bytes, name: str) -> bool:
     reference data or batch jobs, are not plans and are left alone)."""
     if is_sql(name):
         return bool(_KAFKA_TABLE.search(raw))
+    if is_job(name):
+        return bool(_JOB.search(raw) and _BUILD.search(raw))
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -95,6 +102,68 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     entries: list[Entry] = []
     current = collect(paths)
     seen: set[str] = set()
+    with RefTree(ref, root) as tree:
+        _check_files(current, entries, seen, ref, root, tree, require, schema_compat,
+                     allow_migration)
+    # Plans that existed at REF under the same paths and are gone now.
+    for p in paths:
+        rel_dir = Path(p).resolve()
+        try:
+            rel = rel_dir.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        listing = git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
+        for name in listing.stdout.decode().splitlines():
+            if name.lower().endswith(SUFFIXES) and name not in seen and \
+                    not (root / name).exists():
+                blob = git(["show", f"{ref}:{name}"], root).stdout
+                if _is_plan_text(blob, name):
+                    seen.add(name)
+                    entries.append(Entry(name, "removed"))
+    return entries
+
+
+class RefTree:
+    """The repository at REF checked out in a temporary worktree, made on first use (only
+    a job file needs it: a job imports its sibling modules, which must come from the same
+    revision) and removed on exit."""
+
+    def __init__(self, ref: str, root: Path) -> None:
+        self.ref, self.root = ref, root
+        self.path: Path | None = None
+        self._tmp: str | None = None
+
+    def __enter__(self) -> RefTree:
+        return self
+
+    def file(self, rel: str) -> str:
+        if self.path is None:
+            import tempfile
+
+            self._tmp = tempfile.mkdtemp(prefix="theseus-ref-")
+            path = Path(self._tmp) / "tree"
+            r = git(["worktree", "add", "--detach", "--quiet", str(path), self.ref],
+                    self.root)
+            if r.returncode != 0:
+                raise CheckError(f"cannot check out git ref '{self.ref}' in a temporary "
+                                 "worktree", expected="git worktree add to succeed",
+                                 found=r.stderr.decode(errors="replace").strip()[:300])
+            self.path = path
+        return str(self.path / rel)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is not None:
+            git(["worktree", "remove", "--force", str(self.path)], self.root)
+        if self._tmp is not None:
+            import shutil
+
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            git(["worktree", "prune"], self.root)
+
+
+def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref: str,
+                 root: Path, tree: RefTree, require: list[str] | None, schema_compat: str,
+                 allow_migration: bool) -> None:
     for path in current:
         try:
             raw_new = path.read_bytes()
@@ -116,8 +185,10 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                 load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
-            # Both revisions are compiled when they are SQL: the old one from git's copy.
-            old_plan = load_plan(f"{ref}:{rel}", raw=old.stdout)
+            # Both revisions are compiled when they are SQL: the old one from git's copy;
+            # a job is imported from the ref's own tree (its sibling modules with it).
+            old_plan = load_plan(tree.file(rel)) if is_job(rel) else \
+                load_plan(f"{ref}:{rel}", raw=old.stdout)
             new_plan = load_plan(str(path), reuse=old_plan)
             report = check_plans(old_plan, new_plan, require=require,
                                  schema_compat=schema_compat,
@@ -125,22 +196,6 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
             entries.append(Entry(str(path), report.verdict, report))
         except TheseusError as e:
             entries.append(Entry(str(path), "invalid", error=e.render()))
-    # Plans that existed at REF under the same paths and are gone now.
-    for p in paths:
-        rel_dir = Path(p).resolve()
-        try:
-            rel = rel_dir.relative_to(root).as_posix()
-        except ValueError:
-            continue
-        listing = git(["ls-tree", "-r", "--name-only", ref, "--", rel], root)
-        for name in listing.stdout.decode().splitlines():
-            if name.lower().endswith(SUFFIXES) and name not in seen and \
-                    not (root / name).exists():
-                blob = git(["show", f"{ref}:{name}"], root).stdout
-                if _is_plan_text(blob, name):
-                    seen.add(name)
-                    entries.append(Entry(name, "removed"))
-    return entries
 
 
 def exit_code(entries: list[Entry], allow_migration: bool = False) -> int:

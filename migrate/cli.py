@@ -270,6 +270,44 @@ def plan_compile(path: str, output: str | None) -> None:
     _emit(dumps(compile_file(path)), output)
 
 
+@plan.command("import")
+@click.argument("target", metavar="FILE.py[:FUNCTION]")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the plan to a file instead of stdout.")
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="Partitions of every source topic (default: ask the broker the job "
+                   "names, else 1).")
+@click.option("--delivery", type=click.Choice(["at_least_once", "exactly_once"]),
+              default=None, help="The sink's delivery (default: at_least_once, what "
+                                 "Spark's Kafka sink gives).")
+@click.option("--bootstrap", default=None, metavar="HOST:PORT",
+              help="Ask this broker for partition counts instead of the job's.")
+def plan_import(target: str, output: str | None, partitions: int | None,
+                delivery: str | None, bootstrap: str | None) -> None:
+    """Import a PySpark job: FILE.py is imported and FUNCTION(spark) (default: build)
+    returns the query's DataStreamWriter; nothing is started.  The analyzed logical plan
+    Spark built becomes a validated theseus.plan/1 plan.  Importing runs the file's code."""
+    from migrate.adopt import dumps, import_job
+
+    _emit(dumps(import_job(target, partitions=partitions, delivery=delivery,
+                           bootstrap=bootstrap)), output)
+
+
+@plan.command("export")
+@click.argument("path", type=click.Path())
+@click.option("--pyspark", "as_pyspark", is_flag=True, required=True,
+              help="Write the plan as a PySpark job (the only form so far).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the job to a file instead of stdout.")
+def plan_export(path: str, as_pyspark: bool, output: str | None) -> None:
+    """Write a plan (JSON or SQL) as a readable PySpark job whose build(spark) returns the
+    same query's DataStreamWriter on Spark's own Kafka connector."""
+    from compat.check import load_plan
+    from compat.export import to_pyspark
+
+    _emit(to_pyspark(load_plan(path)), output)
+
+
 @plan.command("freeze")
 @click.argument("cases", nargs=-1, type=click.Path(file_okay=False))
 @click.option("--history", default="fixtures/history", show_default=True,

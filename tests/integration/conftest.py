@@ -267,7 +267,16 @@ def spark():
 
     from gates.source import register
 
-    s = (SparkSession.builder.master("local[2]").appName("theseus-it")
+    builder = SparkSession.builder
+    try:
+        # Spark's own Kafka connector, for the tests that run PySpark jobs as users wrote
+        # them (plan import, faithfulness): fetched once by mvn, cached.
+        from migrate.adopt.jars import connector_jars
+
+        builder = builder.config("spark.jars", ",".join(connector_jars()))
+    except Exception:  # no mvn, no network: those tests skip (kafka_connector fixture)
+        pass
+    s = (builder.master("local[2]").appName("theseus-it")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.default.parallelism", "2")
          .config("spark.ui.enabled", "false")
@@ -279,6 +288,16 @@ def spark():
     register(s)
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_connector(spark):
+    """The shared session, when Spark's Kafka connector is on its class path."""
+    from migrate.adopt.job import _has_kafka
+
+    if not _has_kafka(spark):
+        pytest.skip("Spark's Kafka connector jars are not available (mvn, Maven Central)")
+    return spark
 
 
 def jvm_running() -> bool:

@@ -1,0 +1,260 @@
+"""Adopting PySpark jobs: ``theseus plan import FILE.py[:FUNCTION]`` makes a job's
+``DataStreamWriter`` a ``theseus.plan/1`` plan, and ``theseus plan export --pyspark`` writes a
+plan back as a job.
+
+Steps of an import:
+1. import the file and call ``FUNCTION(spark)`` (``migrate.adopt.job``); nothing starts;
+2. read the writer: its format must be ``kafka``; topic, output mode, query name;
+3. translate Spark's analyzed logical plan, node by node (``migrate.adopt.translate``);
+4. the sink: ``value`` = ``to_json(struct(...))`` names the output columns, ``key`` =
+   ``to_json(struct(...))`` the key columns;
+5. fill what Spark's plan does not say: source partitions (``--partitions``, else the
+   broker the job names, else 1) and sink delivery (``--delivery``, else
+   ``at_least_once``: what Spark's Kafka sink gives);
+6. validate the document as any plan is validated (``compat.serde`` + ``compat.infer``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from compat.errors import JobError, TheseusError
+from compat.model import Plan
+from migrate.adopt.job import DEFAULT_FUNCTION, Job, call_line, run_job, split_target
+from migrate.adopt.translate import Out, Translator, _quote
+
+#: Spark's OutputMode objects -> the plan's sink mode
+MODES = {"append": "append", "update": "update", "complete": "complete"}
+DELIVERIES = ("at_least_once", "exactly_once")
+#: how long the broker named by a job may take to say how many partitions a topic has
+BROKER_TIMEOUT = 5.0
+
+
+def import_job(target: str, *, partitions: int | None = None, delivery: str | None = None,
+               bootstrap: str | None = None, file_name: str | None = None
+               ) -> dict[str, Any]:
+    """The plan document of the job ``FILE.py[:FUNCTION]`` (validated)."""
+    path, function = split_target(target)
+    job = run_job(path, function)
+    doc = translate_job(job, partitions=partitions, delivery=delivery, bootstrap=bootstrap)
+    validate(doc, file_name or path)
+    return doc
+
+
+def _field(obj: Any, name: str) -> Any:
+    f = obj.getClass().getDeclaredField(name)
+    f.setAccessible(True)
+    return f.get(obj)
+
+
+def writer_settings(job: Job) -> tuple[str, str | None, dict[str, str]]:
+    """Step 2: the writer's format, output mode and options (fields of Spark's
+    ``DataStreamWriter``, read by reflection)."""
+    jw = job.writer._jwrite
+    source = str(_field(jw, "source"))
+    mode = _field(jw, "outputMode")
+    opts_map = _field(jw, "extraOptions")
+    keys = opts_map.originalMap().keys().toSeq()
+    opts = {str(keys.apply(i)).lower(): str(opts_map.originalMap().apply(keys.apply(i)))
+            for i in range(keys.size())}
+    return source, (str(mode.toString()).lower() if mode is not None else None), opts
+
+
+def translate_job(job: Job, *, partitions: int | None = None, delivery: str | None = None,
+                  bootstrap: str | None = None) -> dict[str, Any]:
+    source, mode, opts = writer_settings(job)
+    t = Translator(job)
+    if source in ("foreachBatch", "foreach"):
+        raise t.err(f"'{source}' cannot be expressed in a plan: it runs arbitrary code on "
+                    "each batch", line=call_line(job.source, source),
+                    expected="writeStream.format('kafka')", found=source)
+    if source.lower() != "kafka":
+        raise t.err(f"the sink is not Kafka: writeStream.format('{source}')",
+                    line=call_line(job.source, "writeStream"),
+                    expected="writeStream.format('kafka')", found=repr(source))
+    topic = opts.get("topic")
+    if not topic:
+        raise t.err("the Kafka sink has no topic option", line=call_line(job.source,
+                                                                         "writeStream"),
+                    expected="option('topic', 'out') (a topic column cannot be expressed)",
+                    found="no topic option")
+    if delivery is not None and delivery not in DELIVERIES:
+        raise JobError("unknown delivery", expected=" | ".join(DELIVERIES),
+                       found=repr(delivery))
+    plan = job.writer._df._jdf.queryExecution().analyzed()
+    # Step 3, then 4: the top projection makes the sink.
+    if t.cls(plan) != "Project":
+        raise t.err("the written DataFrame must select the record's key and value",
+                    line=call_line(job.source, "writeStream"),
+                    expected="select(to_json(struct(...)).alias('key'), "
+                    "to_json(struct(...)).alias('value'))", found=str(plan.nodeName()))
+    child = t.translate(plan.child())
+    items = {str(it.name()).lower(): it for it in t.items(plan.projectList())}
+    extra = sorted(set(items) - {"key", "value"})
+    if extra or "value" not in items:
+        raise t.err("the written DataFrame must have a value column, and a key column "
+                    "at most", line=call_line(job.source, "writeStream"),
+                    expected="key, value", found=", ".join(sorted(items)) or "nothing")
+    fmt, columns = _value(t, items["value"], child)
+    key_columns = _key(t, items.get("key"), child, columns) if "key" in items else []
+    version = 1
+    if key_columns and key_columns[-1].lower() == "window" and _is_window(t, items["key"]):
+        # Keyed by its window last: what sink version 2 writes for a windowed output
+        # (ksqlDB's windowed keys), so the plan says so as `plan compile` does.
+        version, key_columns = 2, key_columns[:-1]
+    inp = child.node
+    in_order = [child.names[i] for i in child.order]
+    if [c["name"] for c in columns] != in_order or any(
+            c["expr"] != _quote(c["name"]) for c in columns):
+        inp = t.add("project", {"step": "project", "version": 1, "inputs": [inp],
+                                "columns": columns})
+    sink_mode = MODES.get(mode or "append", "append")
+    t.add("out", {"step": "sink", "version": version, "inputs": [inp], "topic": topic,
+                  "format": fmt, "key_columns": key_columns, "mode": sink_mode,
+                  "delivery": delivery or "at_least_once"})
+    # Step 5: what the analyzed plan does not say.
+    for nid, sopts in t.sources.items():
+        node = t.nodes[nid]
+        node["partitions"] = partitions or topic_partitions(
+            bootstrap or sopts.get("kafka.bootstrap.servers"), node["topic"]) or 1
+        if not node["schema"]:
+            raise t.err("a Kafka source's value is never parsed",
+                        line=call_line(job.source, "load"),
+                        expected="from_json(col('value').cast('string'), schema)",
+                        found=f"topic '{node['topic']}' read raw")
+    name = opts.get("queryname") or Path(job.file).stem
+    query = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "job"
+    return {"format": "theseus.plan/1", "query": query,
+            "config": {"state_partitions": job.shuffle_partitions},
+            "metadata": {"imported_from": f"{Path(job.file).name}:{job.function}"},
+            "nodes": list(t.nodes.values())}
+
+
+def _struct_fields(t: Translator, e: Any, child: Out, what: str) -> list[tuple[str, Any]]:
+    if t.cls(e) != "StructsToJson":
+        return []
+    opts = t.scala_map(e.options())
+    if opts:
+        raise t.err(f"to_json options on the {what} cannot be expressed in a plan",
+                    line=call_line(t.job.source, "to_json"),
+                    expected="to_json(struct(...))", found=str(opts))
+    s = e.child()
+    if t.cls(s) != "CreateNamedStruct":
+        raise t.err(f"the {what} must be to_json(struct(...))",
+                    line=call_line(t.job.source, "to_json"),
+                    expected="to_json(struct(col, ...))", found=str(s.sql())[:200])
+    names = [str(n.value()) if t.cls(n) == "Literal" else str(n.sql())
+             for n in t.items(s.nameExprs())]
+    return list(zip(names, t.items(s.valExprs())))
+
+
+def _is_window(t: Translator, key: Any) -> bool:
+    """Whether the key struct's last field is a window (``struct<start,end>`` of
+    timestamps)."""
+    e = key.child() if t.cls(key) == "Alias" else key
+    last = t.items(e.child().valExprs())[-1]
+    return str(last.dataType().simpleString()) == "struct<start:timestamp,end:timestamp>"
+
+
+def _value(t: Translator, item: Any, child: Out) -> tuple[str, list[dict[str, str]]]:
+    e = item.child() if t.cls(item) == "Alias" else item
+    fields = _struct_fields(t, e, child, "value")
+    if fields:
+        return "json", [{"name": n, "expr": t.sql(v, child.names)} for n, v in fields]
+    if t.cls(e) == "Cast" and str(e.dataType().simpleString()) == "string" or \
+            str(e.dataType().simpleString()) == "string":
+        inner = e.child() if t.cls(e) == "Cast" else e
+        name = t.attr_name(inner, child.names) or "value"
+        return "string", [{"name": name, "expr": t.sql(inner, child.names)}]
+    raise t.err("the value must be to_json(struct(...)) or a string",
+                line=call_line(t.job.source, "to_json"),
+                expected="to_json(struct(col, ...)).alias('value')",
+                found=str(item.sql())[:200])
+
+
+def _key(t: Translator, item: Any, child: Out, columns: list[dict[str, str]]) -> list[str]:
+    e = item.child() if t.cls(item) == "Alias" else item
+    fields = _struct_fields(t, e, child, "key")
+    if not fields:
+        raise t.err("the key must be to_json(struct(...)) of output columns: a plan writes "
+                    "its key as the JSON object of its key columns",
+                    line=call_line(t.job.source, "to_json"),
+                    expected="to_json(struct('a', 'b')).alias('key')",
+                    found=str(item.sql())[:200])
+    by_name = {c["name"].lower(): c for c in columns}
+    out = []
+    for n, v in fields:
+        col = by_name.get(n.lower())
+        if col is None or col["expr"] != t.sql(v, child.names):
+            raise t.err(f"key field '{n}' is not a column of the value",
+                        line=call_line(t.job.source, "to_json"),
+                        expected="key fields that the value's struct has too",
+                        found=f"{n} = {t.sql(v, child.names)}")
+        out.append(col["name"])
+    return out
+
+
+def topic_partitions(bootstrap: str | None, topic: str) -> int | None:
+    """How many partitions the broker the job names gives ``topic`` (None when it does
+    not answer within ``BROKER_TIMEOUT`` or has no such topic)."""
+    if not bootstrap:
+        return None
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000,
+                             "log_level": 0, "logger": _Quiet()})
+        md = admin.list_topics(topic, timeout=BROKER_TIMEOUT).topics.get(topic)
+    except Exception:
+        return None
+    if md is None or md.error is not None or not md.partitions:
+        return None
+    return len(md.partitions)
+
+
+class _Quiet:
+    """A logger for librdkafka that says nothing (an absent broker is not an error)."""
+
+    def log(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return self.log
+
+
+def validate(doc: dict[str, Any], file: str) -> Plan:
+    from compat.infer import analyze
+    from compat.serde import from_doc
+
+    try:
+        plan = from_doc(json.loads(json.dumps(doc)), file)
+        analyze(plan)
+    except TheseusError as e:
+        raise JobError(f"the imported plan is not valid: {e.message}", file=file,
+                       node=e.node, pointer=e.pointer, expected=e.expected,
+                       found=e.found) from None
+    return plan
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """A plan document as the project writes them: one node per block."""
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def load_job_plan(path: str, raw: bytes | None = None) -> Plan:
+    """A job file as a plan, for ``theseus check`` (``compat.check.load_plan`` calls this
+    for ``.py`` files).  ``raw`` (a file at a git ref) is refused: a job imports its
+    sibling modules, so ``--against`` imports the ref from a worktree instead."""
+    if raw is not None:
+        raise JobError("a job file is imported from a checked-out tree", file=path)
+    file, function = split_target(path)
+    doc = import_job(path, file_name=file)
+    plan = validate(doc, file)
+    return plan
+
+
+__all__ = ["DEFAULT_FUNCTION", "dumps", "import_job", "load_job_plan", "topic_partitions",
+           "translate_job", "validate"]

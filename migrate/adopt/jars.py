@@ -1,0 +1,92 @@
+"""Spark's own Kafka connector (``spark-sql-kafka-0-10`` and the Kafka client it needs), as
+jars from Maven Central, fetched once with ``mvn`` and cached.
+
+``theseus plan import`` needs it to analyse a job's ``format("kafka")`` (the connector
+resolves the source's columns); the faithfulness tests and ``bench/run_speed.py`` run jobs
+with it.  The connector's version follows the installed PySpark; when Maven Central has no
+connector of that version yet, the pom's default (the newest one that has) is used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from compat.errors import JobError
+
+ROOT = Path(__file__).resolve().parents[2]
+POM = Path(__file__).with_name("spark-kafka.pom.xml")
+#: the jars the connector needs at run time (Spark brings the rest)
+PREFIXES = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients",
+            "commons-pool2")
+#: the connector version of the pom (used when the installed PySpark's is not published)
+FALLBACK = "4.2.0"
+
+
+def cache_dir() -> Path:
+    """``$THESEUS_SPARK_KAFKA_JARS``, else ``.cache/spark-kafka`` beside the code."""
+    env = os.environ.get("THESEUS_SPARK_KAFKA_JARS")
+    return Path(env) if env else ROOT / ".cache" / "spark-kafka"
+
+
+def _cached(cache: Path, versions: list[str]) -> str | None:
+    for v in versions:
+        if (cache / f"spark-sql-kafka-0-10_2.13-{v}.jar").exists():
+            return v
+    return None
+
+
+def connector_jars(spark_version: str | None = None) -> list[str]:
+    """The connector's jars for ``spark_version`` (default: the installed PySpark's),
+    fetched into the cache when missing."""
+    if spark_version is None:
+        from importlib.metadata import version
+
+        spark_version = version("pyspark")
+    cache = cache_dir()
+    versions = list(dict.fromkeys([spark_version, FALLBACK]))
+    found = _cached(cache, versions)
+    if found is None:
+        errors = []
+        for v in versions:
+            r = _fetch(cache, v)
+            if r is None:
+                found = v
+                break
+            errors.append(r)
+        if found is None:
+            raise JobError("cannot fetch Spark's Kafka connector from Maven Central",
+                           file=str(POM), expected="mvn on PATH and Maven Central reachable "
+                           f"(or the jars in {cache}, or $THESEUS_SPARK_KAFKA_JARS)",
+                           found=errors[-1])
+    return sorted(str(j) for j in cache.glob("*.jar")
+                  if j.name.startswith(PREFIXES) and _version_ok(j.name, found))
+
+
+def _version_ok(name: str, version: str) -> bool:
+    """Spark's own jars of another version than the one chosen are left out."""
+    if name.startswith(("spark-sql-kafka", "spark-token-provider")):
+        return name.endswith(f"-{version}.jar")
+    return True
+
+
+def _fetch(cache: Path, version: str) -> str | None:
+    """Copy the connector of ``version`` and its dependencies into ``cache``; None when
+    done, else what went wrong."""
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                            f"-Dspark.version={version}", f"-DoutputDirectory={cache}"],
+                           capture_output=True, text=True, timeout=600)
+    except FileNotFoundError:
+        return "no mvn on PATH"
+    except subprocess.TimeoutExpired:
+        return "mvn did not finish within 600 s"
+    if r.returncode != 0:
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "ERROR" in ln]
+        return (lines[0] if lines else f"mvn exit {r.returncode}")[:300]
+    return None
+
+
+__all__ = ["connector_jars", "cache_dir"]

@@ -1,0 +1,267 @@
+"""Running a job file's builder function: import the file, call ``FUNCTION(spark)``, get the
+``DataStreamWriter`` it returns, without starting anything.
+
+Importing runs the job's module (as its own tests would); every way it can fail is one
+``JobError`` naming the file and, where Python can tell, the line.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compat.errors import JobError
+
+#: the function a job file defines when ``FILE.py`` names none
+DEFAULT_FUNCTION = "build"
+
+_LOCK = threading.Lock()
+_SESSION: Any = None
+_COUNTER = 0
+
+
+@dataclass
+class Job:
+    """What the job built: its writer, the file's text (for line numbers) and the name it
+    was imported from."""
+
+    file: str
+    function: str
+    source: str
+    writer: Any
+    spark: Any
+    shuffle_partitions: int
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``FILE.py[:FUNCTION]`` -> (file, function)."""
+    path, sep, fn = target.rpartition(":")
+    if sep and path.lower().endswith(".py") and fn.isidentifier():
+        return path, fn
+    return target, DEFAULT_FUNCTION
+
+
+def spark_session() -> Any:
+    """One local Spark session for every import of this process, with Spark's Kafka
+    connector on its class path (the analyzer needs it to resolve ``format("kafka")``).
+    Nothing runs on it: jobs are analysed, never started."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from migrate.adopt.jars import connector_jars
+
+    active = SparkSession.getActiveSession()
+    if active is not None and _has_kafka(active):
+        _SESSION = active
+        return active
+    jars = connector_jars()
+    try:
+        _SESSION = _start(SparkSession, jars)
+    except JobError:
+        raise
+    except Exception as e:  # no Java, a JVM that does not start...
+        raise JobError("cannot start Spark to analyse the job", expected="a local Spark "
+                       "(Java 17 or 21 on PATH or JAVA_HOME)", found=_describe(e)) from None
+    if not _has_kafka(_SESSION):
+        raise JobError("the Spark session has no Kafka connector", expected="Spark's "
+                       "spark-sql-kafka-0-10 jars on its class path",
+                       found="a session started without them (start theseus in its own "
+                       "process)")
+    return _SESSION
+
+
+def _start(SparkSession: Any, jars: list[str]) -> Any:
+    # The JVM's own start-up chatter (log4j profile, native-hadoop and incubator warnings)
+    # would bury the one line theseus prints: the JVM gets a silent stderr.  Errors still
+    # reach Python through py4j.
+    saved = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(quiet, 2)
+        session = (SparkSession.builder.master("local[1]").appName("theseus-import")
+                   .config("spark.jars", ",".join(jars))
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC")
+                   .getOrCreate())
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _has_kafka(spark: Any) -> bool:
+    try:
+        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider"))
+    except Exception:
+        return False
+
+
+def read_source(path: str, raw: bytes | None = None) -> str:
+    try:
+        data = raw if raw is not None else Path(path).read_bytes()
+        return data.decode("utf-8-sig")
+    except FileNotFoundError:
+        raise JobError("file not found", file=path) from None
+    except IsADirectoryError:
+        raise JobError("is a directory, not a job file", file=path) from None
+    except UnicodeDecodeError as e:
+        raise JobError(f"not UTF-8 text (byte {e.start})", file=path) from None
+    except OSError as e:
+        raise JobError(f"cannot read file: {e.strerror}", file=path) from None
+
+
+def _line_in(tb: Any, path: str) -> int | None:
+    """The last line of ``path`` in a traceback (where the job's own code failed)."""
+    want = os.path.realpath(path)
+    line = None
+    for frame in traceback.extract_tb(tb):
+        if os.path.realpath(frame.filename) == want:
+            line = frame.lineno
+    return line
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0][:300] if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def run_job(path: str, function: str = DEFAULT_FUNCTION) -> Job:
+    """Import ``path`` and call ``function(spark)``; the writer it returns, or one error."""
+    source = read_source(path)
+    try:
+        compile(source, path, "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as e:
+        raise JobError(f"the job file is not valid Python: {e.msg}", file=path,
+                       line=e.lineno) from None
+    spark = spark_session()
+    # A job sets its own shuffle partitions (or keeps Spark's default): start from the
+    # default for every job, read what it chose, then give the session its value back.
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.unset("spark.sql.shuffle.partitions")
+    try:
+        return _run(spark, path, function, source)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+
+
+def _run(spark: Any, path: str, function: str, source: str) -> Job:
+    global _COUNTER
+    folder = str(Path(path).resolve().parent)
+    with _LOCK:
+        _COUNTER += 1
+        name = f"_theseus_job_{_COUNTER}"
+    before = set(sys.modules)
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise JobError("cannot import the job file", file=path,
+                           expected="a Python file", found=repr(path))
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as e:  # a job may even call sys.exit
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise JobError(f"the job file raised on import: {_describe(e)}", file=path,
+                           line=_line_in(e.__traceback__, path)) from None
+        fn = getattr(module, function, None)
+        if not callable(fn):
+            defined = sorted(n for n, v in vars(module).items()
+                             if callable(v) and getattr(v, "__module__", None) == name)
+            raise JobError(f"the job file has no function '{function}'", file=path,
+                           expected=f"def {function}(spark) returning the query's "
+                           "DataStreamWriter (or FILE.py:FUNCTION)",
+                           found=", ".join(defined) or "no function")
+        try:
+            writer = fn(spark)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise JobError(f"{function}(spark) raised: {_describe(e)}", file=path,
+                           line=_line_in(e.__traceback__, path)) from None
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+        # The job's sibling modules are forgotten: another revision of the same job (the
+        # other side of a check) imports its own.
+        for mod in set(sys.modules) - before:
+            f = getattr(sys.modules[mod], "__file__", None) or ""
+            if mod == name or os.path.realpath(f).startswith(folder + os.sep):
+                del sys.modules[mod]
+    _check_writer(writer, path, function, source)
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    return Job(path, function, source, writer, spark, parts)
+
+
+def _check_writer(writer: Any, path: str, function: str, source: str) -> None:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+    if isinstance(writer, DataStreamWriter):
+        return
+    what = type(writer).__name__ if writer is not None else "None"
+    hint = None
+    if isinstance(writer, DataFrame):
+        hint = "Return df.writeStream.format('kafka')...: the writer, not the DataFrame"
+    elif isinstance(writer, StreamingQuery):
+        writer.stop()
+        hint = "Return the writer without calling start(): nothing must run"
+    raise JobError(f"{function}(spark) does not return a DataStreamWriter", file=path,
+                   line=def_line(source, function), expected="a DataStreamWriter "
+                   "(spark.readStream...writeStream.format('kafka')...)", found=what,
+                   hint=hint)
+
+
+def def_line(source: str, name: str) -> int | None:
+    """The line of ``def name`` (or ``name = ...``) in the job's text."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node.lineno
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                for t in node.targets):
+            return node.lineno
+    return None
+
+
+def call_line(source: str, *names: str) -> int | None:
+    """The first line calling (or decorating with) one of ``names``: ``x.foreachBatch(...)``,
+    ``@udf``, ``F.udf(...)``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    lines = []
+    for node in ast.walk(tree):
+        target = node.func if isinstance(node, ast.Call) else node
+        if isinstance(target, ast.Attribute) and target.attr in names:
+            lines.append(node.lineno)
+        elif isinstance(target, ast.Name) and target.id in names:
+            lines.append(node.lineno)
+    return min(lines) if lines else None
+
+
+__all__ = ["DEFAULT_FUNCTION", "Job", "call_line", "def_line", "run_job", "spark_session",
+           "split_target"]
