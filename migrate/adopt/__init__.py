@@ -120,6 +120,12 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
         node = t.nodes[nid]
         node["partitions"] = partitions or topic_partitions(
             bootstrap or sopts.get("kafka.bootstrap.servers"), node["topic"]) or 1
+        if node["role"] == "table" and not node.get("key_columns"):
+            raise t.err("a table read (the latest record per key) must be joined right "
+                        "after it is parsed, on its key columns",
+                        line=call_line(job.source, "join"),
+                        expected="stream.join(table, stream.k == table.k)",
+                        found=f"topic '{node['topic']}' read as a table, never joined")
         if not node["schema"]:
             raise t.err("a Kafka source's value is never parsed",
                         line=call_line(job.source, "load"),

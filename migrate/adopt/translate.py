@@ -30,6 +30,11 @@ from migrate.adopt.job import Job, call_line, def_line
 JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right",
               "FullOuter": "full", "LeftSemi": "left_semi", "LeftAnti": "left_anti"}
 
+#: the one batch read a plan expresses: a compacted topic's latest record per key
+LATEST_IDIOM = ("spark.read.format('kafka')...load().withColumn('rn', row_number().over("
+                "Window.partitionBy('key').orderBy(col('offset').desc())))"
+                ".where('rn = 1 AND value IS NOT NULL').select(from_json(...))")
+
 #: operators a plan cannot express -> what users call to get them
 REFUSED_OPERATORS = {
     "FlatMapGroupsWithState": "mapGroupsWithState/flatMapGroupsWithState",
@@ -87,6 +92,8 @@ class Translator:
     #: (left key id, right key id) -> the plan column that is their coalesce (an outer
     #: join's paired key)
     coalesced: dict[tuple[int, int], str] = field(default_factory=dict)
+    #: the source nodes read as tables (the latest record per key)
+    tables: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.spark = self.job.spark
@@ -133,6 +140,9 @@ class Translator:
         self.nodes[new] = doc
         if old in self.sources:
             self.sources[new] = self.sources.pop(old)
+        if old in self.tables:
+            self.tables.discard(old)
+            self.tables.add(new)
         return new
 
     @staticmethod
@@ -247,12 +257,128 @@ class Translator:
         return method(plan)
 
     def _batch(self, plan: Any) -> Out:
-        raise self.err("a batch read (spark.read) cannot be expressed in a plan: a plan's "
-                       "sources are Kafka streams, and its table sources keep the latest "
-                       "value per key where a batch read of Kafka joins every record",
+        raise self.err("a batch read (spark.read) cannot be expressed in a plan but as a "
+                       "table: the latest record per key (a plan's table source) where a "
+                       "batch read of Kafka joins every record",
                        line=call_line(self.job.source, "read"),
-                       expected="spark.readStream.format('kafka') on both sides",
-                       found=str(plan.nodeName()))
+                       expected=LATEST_IDIOM, found=str(plan.nodeName()))
+
+    def _t_Window(self, plan: Any) -> Out:
+        raise self.err("a window function cannot be expressed in a plan but as the latest "
+                       "record per key of a table read",
+                       line=call_line(self.job.source, "over"),
+                       expected=LATEST_IDIOM, found="Window " + "; ".join(
+                           str(e.sql()) for e in self.items(plan.windowExpressions()))[:200])
+
+    # ---------------------------------------------------------------- table reads
+
+    def _table(self, top: Any, conds: list[Any], below: Any) -> Out | None:
+        """The latest-record-per-key idiom over a batch Kafka read (``LATEST_IDIOM``): a
+        plan's table source (latest value per record key, a tombstone deleting its key),
+        as a ``_Raw`` whose value is parsed as a stream's is.  None when ``below`` (the
+        plan under the filters ``conds``) has no window over a batch read."""
+        node = below
+        while self.cls(node) == "Project":
+            node = node.child()
+        if self.cls(node) != "Window":
+            return None
+        window = node
+        rel = window.child()
+        while self.cls(rel) in ("Project", "SubqueryAlias"):
+            rel = rel.child()
+        if self.cls(rel) not in ("LogicalRelation", "DataSourceV2Relation"):
+            return None
+        line = call_line(self.job.source, "over")
+
+        def bad(what: str, found: str) -> JobError:
+            return self.err(f"a table read must keep the latest record per key as a plan's "
+                            f"table does: {what}", line=line, expected=LATEST_IDIOM,
+                            found=found[:200])
+
+        for p in (below, window.child()):
+            while self.cls(p) in ("Project", "SubqueryAlias"):
+                if self.cls(p) == "Project" and not all(
+                        self.cls(it) == "AttributeReference"
+                        for it in self.items(p.projectList())):
+                    raise bad("only the window's row number may be added to the record",
+                              "; ".join(str(it.sql()) for it in
+                                        self.items(p.projectList()))[:200])
+                p = p.child()
+        raw = {str(a.name()): self.eid(a) for a in self.output(rel)}
+        wexprs = self.items(window.windowExpressions())
+        fn = None
+        if len(wexprs) == 1 and self.cls(wexprs[0]) == "Alias" and \
+                self.cls(wexprs[0].child()) == "WindowExpression":
+            fn = wexprs[0].child().windowFunction()
+        if fn is None or self.cls(fn) != "RowNumber":
+            raise bad("one row_number() over the window", "; ".join(
+                str(e.sql()) for e in wexprs))
+        rn = self.eid(wexprs[0].toAttribute())
+        part = self.items(window.partitionSpec())
+        order = self.items(window.orderSpec())
+        if len(part) != 1 or self.cls(part[0]) != "AttributeReference" or \
+                self.eid(part[0]) != raw.get("key"):
+            raise bad("partitionBy the record's key (a tombstone names its key there only)",
+                      "partitionBy(" + ", ".join(str(p.sql()) for p in part) + ")")
+        if len(order) != 1 or self.cls(order[0].child()) != "AttributeReference" or \
+                self.eid(order[0].child()) != raw.get("offset") or \
+                str(order[0].direction().sql()) != "DESC":
+            raise bad("orderBy the record's offset, descending (timestamps may go back)",
+                      "orderBy(" + ", ".join(str(o.sql()) for o in order) + ")")
+        first = not_null = False
+        for e in conds:
+            c = self.cls(e)
+            if c == "EqualTo":
+                sides = [e.left(), e.right()]
+                attr = [s for s in sides if self.cls(s) == "AttributeReference"
+                        and self.eid(s) == rn]
+                lit = [s for s in sides if self.cls(s) == "Literal"]
+                if attr and lit and str(lit[0].value()) == "1":
+                    first = True
+                    continue
+            if c == "IsNotNull" and self.cls(e.child()) == "AttributeReference" and \
+                    self.eid(e.child()) == raw.get("value"):
+                not_null = True
+                continue
+            raise bad("only the first row and non-null values are kept", str(e.sql()))
+        if not first:
+            raise bad("the first row per key only", "no filter on the row number")
+        if not not_null:
+            raise bad("a tombstone (null value) deletes its key: filter value IS NOT NULL "
+                      "after the row number", "no value IS NOT NULL filter")
+        opts = self._relation_options(rel)
+        if opts is None:
+            raise self.err("a batch read Theseus cannot read the options of",
+                           line=call_line(self.job.source, "read"),
+                           expected="spark.read.format('kafka')", found=str(rel.nodeName()))
+        out = self._kafka_source(opts, "read", {"startingoffsets": "earliest",
+                                                "endingoffsets": "latest"}, raw)
+        self.nodes[out.node]["role"] = "table"
+        self.nodes[out.node]["starting_offsets"] = "earliest"
+        self.tables.add(out.node)
+        return out
+
+    def _relation_options(self, rel: Any) -> dict[str, str] | None:
+        """A batch Kafka read's options: a DSv2 relation's own, or the options map of
+        the V1 ``KafkaRelation`` (by reflection, as the writer's fields are read)."""
+        if self.cls(rel) == "DataSourceV2Relation":
+            return {str(k).lower(): str(v) for k, v in dict(rel.options()).items()}
+        r = rel.relation()
+        if "kafka" not in self.cls(r).lower():
+            return None
+        for f in r.getClass().getDeclaredFields():
+            f.setAccessible(True)
+            v = f.get(r)
+            if v is None or "Map" not in self.cls(v):
+                continue
+            try:
+                m = self.scala_map(v)
+            except Exception:  # noqa: BLE001 - not a Scala map of strings
+                continue
+            m = {k.lower(): x for k, x in m.items()}
+            if "subscribe" in m or "assign" in m or "subscribepattern" in m:
+                return m
+        return None
 
     _t_DataSourceV2Relation = _batch
     _t_LogicalRelation = _batch
@@ -272,23 +398,33 @@ class Translator:
                            expected="spark.readStream.format('kafka')", found=repr(fmt))
         opts = {str(k).lower(): str(v) for k, v in
                 dict(plan.extraOptions().asCaseSensitiveMap()).items()}
+        raw = {str(a.name()): self.eid(a) for a in self.output(plan)}
+        return self._kafka_source(opts, "readStream", {}, raw)
+
+    def _kafka_source(self, opts: dict[str, str], call: str, batch: dict[str, str],
+                      raw: dict[str, int]) -> _Raw:
+        for k, want in batch.items():
+            if opts.get(k, want).strip().lower() != want:
+                raise self.err(f"a table read from {k} other than {want} cannot be "
+                               "expressed in a plan (a table is the whole topic)",
+                               line=call_line(self.job.source, call),
+                               expected=want, found=opts[k])
         for bad in ("subscribepattern", "assign"):
             if bad in opts:
                 raise self.err(f"a Kafka source with option '{bad}' cannot be expressed "
-                               "in a plan", line=call_line(self.job.source, "readStream"),
+                               "in a plan", line=call_line(self.job.source, call),
                                expected="option('subscribe', 'one-topic')",
                                found=f"{bad}={opts[bad]}")
         topics = [t.strip() for t in opts.get("subscribe", "").split(",") if t.strip()]
         if len(topics) != 1:
             raise self.err("a Kafka source reads one topic in a plan",
-                           line=call_line(self.job.source, "readStream"),
+                           line=call_line(self.job.source, call),
                            expected="option('subscribe', 'one-topic') (union two sources "
                            "for two topics)", found=repr(opts.get("subscribe", "")))
         starting = opts.get("startingoffsets", "latest").strip().lower()
         if starting not in ("earliest", "latest"):
             raise self.err("startingOffsets per partition cannot be expressed in a plan",
                            expected="earliest or latest", found=starting)
-        raw = {str(a.name()): self.eid(a) for a in self.output(plan)}
         doc = {"step": "source", "version": 1, "topic": topics[0], "partitions": None,
                "format": "json", "role": "stream", "schema": [],
                "starting_offsets": starting}
@@ -450,6 +586,13 @@ class Translator:
                    watermark_ms=micros // 1000)
 
     def _t_Filter(self, plan: Any) -> Out:
+        conds, below = [], plan
+        while self.cls(below) == "Filter":
+            conds = self._conjuncts(below.condition()) + conds
+            below = below.child()
+        table = self._table(plan, conds, below)
+        if table is not None:
+            return table
         child = self.translate(plan.child())
         nid = self.add("filter", {"step": "filter", "version": 1, "inputs": [child.node],
                                   "predicate": self.sql(plan.condition(), child.names)})
@@ -719,6 +862,17 @@ class Translator:
                 bound.append(text)
             else:
                 cond.append(text)
+        for side, keys in ((left, lkeys), (right, rkeys)):
+            if side.node in self.tables:
+                # A table's key is what it is joined on (the record key holds those
+                # columns, as a compacted topic's producer writes it).
+                if not keys or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)
+                                       for k in keys):
+                    raise self.err("a table read must be joined on columns equal to its "
+                                   "key columns", line=call_line(self.job.source, "join"),
+                                   expected="stream.join(table, stream.k == table.k)",
+                                   found=" AND ".join(keys) or "no equality on columns")
+                self.nodes[side.node]["key_columns"] = list(keys)
         doc: dict[str, Any] = {"step": "join", "version": 1,
                                "inputs": [left.node, right.node], "type": kind,
                                "left_keys": lkeys, "right_keys": rkeys}

@@ -112,6 +112,32 @@ REFUSED = {
                             "    return df.select(F.to_json(F.struct('v')).alias('value'))"
                             ".writeStream.format('kafka').option('topic', 'o')\n",
                             "the Kafka record's timestamp"),
+    "static_every_record.py": (_KAFKA + "def build(spark):\n"
+                               "    t = spark.read.format('kafka').option('subscribe', 'c')"
+                               ".option('kafka.bootstrap.servers', 'x:1').load()\n"
+                               "    t = t.select(F.from_json(F.col('value').cast('string'), "
+                               "'a INT, n STRING').alias('d')).select('d.*')\n"
+                               "    df = src(spark).join(t, 'a')\n"
+                               "    return df.select(F.to_json(F.struct('n')).alias('value'))"
+                               ".writeStream.format('kafka').option('topic', 'o')\n",
+                               "static_every_record.py:6: a batch read (spark.read) cannot "
+                               "be expressed in a plan but as a table"),
+    "static_latest_by_time.py": (_KAFKA + "from pyspark.sql import Window\n"
+                                 "def build(spark):\n"
+                                 "    t = spark.read.format('kafka').option('subscribe', 'c')"
+                                 ".option('kafka.bootstrap.servers', 'x:1').load()\n"
+                                 "    w = Window.partitionBy('key').orderBy("
+                                 "F.col('timestamp').desc())\n"
+                                 "    t = t.withColumn('rn', F.row_number().over(w))"
+                                 ".where('rn = 1 AND value IS NOT NULL')\n"
+                                 "    t = t.select(F.from_json(F.col('value').cast('string'), "
+                                 "'a INT, n STRING').alias('d')).select('d.*')\n"
+                                 "    df = src(spark).join(t, 'a')\n"
+                                 "    return df.select(F.to_json(F.struct('n')).alias('value'))"
+                                 ".writeStream.format('kafka').option('topic', 'o')\n",
+                                 "static_latest_by_time.py:9: a table read must keep the "
+                                 "latest record per key as a plan's table does: orderBy the "
+                                 "record's offset"),
 }
 
 
