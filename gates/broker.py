@@ -187,6 +187,11 @@ def check_access(bootstrap: str, needs: list[Need], deadline: Deadline | float =
             if name == "TOPIC_AUTHORIZATION_FAILED":
                 allowed[t] = set()  # not even DESCRIBE
                 continue
+            if name == "UNKNOWN_TOPIC_OR_PART":
+                # not there yet: the broker creates it on the first write when it may
+                # (auto.create.topics.enable), and the authorizer then judges the creation
+                allowed[t] = None
+                continue
             deadline.check(what)
             raise BrokerError(f"cannot describe the topic: {_kafka_error(e)}", topic=t) from e
         ops = d.authorized_operations

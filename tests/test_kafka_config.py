@@ -276,6 +276,9 @@ class _Admin:
             if v == "denied":
                 out[t] = _Fut(exc=KafkaException(KafkaError(
                     KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+            elif v == "missing":
+                out[t] = _Fut(exc=KafkaException(KafkaError(
+                    KafkaError.UNKNOWN_TOPIC_OR_PART)))
             else:
                 ops = None if v is None else [getattr(AclOperation, o) for o in v]
                 out[t] = _Fut(SimpleNamespace(authorized_operations=ops))
@@ -303,6 +306,8 @@ def test_check_access_names_topic_operation_and_user(tmp_path):
         check_access("h:1", [("in", "READ", "x")], client=_Admin({"in": "denied"}))
     # no authorizer: the broker returns no operations, nothing is refused
     check_access("h:1", [("in", "WRITE", "x")], client=_Admin({"in": None}))
+    # a topic not created yet (an output the first write creates) is not refused
+    check_access("h:1", [("out", "WRITE", "x")], client=_Admin({"out": "missing"}))
 
 
 def test_plan_access_lists_every_source_read_and_the_sink_write():
