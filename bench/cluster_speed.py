@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 ROWS = int(os.environ.get("BENCH_ROWS", "200000"))
 
-from run_speed import connector_jars, plan_doc  # noqa: E402
+from run_speed import connector_jars, connector_query, plan_doc  # noqa: E402
 
 
 def last_line(args: list[str], env: dict) -> str:
@@ -97,24 +97,7 @@ def run_theseus(spark, bs, src, parts, delivery, tmp):
 
 
 def run_connector(spark, bs, src, tmp):
-    from pyspark.sql import functions as F  # noqa: N812
-
-    out = out_topic(bs, 3)
-    schema = "order_id STRING, amount DOUBLE, qty INT, region STRING, ts TIMESTAMP"
-    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs)
-          .option("subscribe", src).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", 100_000).load()
-          .select(F.from_json(F.col("value").cast("string"), schema).alias("v")).select("v.*")
-          .where("region <> 'test' AND amount > 10")
-          .selectExpr("order_id", "amount * qty AS total", "upper(region) AS region")
-          .select(F.to_json(F.struct("*")).alias("value")))
-    t = time.perf_counter()
-    q = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bs)
-         .option("topic", out).option("checkpointLocation", str(tmp / f"conn-{out}"))
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    elapsed = time.perf_counter() - t
-    assert q.exception() is None, q.exception()
+    q, elapsed = connector_query(spark, bs, src, out_topic(bs, 3), tmp, 100_000)
     return elapsed, phases(q)
 
 

@@ -720,9 +720,7 @@ def _read_changelog_range(opts: SourceOptions, builder: _ArrowBuilder, rng: Kafk
         for m in msgs:
             if _is_control(m):
                 continue
-            v = m.value()
-            doc = None if v is None else builder.parse(v) if builder.fmt == "json" else \
-                {builder.names[0]: v.decode("utf-8", "replace")}
+            doc = _record_doc(builder, m)
             res = _key_of(opts, m, doc)
             if res is None:
                 continue  # neither a key nor a value says which row this is
@@ -739,6 +737,15 @@ def _read_changelog_range(opts: SourceOptions, builder: _ArrowBuilder, rng: Kafk
             docs = []
     if docs:
         yield builder.from_dicts(docs)
+
+
+def _record_doc(builder: _ArrowBuilder, m) -> dict | None:
+    """A record's value as a row (None: a tombstone)."""
+    v = m.value()
+    if v is None:
+        return None
+    return builder.parse(v) if builder.fmt == "json" else \
+        {builder.names[0]: v.decode("utf-8", "replace")}
 
 
 def _key_of(opts: SourceOptions, m, doc: dict | None) -> tuple | None:
@@ -772,9 +779,7 @@ def _read_table_partition(opts: SourceOptions, builder: _ArrowBuilder, rng: Kafk
         for m in msgs:
             if _is_control(m):
                 continue
-            v = m.value()
-            doc = None if v is None else builder.parse(v) if builder.fmt == "json" else \
-                {builder.names[0]: v.decode("utf-8", "replace")}
+            doc = _record_doc(builder, m)
             res = _key_of(opts, m, doc)
             if res is None:
                 continue
