@@ -73,7 +73,8 @@ def test_a_malformed_kafka_store_address_is_one_clear_error(tmp_path):
                         "--state", "kafka://no-port/topic"], cwd=ROOT, capture_output=True,
                        text=True)
     assert r.returncode == 4
-    assert "kafka://HOST:PORT/TOPIC" in r.stderr and "Traceback" not in r.stderr
+    assert "expected kafka://HOST:PORT[,HOST:PORT...]/TOPIC" in r.stderr
+    assert "found kafka://no-port/topic" in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.own_jvm
