@@ -75,6 +75,45 @@ def test_schema_file_v1_and_v2_round(tmp_path):
         read_schema_file(bad)
 
 
+def _chunked(text: str, size: int = 1 << 16) -> bytes:
+    parts = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return struct.pack(">i", len(parts)) + b"".join(_utf(t) for t in parts)
+
+
+def test_schema_file_v3_as_schema_v3_writer_writes_it(tmp_path):
+    """SchemaHelper.SchemaV3Writer's layout (a real transformWithState checkpoint of
+    PySpark 4.3 has it): writeUTF("v3"), an int count, per column family its name and
+    four chunked JSON texts; the user key encoder schema "{    }" when none."""
+    key = {"type": "struct", "fields": [{"name": "_theseus_key", "type": "string",
+                                         "nullable": True, "metadata": {}}]}
+    val = {"type": "struct", "fields": [{"name": "st", "type": "string", "nullable": True,
+                                         "metadata": {}}]}
+    spec = {"keyStateEncoderType": "NoPrefixKeyStateEncoderSpec"}
+    kt = json.dumps(key)
+    v3 = tmp_path / "0_uuid"
+    v3.write_bytes(_utf("v3") + struct.pack(">i", 2)
+                   + _utf("s") + struct.pack(">i", 2) + _utf(kt[:7]) + _utf(kt[7:])
+                   + _chunked(json.dumps(val)) + _chunked(json.dumps(spec))
+                   + _chunked("{    }")
+                   + _utf("m") + _chunked(kt) + _chunked(json.dumps(val))
+                   + _chunked(json.dumps(spec)) + _chunked(json.dumps(val)))
+    got = read_schema_file(v3)
+    assert [f["colFamilyName"] for f in got] == ["s", "m"]
+    assert got[0]["keySchema"] == key and got[0]["valueSchema"] == val
+    assert got[0]["keyStateEncoderSpec"] == spec and "userKeyEncoderSchema" not in got[0]
+    assert got[1]["userKeyEncoderSchema"] == val
+    cut = tmp_path / "cut"
+    cut.write_bytes(v3.read_bytes()[:40])
+    with pytest.raises(CheckpointError, match="corrupted state schema file"):
+        read_schema_file(cut)
+    # StateSchemaV3File's text form: a "v3" line, one JSON column family a line
+    text = tmp_path / "text"
+    text.write_text("v3\n" + json.dumps({"columnFamilyName": "s", "keySchema": kt,
+                                          "valueSchema": json.dumps(val)}))
+    (doc,) = read_schema_file(text)
+    assert doc["keySchema"] == key and doc["valueSchema"] == val
+
+
 def _s(*types, names=None, nullable=True):
     names = names or [f"f{i}" for i in range(len(types))]
     return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": nullable,
