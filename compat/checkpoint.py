@@ -13,7 +13,8 @@ What a checkpoint directory holds (Spark 4.x, the formats of its own readers):
                                      [{"storeName", "numColsPrefixKey", "numPartitions"}]}
     state/<op>/_metadata/v2/<batch>  OperatorStateMetadataV2 (transformWithState): the same
                                      plus "operatorPropertiesJson" and each store's
-                                     "stateSchemaFilePath"
+                                     "stateSchemaFilePaths" (Spark 4.3; a single
+                                     "stateSchemaFilePath" before)
     state/<op>/0/[<store>/]_metadata/schema
                                      the state schema, as StateSchemaCompatibilityChecker
                                      writes it: Java ``writeUTF("v1"|"v2")``; v1 = two UTF
@@ -24,7 +25,8 @@ What a checkpoint directory holds (Spark 4.x, the formats of its own readers):
                                      writes it: ``writeUTF("v3")``, an int count of column
                                      families, each its name (UTF) and four chunked JSON
                                      texts (key schema, value schema, key encoder spec,
-                                     user key encoder schema); StateSchemaV3File's text
+                                     user key encoder schema; Spark 4.3 puts a short
+                                     schema id before the first two); StateSchemaV3File's text
                                      form ("v3" line, one JSON column family a line) too
 
 Only batches with a commit count: an offsets file without its commit is a batch Spark will
@@ -305,10 +307,10 @@ def _read_v3(buf: bytes, pos: int) -> list[dict]:
     out = []
     for _ in range(n):
         name, pos = _read_utf(buf, pos)
-        texts = []
-        for _ in range(4):
-            t, pos = _read_chunked(buf, pos)
-            texts.append(t)
+        try:
+            texts, pos = _v3_family(buf, pos, ids=True)
+        except (struct.error, ValueError):
+            texts, pos = _v3_family(buf, pos, ids=False)
         doc: dict[str, Any] = {"colFamilyName": name, "keySchema": json.loads(texts[0]),
                                "valueSchema": json.loads(texts[1]),
                                "keyStateEncoderSpec": json.loads(texts[2])}
@@ -317,6 +319,21 @@ def _read_v3(buf: bytes, pos: int) -> list[dict]:
             doc["userKeyEncoderSchema"] = user
         out.append(doc)
     return out
+
+
+def _v3_family(buf: bytes, pos: int, ids: bool) -> tuple[list[str], int]:
+    """A column family's four JSON texts.  Spark 4.3 writes a short schema id before the
+    key and before the value schema (``ids``; measured on a real checkpoint), the
+    SchemaV3Writer of earlier 4.x none."""
+    texts = []
+    for i in range(4):
+        if ids and i < 2:
+            pos += 2
+        t, pos = _read_chunked(buf, pos)
+        texts.append(t)
+    for t in texts[:3]:
+        json.loads(t)
+    return texts, pos
 
 
 def _json_objects(text: str) -> list[dict]:
@@ -430,7 +447,10 @@ def _operator(d: Path, last: int) -> Operator:
         info = doc.get("operatorInfo") or {}
         families = []
         for s in doc.get("stateStoreInfo") or []:
-            sp = s.get("stateSchemaFilePath")
+            # Spark 4.3 writes "stateSchemaFilePaths" (a list, every schema version of the
+            # store; the last is the current one), earlier 4.x "stateSchemaFilePath"
+            paths = s.get("stateSchemaFilePaths") or [s.get("stateSchemaFilePath")]
+            sp = paths[-1] if isinstance(paths, list) and paths else None
             if sp:
                 local = _schema_v3(d, str(sp))
                 if local is not None:

@@ -527,3 +527,18 @@ def test_v2_operator_metadata_without_its_schema_file_is_not_verified(ck_copy):
     fs = compare(ck, _new_ops(ck.operators), _plan())
     assert _codes(fs) == ["checkpoint-not-verified"]
     assert "records no state schema" in fs[0].message
+
+
+def test_real_transform_with_state_checkpoint():
+    """A real checkpoint of a table aggregate over a changelog (two
+    transformWithStateInPandas operators), written by PySpark 4.3 (operator metadata v2
+    with ``stateSchemaFilePaths``, v3 schema files with schema ids; its recorded absolute
+    paths are gone, the files are found under ``_stateSchema``)."""
+    ck = read_checkpoint(FIXTURES / "checkpoints" / "table_agg_tws")
+    assert [(op.id, op.name, op.metadata_version, op.partitions) for op in ck.operators] == \
+        [(0, "transformWithStateInPandasExec", 2, 2), (1, "transformWithStateInPandasExec",
+                                                      2, 2)]
+    stores = [[s.to_json() for s in op.stores] for op in ck.operators]
+    assert stores == [[{"name": "s", "partitions": 2, "key_schema": f"struct<{k}:string>",
+                        "value_schema": f"struct<{v}:string>"}]
+                      for k, v in (("_theseus_key", "st"), ("_theseus_key", "row"))]
