@@ -509,8 +509,8 @@ def test_v2_operator_metadata_without_its_schema_file_is_not_verified(ck_copy):
     """OperatorStateMetadataV2 (transformWithState): the fields of Spark's case class
     (operatorInfo, stateStoreInfo with stateSchemaFilePath, operatorPropertiesJson) under
     state/<op>/_metadata/v2/<batch>.  Its schema file missing here, the store's key and
-    value are said to be not verified, never guessed.  (No real v2 checkpoint: PySpark's
-    transformWithStateInPandas needs protobuf, which this environment lacks.)"""
+    value are said to be not verified, never guessed.  (A real one:
+    test_real_transform_with_state_checkpoint.)"""
     op = ck_copy / "state" / "0" / "_metadata"
     (op / "v2").mkdir()
     (op / "v2" / "1").write_text("v2\n" + json.dumps({
