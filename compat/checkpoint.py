@@ -13,15 +13,21 @@ What a checkpoint directory holds (Spark 4.x, the formats of its own readers):
                                      [{"storeName", "numColsPrefixKey", "numPartitions"}]}
     state/<op>/_metadata/v2/<batch>  OperatorStateMetadataV2 (transformWithState): the same
                                      plus "operatorPropertiesJson" and each store's
-                                     "stateSchemaFilePath"
+                                     "stateSchemaFilePaths" (Spark 4.3; a single
+                                     "stateSchemaFilePath" before)
     state/<op>/0/[<store>/]_metadata/schema
                                      the state schema, as StateSchemaCompatibilityChecker
                                      writes it: Java ``writeUTF("v1"|"v2")``; v1 = two UTF
                                      strings (key, value schema JSON); v2 = for key then value
                                      an int count of chunks and that many UTF strings
     state/<op>/_stateSchema/<store>/<batch>_<uuid>
-                                     StateSchemaV3File (transformWithState): "v3", then the
-                                     column families' schemas as JSON
+                                     the v3 schema (transformWithState), as SchemaV3Writer
+                                     writes it: ``writeUTF("v3")``, an int count of column
+                                     families, each its name (UTF) and four chunked JSON
+                                     texts (key schema, value schema, key encoder spec,
+                                     user key encoder schema; Spark 4.3 puts a short
+                                     schema id before the first two); StateSchemaV3File's text
+                                     form ("v3" line, one JSON column family a line) too
 
 Only batches with a commit count: an offsets file without its commit is a batch Spark will
 run again at restart.  What the files do not hold (the source topics of a source that is not
@@ -251,6 +257,10 @@ def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list
     """The (key, value) schemas of a v1/v2 schema file, or the column families of a v3
     file (a list of dicts with ``keySchema`` and ``valueSchema``)."""
     buf = path.read_bytes()
+    if buf.startswith(b"v3\n"):
+        # StateSchemaV3File's own serialisation: a text line "v3", then one JSON
+        # ColumnFamilySchemaV1 per line
+        return _json_objects(buf[3:].decode("utf-8", "replace"))
     try:
         version, pos = _read_utf(buf, 0)
         if version == "v1":
@@ -258,24 +268,72 @@ def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list
             value, pos = _read_utf(buf, pos)
             return json.loads(key), json.loads(value)
         if version == "v2":
-            parts = []
-            for _ in range(2):
-                (chunks,) = struct.unpack_from(">i", buf, pos)
-                pos += 4
-                text = []
-                for _ in range(chunks):
-                    s, pos = _read_utf(buf, pos)
-                    text.append(s)
-                parts.append(json.loads("".join(text)))
-            return parts[0], parts[1]
+            key, pos = _read_chunked(buf, pos)
+            value, pos = _read_chunked(buf, pos)
+            return json.loads(key), json.loads(value)
         if version == "v3":
-            return _json_objects(buf[pos:].decode("utf-8", "replace"))
+            return _read_v3(buf, pos)
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise CheckpointError("corrupted state schema file", file=str(path),
                               expected="a schema file as StateSchemaCompatibilityChecker "
                                        "writes it", found=str(e)[:120]) from None
     raise CheckpointError("unknown state schema file version", file=str(path),
                           expected="v1, v2 or v3", found=repr(version[:20]))
+
+
+def _read_chunked(buf: bytes, pos: int) -> tuple[str, int]:
+    """A string SchemaWriter.writeJsonSchema wrote: an int count, then that many UTF
+    chunks."""
+    (chunks,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    if chunks < 0 or chunks > len(buf):
+        raise ValueError(f"{chunks} chunks")
+    text = []
+    for _ in range(chunks):
+        s, pos = _read_utf(buf, pos)
+        text.append(s)
+    return "".join(text), pos
+
+
+def _read_v3(buf: bytes, pos: int) -> list[dict]:
+    """SchemaHelper.SchemaV3Writer (what Spark 4 writes for transformWithState, measured
+    on PySpark 4.3): after ``writeUTF("v3")`` an int count of column families, then for
+    each its name (UTF) and four chunked JSON texts: key schema, value schema, key
+    encoder spec, user key encoder schema (``{    }`` when none)."""
+    (n,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    if n < 0 or n > len(buf):
+        raise ValueError(f"{n} column families")
+    out = []
+    for _ in range(n):
+        name, pos = _read_utf(buf, pos)
+        try:
+            texts, pos = _v3_family(buf, pos, ids=True)
+        except (struct.error, ValueError):
+            texts, pos = _v3_family(buf, pos, ids=False)
+        doc: dict[str, Any] = {"colFamilyName": name, "keySchema": json.loads(texts[0]),
+                               "valueSchema": json.loads(texts[1]),
+                               "keyStateEncoderSpec": json.loads(texts[2])}
+        user = json.loads(texts[3]) if texts[3].strip() else {}
+        if user:
+            doc["userKeyEncoderSchema"] = user
+        out.append(doc)
+    return out
+
+
+def _v3_family(buf: bytes, pos: int, ids: bool) -> tuple[list[str], int]:
+    """A column family's four JSON texts.  Spark 4.3 writes a short schema id before the
+    key and before the value schema (``ids``; measured on a real checkpoint), the
+    SchemaV3Writer of earlier 4.x none."""
+    texts = []
+    for i in range(4):
+        if ids and i < 2:
+            pos += 2
+        t, pos = _read_chunked(buf, pos)
+        texts.append(t)
+    for t in texts[:3]:
+        json.loads(t)
+    return texts, pos
 
 
 def _json_objects(text: str) -> list[dict]:
@@ -389,7 +447,10 @@ def _operator(d: Path, last: int) -> Operator:
         info = doc.get("operatorInfo") or {}
         families = []
         for s in doc.get("stateStoreInfo") or []:
-            sp = s.get("stateSchemaFilePath")
+            # Spark 4.3 writes "stateSchemaFilePaths" (a list, every schema version of the
+            # store; the last is the current one), earlier 4.x "stateSchemaFilePath"
+            paths = s.get("stateSchemaFilePaths") or [s.get("stateSchemaFilePath")]
+            sp = paths[-1] if isinstance(paths, list) and paths else None
             if sp:
                 local = _schema_v3(d, str(sp))
                 if local is not None:
@@ -401,7 +462,8 @@ def _operator(d: Path, last: int) -> Operator:
         # One state store, many column families: each family is a store of its own here.
         if families:
             n = stores[0].partitions if stores else 0
-            stores = [StateStore(str(f.get("colFamilyName", "default")), n, 0,
+            stores = [StateStore(str(f.get("colFamilyName") or f.get("columnFamilyName")
+                                     or "default"), n, 0,
                                  f.get("keySchema"), f.get("valueSchema"))
                       for f in families]
         return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),

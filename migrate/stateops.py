@@ -83,6 +83,7 @@ def _register(spark: Any) -> None:
 
 
 def _empty_builder(spark: Any, plan: Plan) -> Any:
+    from compat.steps.source import CHANGELOG, table_read
     from migrate.build import Builder, BuildOptions
     from migrate.build.core import ddl
 
@@ -93,6 +94,16 @@ def _empty_builder(spark: Any, plan: Plan) -> Any:
             info = self.plan.info[node.id]
             opts = {"schema": ddl(info.columns, info.names), "node": node.id,
                     "topic": node.topic, "partitions": str(node.partitions)}
+            if table_read(node) == CHANGELOG:
+                # A table read as a changelog is a stream of its changes, normalised by a
+                # stateful operator of its own (migrate.build.source does the same).
+                from gates.source import DELETED_COLUMN, OFFSET_COLUMN
+                from migrate.build import changelog
+
+                opts["schema"] += f", {DELETED_COLUMN} BOOLEAN, {OFFSET_COLUMN} BIGINT"
+                df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()
+                return changelog.normalise(self, df, node.key_columns, info.names,
+                                           info.columns)
             if node.role == "table":
                 return self.spark.read.format(EMPTY_FORMAT).options(**opts).load()
             df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()
@@ -123,6 +134,12 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
     df = builder.dataframe()
     scratch = tempfile.mkdtemp(prefix="theseus-dryrun-")
     pinned = {**(conf or {}), "spark.sql.shuffle.partitions": str(parts)}
+    if plan.info[plan.sink_id].changelog:
+        # transformWithState operators need RocksDB (Builder.start sets it for a changelog
+        # query); a checkpoint's offset log pins it too.
+        from migrate.build.changelog import ROCKSDB
+
+        pinned.setdefault("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     before: dict[str, str | None] = {}
     for k, v in pinned.items():
         try:
@@ -134,7 +151,8 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
         # The noop sink consumes every partition (a foreachBatch that drops its DataFrame
         # fails Spark 4's state store commit validation); the sink holds no state.
         q = (df.writeStream.queryName(f"theseus_dryrun_{plan.query}")
-             .outputMode(plan.sink.mode).format("noop")
+             .outputMode("append" if plan.info[plan.sink_id].changelog else plan.sink.mode)
+             .format("noop")
              .option("checkpointLocation", scratch).trigger(availableNow=True).start())
         error = None
         try:

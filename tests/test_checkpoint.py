@@ -75,6 +75,45 @@ def test_schema_file_v1_and_v2_round(tmp_path):
         read_schema_file(bad)
 
 
+def _chunked(text: str, size: int = 1 << 16) -> bytes:
+    parts = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return struct.pack(">i", len(parts)) + b"".join(_utf(t) for t in parts)
+
+
+def test_schema_file_v3_as_schema_v3_writer_writes_it(tmp_path):
+    """SchemaHelper.SchemaV3Writer's layout (a real transformWithState checkpoint of
+    PySpark 4.3 has it): writeUTF("v3"), an int count, per column family its name and
+    four chunked JSON texts; the user key encoder schema "{    }" when none."""
+    key = {"type": "struct", "fields": [{"name": "_theseus_key", "type": "string",
+                                         "nullable": True, "metadata": {}}]}
+    val = {"type": "struct", "fields": [{"name": "st", "type": "string", "nullable": True,
+                                         "metadata": {}}]}
+    spec = {"keyStateEncoderType": "NoPrefixKeyStateEncoderSpec"}
+    kt = json.dumps(key)
+    v3 = tmp_path / "0_uuid"
+    v3.write_bytes(_utf("v3") + struct.pack(">i", 2)
+                   + _utf("s") + struct.pack(">i", 2) + _utf(kt[:7]) + _utf(kt[7:])
+                   + _chunked(json.dumps(val)) + _chunked(json.dumps(spec))
+                   + _chunked("{    }")
+                   + _utf("m") + _chunked(kt) + _chunked(json.dumps(val))
+                   + _chunked(json.dumps(spec)) + _chunked(json.dumps(val)))
+    got = read_schema_file(v3)
+    assert [f["colFamilyName"] for f in got] == ["s", "m"]
+    assert got[0]["keySchema"] == key and got[0]["valueSchema"] == val
+    assert got[0]["keyStateEncoderSpec"] == spec and "userKeyEncoderSchema" not in got[0]
+    assert got[1]["userKeyEncoderSchema"] == val
+    cut = tmp_path / "cut"
+    cut.write_bytes(v3.read_bytes()[:40])
+    with pytest.raises(CheckpointError, match="corrupted state schema file"):
+        read_schema_file(cut)
+    # StateSchemaV3File's text form: a "v3" line, one JSON column family a line
+    text = tmp_path / "text"
+    text.write_text("v3\n" + json.dumps({"columnFamilyName": "s", "keySchema": kt,
+                                          "valueSchema": json.dumps(val)}))
+    (doc,) = read_schema_file(text)
+    assert doc["keySchema"] == key and doc["valueSchema"] == val
+
+
 def _s(*types, names=None, nullable=True):
     names = names or [f"f{i}" for i in range(len(types))]
     return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": nullable,
@@ -470,8 +509,8 @@ def test_v2_operator_metadata_without_its_schema_file_is_not_verified(ck_copy):
     """OperatorStateMetadataV2 (transformWithState): the fields of Spark's case class
     (operatorInfo, stateStoreInfo with stateSchemaFilePath, operatorPropertiesJson) under
     state/<op>/_metadata/v2/<batch>.  Its schema file missing here, the store's key and
-    value are said to be not verified, never guessed.  (No real v2 checkpoint: PySpark's
-    transformWithStateInPandas needs protobuf, which this environment lacks.)"""
+    value are said to be not verified, never guessed.  (A real one:
+    test_real_transform_with_state_checkpoint.)"""
     op = ck_copy / "state" / "0" / "_metadata"
     (op / "v2").mkdir()
     (op / "v2" / "1").write_text("v2\n" + json.dumps({
@@ -488,3 +527,18 @@ def test_v2_operator_metadata_without_its_schema_file_is_not_verified(ck_copy):
     fs = compare(ck, _new_ops(ck.operators), _plan())
     assert _codes(fs) == ["checkpoint-not-verified"]
     assert "records no state schema" in fs[0].message
+
+
+def test_real_transform_with_state_checkpoint():
+    """A real checkpoint of a table aggregate over a changelog (two
+    transformWithStateInPandas operators), written by PySpark 4.3 (operator metadata v2
+    with ``stateSchemaFilePaths``, v3 schema files with schema ids; its recorded absolute
+    paths are gone, the files are found under ``_stateSchema``)."""
+    ck = read_checkpoint(FIXTURES / "checkpoints" / "table_agg_tws")
+    assert [(op.id, op.name, op.metadata_version, op.partitions) for op in ck.operators] == \
+        [(0, "transformWithStateInPandasExec", 2, 2), (1, "transformWithStateInPandasExec",
+                                                      2, 2)]
+    stores = [[s.to_json() for s in op.stores] for op in ck.operators]
+    assert stores == [[{"name": "s", "partitions": 2, "key_schema": f"struct<{k}:string>",
+                        "value_schema": f"struct<{v}:string>"}]
+                      for k, v in (("_theseus_key", "st"), ("_theseus_key", "row"))]
