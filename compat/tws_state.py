@@ -23,10 +23,13 @@ Aggregate and column names that only name outputs are left out (renaming an outp
 the state).  Integer types are one kind here: their JSON is the same, so widening
 ``int`` to ``bigint`` keeps the state's keys and values.
 
-What Spark does when a restart declares another name (measured on PySpark 4.3,
-``tests/integration/test_checkpoint_tws.py``): the schema check accepts added and removed
-column families, the new variable starts empty and the old one is never read again, so
-the operator restarts without its history: wrong state.  ``compat.checkpoint_check``
+What Spark does when a restart declares another name (read in Spark's source and
+measured on PySpark 4.3, ``tests/integration/test_checkpoint_tws.py``):
+``TransformWithStateOperatorProperties.validateOperatorProperties`` fails only on a
+variable kept under its name with another type (``STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE``),
+``StateSchemaCompatibilityChecker`` accepts added and removed column families; so the
+restart starts, the new variable is empty and the old one is never read again: the
+operator restarts without its history, wrong state.  ``compat.checkpoint_check``
 compares the names the checkpoint holds with the names the new plan declares.
 
 A checkpoint written before the names were introduced holds one variable named
