@@ -179,3 +179,25 @@ def test_drift_names_a_state_the_recorded_plan_would_not_have_written(write_plan
     assert drift(ck, _ops(new)) == []
     # a legacy checkpoint is not drift: a restart keeps its name
     assert drift(read_checkpoint(LEGACY_CK), _ops(old)) == []
+
+
+def test_real_checkpoint_with_named_state(write_plan):
+    """``fixtures/checkpoints/table_agg_tws_named``: the table aggregate's checkpoint as
+    PySpark 4.3 wrote it with named state (made by test_checkpoint_tws.py with
+    THESEUS_WRITE_FIXTURES=1): its column families are the names its plan gives."""
+    ck_dir = FIXTURES / "checkpoints" / "table_agg_tws_named"
+    plan = load_plan(str(ck_dir / "plan.json"))
+    ck = read_checkpoint(ck_dir)
+    assert [[s.name for s in op.stores] for op in ck.operators] == \
+        [[S.state_name(plan, "a")], [S.state_name(plan, "users")]]
+    assert not S.legacy_checkpoint(str(ck_dir))
+    ops = _ops(plan)
+    ops.offsets = [{"theseus_empty": "users"}]
+    assert compare(ck, ops, plan) == []
+    doc = json.loads((ck_dir / "plan.json").read_text())
+    _agg(doc)["aggregates"][1]["args"] = ["score * 2"]  # in place for the plan check
+    new = load_plan(write_plan(doc))
+    fs = compare(ck, _ops(new), new)
+    assert [f.code for f in fs] == ["checkpoint-state-renamed"]
+    assert S.describe(new, "a") in fs[0].message and "2 * score" in S.describe(new, "a")
+    assert predict(fs).outcome == "wrong_state"
