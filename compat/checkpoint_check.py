@@ -501,9 +501,14 @@ def _unverified(new: Plan, drifted: bool, ck: Checkpoint | None = None) -> list[
     notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
              f"it, and there is {why}"]
     if any(new.info[n].stateful for n in new.nodes):
+        named = ck is not None and any(is_named(s.name) for op in ck.operators
+                                       for s in op.stores)
         notes.append("what the state means beyond its types: window sizes and slides, join "
                      "types and time bounds, aggregate argument expressions, filters "
-                     f"before state ({why})")
+                     f"before state ({why})" + (
+                         "; of Theseus' changelog operators, the group keys, aggregates, "
+                         "join and table keys are verified by their state names, the "
+                         "filters before them are not" if named else ""))
     legacy = [op for op in (ck.operators if ck else []) if op.metadata_version == 2
               and any(s.name == LEGACY for s in op.stores)]
     if legacy:

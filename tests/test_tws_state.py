@@ -201,3 +201,14 @@ def test_real_checkpoint_with_named_state(write_plan):
     assert [f.code for f in fs] == ["checkpoint-state-renamed"]
     assert S.describe(new, "a") in fs[0].message and "2 * score" in S.describe(new, "a")
     assert predict(fs).outcome == "wrong_state"
+
+
+def test_checkpoint_alone_says_what_the_names_verify(write_plan):
+    old, _new = _plans(write_plan)
+    named = checkpoint_report(read_checkpoint(FIXTURES / "checkpoints" / "table_agg_tws_named"),
+                              old, _ops(old))
+    legacy = checkpoint_report(read_checkpoint(LEGACY_CK), old, _ops(old))
+    said = [[f.message for f in r.findings if f.code == "checkpoint-not-verified"]
+            for r in (named, legacy)]
+    assert any("verified by their state names" in n for n in said[0]), said[0]
+    assert not any("verified by their state names" in n for n in said[1]), said[1]
