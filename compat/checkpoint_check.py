@@ -28,10 +28,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compat.checkpoint import Checkpoint, Operator, compatible, field_names, type_string
+from compat.checkpoint import (
+    Checkpoint,
+    Operator,
+    StateStore,
+    compatible,
+    field_names,
+    type_string,
+)
 from compat.findings import EFFECT_HINTS, MIGRATE, Finding, finding, register_codes
 from compat.model import Plan
 from compat.steps import Source
+from compat.tws_state import LEGACY, describe, is_named
 
 FRESH = "Deploy it with a live migration (theseus migrate start --strategy shadow): the " \
         "new plan starts on a fresh checkpoint and rebuilds its state from the source " \
@@ -48,6 +56,7 @@ register_codes({
     "checkpoint-value-schema-incompatible": ("migrate", "error", "schema_evolution", FRESH),
     "checkpoint-state-reinterpreted": ("migrate", "error", "schema_evolution", FRESH),
     "checkpoint-state-missing": ("migrate", "error", "topology", FRESH),
+    "checkpoint-state-renamed": ("migrate", "error", "schema_evolution", FRESH),
     "checkpoint-sources-changed": ("migrate", "error", "source_modifying", FRESH),
     "checkpoint-source-topic-changed": ("migrate", "error", "source_modifying", FRESH),
     "checkpoint-source-partitions-changed": ("in_place", "info", "scaling",
@@ -76,7 +85,8 @@ ERROR_CLASS = {
                                        "topic)",
 }
 #: codes after which Spark starts but with state that is not the new plan's
-WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-missing")
+WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-missing",
+               "checkpoint-state-renamed")
 
 
 @dataclass(frozen=True)
@@ -233,12 +243,52 @@ def _first_diff(a: dict[int, str], b: dict[int, str]) -> int | None:
     return None
 
 
+def restart_stores(old: Operator, new: Operator) -> dict[str, StateStore]:
+    """The new operator's state stores by the name a restart on ``old``'s checkpoint gives
+    them: a checkpoint holding Theseus' changelog state under the legacy single name keeps
+    it (``migrate.build.core.Builder.state_name``), whatever the dry run named it."""
+    stores = {s.name: s for s in new.stores}
+    names = {s.name for s in old.stores}
+    if LEGACY in names and LEGACY not in stores:
+        named = [s for s in new.stores if is_named(s.name)]
+        if len(named) == 1:
+            del stores[named[0].name]
+            stores[LEGACY] = replace(named[0], name=LEGACY)
+    return stores
+
+
+def _renamed(old: Operator, new: Operator, stores: dict[str, StateStore], ctx: _Ctx,
+             label: str) -> tuple[list[Finding], set[str]]:
+    """Theseus' changelog state under another name than the new plan gives it: named
+    after what the state means (``compat.tws_state``), so the state means something else.
+    Spark accepts added and removed column families (``StateSchemaCompatibilityChecker``),
+    starts the new one empty and never reads the old one: measured on PySpark 4.3, the
+    restart starts and the groups lose their history."""
+    gone = [s.name for s in old.stores if is_named(s.name) and s.name not in stores]
+    added = [n for n in stores if is_named(n) and n not in {s.name for s in old.stores}]
+    if not gone or not added:
+        return [], set()
+    nid = ctx.node_of.get(new.id)
+    what = f" ({describe(ctx.new, nid)})" if nid else ""
+    step = f"step '{nid}'" if nid else "the new plan"
+    return [finding("checkpoint-state-renamed",
+                    f"Spark restarts, but without the state: {label} keeps its state as "
+                    f"{', '.join(map(repr, gone))}, named after what it meant when the "
+                    f"checkpoint was written; {step} names it {', '.join(map(repr, added))}"
+                    f"{what}, so its meaning changed (group keys, aggregates, join or table "
+                    "keys). Spark accepts the added and the removed state variable, starts "
+                    "the new one empty and never reads the old one: every group restarts "
+                    "without its history", **ctx.at(new.id))], set(gone)
+
+
 def _stores(old: Operator, new: Operator, ctx: _Ctx) -> list[Finding]:
-    out: list[Finding] = []
-    new_stores = {s.name: s for s in new.stores}
+    new_stores = restart_stores(old, new)
     where = ctx.at(new.id)
     label = f"operator {old.id} ({old.name})"
+    out, skip = _renamed(old, new, new_stores, ctx, label)
     for s in old.stores:
+        if s.name in skip:
+            continue
         n = new_stores.get(s.name)
         if n is None or s.key_schema is None or n.key_schema is None:
             out.append(finding("checkpoint-not-verified",
@@ -285,7 +335,13 @@ def drift(ck: Checkpoint, recorded_ops: Checkpoint) -> list[str]:
         diffs.append(f"operators {_ops(old)} in the checkpoint, {_ops(rec)} from the "
                      "recorded plan")
     for i in sorted(set(old) & set(rec)):
-        rs = {s.name: s for s in rec[i].stores}
+        rs = restart_stores(old[i], rec[i])
+        gone = [s.name for s in old[i].stores if is_named(s.name) and s.name not in rs]
+        added = [n for n in rs if is_named(n) and n not in {s.name for s in old[i].stores}]
+        if gone or added:
+            diffs.append(f"operator {i} ({old[i].name}) state "
+                         f"{', '.join(map(repr, gone)) or 'none'} in the checkpoint, "
+                         f"{', '.join(map(repr, added)) or 'none'} from the recorded plan")
         for s in old[i].stores:
             r = rs.get(s.name)
             if r is None or s.key_schema is None or r.key_schema is None:
@@ -445,22 +501,30 @@ def _unverified(new: Plan, drifted: bool, ck: Checkpoint | None = None) -> list[
     notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
              f"it, and there is {why}"]
     if any(new.info[n].stateful for n in new.nodes):
+        named = ck is not None and any(is_named(s.name) for op in ck.operators
+                                       for s in op.stores)
         notes.append("what the state means beyond its types: window sizes and slides, join "
                      "types and time bounds, aggregate argument expressions, filters "
-                     f"before state ({why})")
-    tws = [op for op in (ck.operators if ck else []) if op.metadata_version == 2]
-    if tws:
+                     f"before state ({why})" + (
+                         "; of Theseus' changelog operators, the group keys, aggregates, "
+                         "join and table keys are verified by their state names, the "
+                         "filters before them are not" if named else ""))
+    legacy = [op for op in (ck.operators if ck else []) if op.metadata_version == 2
+              and any(s.name == LEGACY for s in op.stores)]
+    if legacy:
         # Measured on a real checkpoint (tests/integration/test_checkpoint_tws.py): a
         # changed group key of a table aggregate keeps every schema and starts with the
-        # old groups' state.
+        # old groups' state.  Checkpoints written since name the state after what it means
+        # (compat.tws_state), and the names are compared.
         notes.append("the state of the transformWithState operator(s) "
-                     + ", ".join(f"{op.id} ({op.name})" for op in tws)
-                     + ": their schemas are the processor's state variables (theseus' "
-                     "changelog operators keep JSON text keyed by the JSON of the key), the "
-                     "same whatever the group keys, aggregates, join keys or table keys; "
-                     "the checkpoint cannot tell whether their state is the new plan's. "
-                     "Check with the recorded plan (theseus check --query NAME --state "
-                     f"STORE NEW) or the old plan ({why})")
+                     + ", ".join(f"{op.id} ({op.name})" for op in legacy)
+                     + f": the checkpoint was written before Theseus named changelog state "
+                     f"after what it means (one variable '{LEGACY}' of JSON text keyed by "
+                     "JSON text, the same whatever the group keys, aggregates, join keys or "
+                     "table keys), and a restart keeps that name; the checkpoint cannot tell "
+                     "whether their state is the new plan's. Check with the recorded plan "
+                     "(theseus check --query NAME --state STORE NEW) or the old plan, or "
+                     f"deploy with a shadow migration, whose fresh checkpoint names it ({why})")
     return [finding("checkpoint-not-verified", n, new_pointer="/nodes") for n in notes]
 
 

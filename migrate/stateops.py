@@ -103,7 +103,7 @@ def _empty_builder(spark: Any, plan: Plan) -> Any:
                 opts["schema"] += f", {DELETED_COLUMN} BOOLEAN, {OFFSET_COLUMN} BIGINT"
                 df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()
                 return changelog.normalise(self, df, node.key_columns, info.names,
-                                           info.columns)
+                                           info.columns, self.state_name(node.id))
             if node.role == "table":
                 return self.spark.read.format(EMPTY_FORMAT).options(**opts).load()
             df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()

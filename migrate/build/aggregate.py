@@ -17,7 +17,7 @@ def _build(node: Aggregate, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     if info.changelog:
         return changelog.aggregate(b, df, [(g.name, g.expr) for g in node.group_by],
                                    [(a.name, a.function, list(a.args)) for a in node.aggregates],
-                                   info.columns, info.names)
+                                   info.columns, info.names, b.state_name(node.id))
     keys = []
     if node.window:
         w = node.window

@@ -84,16 +84,17 @@ def _named(pdfs: Iterator[Any], columns: list[str]) -> Iterator[Any]:
         yield pdf
 
 
-def _stateful(df: Any, fn: Any, state_schema: str) -> Any:
+def _stateful(df: Any, fn: Any, state_schema: str, state_name: str) -> Any:
     """``fn(key, pdfs, state)`` over each group of ``df`` by ``KEY``, its state a value of
-    ``state_schema``: a transformWithStateInPandas operator in append mode."""
+    ``state_schema`` named ``state_name`` (``compat.tws_state``: what the state means, so
+    that the checkpoint tells it): a transformWithStateInPandas operator in append mode."""
     from pyspark.sql.streaming import StatefulProcessor
 
     columns = list(df.columns)
 
     class Processor(StatefulProcessor):
         def init(self, handle: Any) -> None:
-            self.state = _State(handle.getValueState("s", state_schema))
+            self.state = _State(handle.getValueState(state_name, state_schema))
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
             yield from fn(key, _named(rows, columns), self.state)
@@ -137,14 +138,14 @@ def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
 # -- the source: upserts -> retractions ------------------------------------------------------
 
 def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],
-              columns: tuple[tuple[str, str], ...]) -> Any:
+              columns: tuple[tuple[str, str], ...], state_name: str) -> Any:
     """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows."""
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
     F = b.F
     packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
                        F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
-    out = _stateful(packed, _normalise_group, "row string")
+    out = _stateful(packed, _normalise_group, "row string", state_name)
     return unpack(b, out, columns, names)
 
 
@@ -177,7 +178,7 @@ def _normalise_group(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[An
 
 def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
               calls: list[tuple[str, str, list[str]]], columns: tuple[tuple[str, str], ...],
-              names: tuple[str, ...]) -> Any:
+              names: tuple[str, ...], state_name: str) -> Any:
     """``group_by`` as (name, expression), ``calls`` as (name, function, argument
     expressions): the signed rows of each group's output."""
     F = b.F
@@ -199,7 +200,7 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _aggregate_group(spec, key, pdfs, state)
 
-    out = _stateful(packed, fn, "st string")
+    out = _stateful(packed, fn, "st string", state_name)
     return unpack(b, out, columns, names)
 
 
@@ -278,7 +279,7 @@ def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
 def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          right_keys: tuple[str, ...], how: str, out: list[tuple[str, str, str]],
          left_names: tuple[str, ...], right_names: tuple[str, ...],
-         columns: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> Any:
+         columns: tuple[tuple[str, str], ...], names: tuple[str, ...], state_name: str) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
     ``compat.steps.join.join_output``'s (output name, side, input column)."""
     from migrate.build.core import q
@@ -306,7 +307,7 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
     def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         return _join_group(spec, key, pdfs, state)
 
-    res = unpack(b, _stateful(both, fn, "l string, r string"), columns, names)
+    res = unpack(b, _stateful(both, fn, "l string, r string", state_name), columns, names)
     if how != "left":
         return res
     # A left row with a null key is output padded with nulls, and retracted so: no state.

@@ -79,6 +79,7 @@ class Builder:
         self.plan = plan
         self.opts = opts
         self.frames: dict[str, Any] = {}
+        self._legacy_state: bool | None = None
         from pyspark.sql import functions as F  # noqa: N812
 
         self.F = F
@@ -179,6 +180,18 @@ class Builder:
             raise RuntimeFailure(f"Spark cannot build this step: {msg}",
                                  file=self.plan.file, node=node.id,
                                  pointer=self.plan.pointer(node.id)) from None
+
+    def state_name(self, node_id: str) -> str:
+        """The state variable of ``node_id``'s changelog operator: named after what its
+        state means (``compat.tws_state``), so that the checkpoint tells it.  A checkpoint
+        that already holds changelog state under the old single name keeps that name: a
+        running query restarts on its own state, never silently on empty state."""
+        from compat import tws_state
+
+        if self._legacy_state is None:
+            self._legacy_state = tws_state.legacy_checkpoint(self.opts.checkpoint)
+        return tws_state.LEGACY if self._legacy_state else \
+            tws_state.state_name(self.plan, node_id)
 
     def watermarks_read(self) -> bool:
         """Whether a stateful step of the plan reads an event-time watermark: a window, a

@@ -24,7 +24,8 @@ def _build(node: Join, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     if info.changelog:
         return changelog.join(b, left, right, node.left_keys, node.right_keys, node.type,
                               join_output(node, linfo.names, rinfo.names), linfo.names,
-                              rinfo.names, info.columns, info.names)
+                              rinfo.names, info.columns, info.names,
+                              b.state_name(node.id))
     # Keys may be expressions: compute them on each side, then join on the results.
     lk = [f"__theseus_lk{i}" for i in range(len(node.left_keys))]
     rk = [f"__theseus_rk{i}" for i in range(len(node.right_keys))]

@@ -37,7 +37,8 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
         opts["role"] = "changelog"
         opts["schema"] += f", {DELETED_COLUMN} BOOLEAN, {OFFSET_COLUMN} BIGINT"
         df = b.spark.readStream.format(SOURCE_FORMAT).options(**opts).load()
-        return changelog.normalise(b, df, node.key_columns, info.names, info.columns)
+        return changelog.normalise(b, df, node.key_columns, info.names, info.columns,
+                                   b.state_name(node.id))
     if node.role == "table":
         # A table is read in full (latest value per key) at every micro-batch: Spark
         # re-plans the static side of a stream-static join each time.

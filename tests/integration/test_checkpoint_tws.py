@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -102,9 +103,33 @@ def _run(spark, kafka, plan_path: Path, ck: Path) -> str | None:
     return None if exc is None else str(exc)
 
 
+#: ``THESEUS_WRITE_FIXTURES=1`` writes the old plan's checkpoint (logs, operator metadata
+#: and schema files, no state data) and plan here: how fixtures/checkpoints/table_agg_tws*
+#: were made
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / \
+    "table_agg_tws_named"
+
+
+def _write_fixture(ck: Path, plan: dict, dst: Path) -> None:
+    shutil.rmtree(dst, ignore_errors=True)
+    for f in sorted(ck.rglob("*")):
+        rel = f.relative_to(ck)
+        keep = rel.parts[0] in ("metadata", "offsets", "commits") or \
+            (rel.parts[0] == "state" and len(rel.parts) > 2 and
+             rel.parts[2] in ("_metadata", "_stateSchema"))
+        if f.is_file() and keep and not f.name.endswith(".crc"):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst / rel)
+    (dst / "plan.json").write_text(json.dumps(plan))
+
+
 @pytest.fixture(scope="module")
 def tws(kafka, spark, tmp_path_factory):
-    """The old plan's checkpoint over input A; input B produced after it."""
+    """The old plan's checkpoint over input A; input B produced after it.  A second
+    checkpoint of the same plan over A names its state the legacy way (one variable
+    ``s``), as Theseus did before state names said what the state means."""
+    from compat import tws_state
+
     tmp = tmp_path_factory.mktemp("tws")
     topic = kafka.topic("tws-users", partitions=3)
     _produce(kafka, topic, _users_a())
@@ -113,12 +138,24 @@ def tws(kafka, spark, tmp_path_factory):
     (tmp / "old" / "plan.json").write_text(json.dumps(old))
     err = _run(spark, kafka, tmp / "old" / "plan.json", tmp / "old" / "ck")
     assert err is None, err[:3000]
+    if os.environ.get("THESEUS_WRITE_FIXTURES"):
+        _write_fixture(tmp / "old" / "ck", old, FIXTURE)
+    named = tws_state.state_name
+    tws_state.state_name = lambda plan, node_id: tws_state.LEGACY
+    try:
+        err = _run(spark, kafka, tmp / "old" / "plan.json", tmp / "legacy_old" / "ck")
+    finally:
+        tws_state.state_name = named
+    assert err is None, err[:3000]
     _produce(kafka, topic, _users_b())
-    return {"tmp": tmp, "topic": topic, "old": old, "ck": tmp / "old" / "ck"}
+    return {"tmp": tmp, "topic": topic, "old": old, "ck": tmp / "old" / "ck",
+            "legacy": tmp / "legacy_old" / "ck"}
 
 
-def _restart(spark, kafka, tws, name: str, new: dict, key_fn) -> tuple[dict, str, str | None]:
-    """(check --checkpoint's report JSON, what Spark did, its error) for ``new``."""
+def _restart(spark, kafka, tws, name: str, new: dict, key_fn, ck: str = "ck"
+             ) -> tuple[dict, str, str | None]:
+    """(check --checkpoint's report JSON, what Spark did, its error) for ``new`` on a copy
+    of the checkpoint ``tws[ck]``."""
     from click.testing import CliRunner
 
     import migrate.run
@@ -128,7 +165,7 @@ def _restart(spark, kafka, tws, name: str, new: dict, key_fn) -> tuple[dict, str
     from migrate.store import open_store
 
     d = tws["tmp"] / name
-    shutil.copytree(tws["ck"], d / "ck")
+    shutil.copytree(tws[ck], d / "ck")
     out = kafka.topic(f"tws-{name}", partitions=2)
     new = copy.deepcopy(new)
     new["nodes"][-1]["topic"] = out
@@ -171,9 +208,11 @@ def _restart(spark, kafka, tws, name: str, new: dict, key_fn) -> tuple[dict, str
 def test_transform_with_state_checkpoint_is_read(tws, spark):
     """The reader on the real files: the operators and their stores are what the plan
     implies (the aggregate, then the changelog's normalisation, each a transformWithState
-    operator with one value state of JSON text, keyed by the JSON of its key)."""
+    operator with one value state of JSON text, keyed by the JSON of its key, named after
+    what the state means)."""
     from compat.checkpoint import read_checkpoint
     from compat.checkpoint_check import stateful_nodes
+    from compat.tws_state import LEGACY, legacy_checkpoint, state_name
     from migrate.build.changelog import KEY
 
     p = load_plan(str(tws["tmp"] / "old" / "plan.json"))
@@ -183,18 +222,21 @@ def test_transform_with_state_checkpoint_is_read(tws, spark):
     assert list(ck.source_offsets()) == [tws["topic"]]
     ops = ck.operators
     assert [op.id for op in ops] == list(range(len(stateful_nodes(p)))) == [0, 1]
-    for op in ops:
+    for op, nid in zip(ops, stateful_nodes(p)):
         assert op.metadata_version == 2, op
         assert "transformwithstate" in op.name.lower(), op
         assert op.partitions == p.state_partitions, op
         (store,) = [s for s in op.stores if not s.name.startswith("$")]
-        assert store.name == "s", op  # the value state changelog._stateful declares
+        assert store.name == state_name(p, nid), op  # the value state it declares
         assert store.key_schema is not None and store.value_schema is not None, op
         assert KEY in json.dumps(store.key_schema), store.key_schema
         assert all(f["type"] == "string" for f in store.key_schema["fields"]), store
     # the aggregate's state value is one JSON text ("st"), the normalisation's the row
     values = [[f["name"] for f in op.stores[0].value_schema["fields"]] for op in ops]
     assert values == [["st"], ["row"]], values
+    assert not legacy_checkpoint(str(tws["ck"])) and legacy_checkpoint(str(tws["legacy"]))
+    assert [[s.name for s in op.stores] for op in read_checkpoint(tws["legacy"]).operators] \
+        == [[LEGACY], [LEGACY]]
     print("\n" + json.dumps([op.to_json() for op in ops], indent=1))
 
 
@@ -225,19 +267,32 @@ def _changed(spark, kafka, tws, name, new, key_fn) -> dict:
 
 def test_check_predicts_restart_of_key_changed_plan(tws, spark, kafka):
     """The group key becomes upper(region) under the same name: the state's types (JSON
-    text) do not change, its keys do.  Spark starts with the old groups' state; the plan
-    check (the recorded plan) says so, the checkpoint alone says it cannot tell."""
+    text) do not change, its keys do, and so does the aggregate's state name
+    (``compat.tws_state``).  Spark accepts the new state variable and starts it empty: the
+    groups lose their history, wrong state; the plan check (the recorded plan) and the
+    checkpoint alone both say so."""
     new = _plan(tws["topic"], "-", group=("region", "upper(region)"))
     seen = _changed(spark, kafka, tws, "key", new, lambda u: u["region"].upper())
     assert seen["spark"] == "wrong_state", seen
     assert seen["with_recorded_plan"]["outcome"] == seen["spark"], seen
-    assert any("transformWithState" in n for n in seen["notes"]), seen
+    assert "without the state" in seen["checkpoint_alone"]["reason"], seen
 
 
-@pytest.mark.xfail(strict=True, reason="--checkpoint alone cannot tell a changed group key "
-                   "of a changelog aggregate: theseus' transformWithState operators keep "
-                   "JSON text keyed by JSON text, the same schemas whatever the key; it "
-                   "predicts starts (and says not verified), Spark starts with wrong state")
-def test_checkpoint_alone_predicts_key_change():
+def test_checkpoint_alone_predicts_key_change(tws, spark, kafka):
     seen = SEEN.get("key")
-    assert seen is not None and seen["checkpoint_alone"]["outcome"] == seen["spark"], seen
+    if seen is None:  # run alone (-k): restart it here
+        new = _plan(tws["topic"], "-", group=("region", "upper(region)"))
+        seen = _changed(spark, kafka, tws, "key", new, lambda u: u["region"].upper())
+    assert seen["checkpoint_alone"]["outcome"] == seen["spark"] == "wrong_state", seen
+
+
+def test_a_legacy_checkpoint_restarts_on_its_own_state(tws, spark, kafka):
+    """A query whose checkpoint was written before state names meant something keeps its
+    state at restart (the builder keeps the name ``s``): the oracle agrees; the check says
+    it starts, and that what the state means is not verified."""
+    report, did, err = _restart(spark, kafka, tws, "legacy", tws["old"],
+                                lambda u: u["region"], ck="legacy")
+    assert (did, err) == ("starts", None)
+    assert report["checkpoint"]["restart"]["outcome"] == "starts", report["checkpoint"]
+    assert any(f["code"] == "checkpoint-not-verified" and "before Theseus named" in
+               f["message"] for f in report["findings"]), report["findings"]
