@@ -142,12 +142,12 @@ def new_plan(table: dict[str, dict]) -> dict[str, dict]:
             for t, s in groups.items()}
 
 
-def compacted(records) -> dict[str, dict]:
+def compacted(records, key: str) -> dict[str, dict]:
     """What a reader of the compacted output sees: per key its last record, tombstones
     deleting it."""
     view: dict[str, dict] = {}
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        k = r.key_json()["team"]
+        k = r.key_json()[key]
         if r.value is None:
             view.pop(k, None)
         else:
@@ -155,7 +155,11 @@ def compacted(records) -> dict[str, dict]:
     return view
 
 
-def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafka, tmp_path):
+def migrate_live(kafka, tmp_path, plans, key: str, args=(), after_cut=None):
+    """The old plan under ``theseus run`` over the first changes, the live users changing
+    all along, ``theseus migrate start`` to the new plan, ``after_cut(src)`` once it is
+    done, then drained and stopped.  Returns the input records (control records left out),
+    the cut per partition, the output records, the migration and ``migrate status``."""
     from gates.control import is_control
     from gates.state import is_acked
     from migrate import migration
@@ -168,8 +172,9 @@ def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafk
     state = tmp_path / "state"
     query = f"tm{tmp_path.name[-6:]}".replace("-", "_")
     old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
-    old_p.write_text(json.dumps(table_plan(query, src, out, False)))
-    new_p.write_text(json.dumps(table_plan(query, src, out, True)))
+    old_doc, new_doc = plans(query, src, out)
+    old_p.write_text(json.dumps(old_doc))
+    new_p.write_text(json.dumps(new_doc))
 
     changes = first_changes(random.Random(18))
     kafka.produce(src, [v for _, v in changes], keys=[user_key(i) for i, _ in changes])
@@ -180,18 +185,16 @@ def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafk
     try:
         wait_for(lambda: store.status(query).get("status") == "running", 180,
                  "old query up")
-        wait_for(lambda: compacted(kafka.read_all(out, timeout=30)), 120,
-                 "the old query's first output")
+        wait_for(lambda: kafka.read_all(out, timeout=30), 120, "the old query's first output")
         r = theseus("migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap,
-                    "--state", str(state), "--timeout", "400", env=dict(os.environ),
+                    "--state", str(state), "--timeout", "400", *args, env=dict(os.environ),
                     timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         m = migration.current(store, query)
         assert m.phase == "done" and m.kind == "shadow" and m.reconciling, m
         status = theseus("migrate", "status", query, "--state", str(state))
-        # after the cut: the live users keep changing, and t38 empties
-        emptied = [i for i in range(USERS) if team_of(i) == EMPTIED]
-        kafka.produce(src, [None] * len(emptied), keys=[user_key(i) for i in emptied])
+        if after_cut is not None:
+            after_cut(src)
         time.sleep(3)
     finally:
         feeder.stop()
@@ -201,9 +204,32 @@ def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafk
     theseus("stop", query, "--state", str(state))
     wait_for(lambda: store.status(inst).get("status") == "stopped", 120, "new query stops")
     old.wait(60)
-
     inputs = [r for r in kafka.read_all(src) if not is_control(r.headers)]
     cut = {int(p): o for p, o in m.cut[src].items()}
+    return inputs, cut, kafka.read_all(out), m, status
+
+
+def check_counts(m, status, old: dict, new: dict) -> None:
+    """The reconciliation's counts: the old plan over the input before C (what the output
+    held at the hand-over) against the new plan over it (what the side topic held); every
+    key the new plan keeps differs (a new column)."""
+    assert {c: m.counts[c] for c in ("corrected", "added", "deleted", "matched")} == {
+        "corrected": len(set(old) & set(new)), "added": len(set(new) - set(old)),
+        "deleted": len(set(old) - set(new)), "matched": 0}, m.counts
+    assert f"reconciliation: {len(set(old) & set(new))} corrected" in status.stdout, \
+        status.stdout
+
+
+def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafka, tmp_path):
+    def plans(query, src, out):
+        return table_plan(query, src, out, False), table_plan(query, src, out, True)
+
+    def empty_t38(src):  # after the cut: t38 empties
+        emptied = [i for i in range(USERS) if team_of(i) == EMPTIED]
+        kafka.produce(src, [None] * len(emptied), keys=[user_key(i) for i in emptied])
+
+    inputs, cut, records, m, status = migrate_live(kafka, tmp_path, plans, "team",
+                                                   after_cut=empty_t38)
     before = [r for r in inputs if r.offset < cut[r.partition]]
     after = [r for r in inputs if r.offset >= cut[r.partition]]
     # the set-up did what it says: t10..t37 get no input after C, t38 is emptied after it
@@ -214,11 +240,10 @@ def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafk
     assert ORPHAN in old_plan(final_table(before)) and ORPHAN not in new_plan(
         final_table(before))
 
-    records = kafka.read_all(out)
     want = new_plan(final_table(inputs))
     quiet = {f"t{i}" for i in range(LIVE_TEAMS, 38)}
     assert quiet <= set(want) and not {EMPTIED, ORPHAN} & set(want), sorted(want)
-    assert compacted(records) == want
+    assert compacted(records, "team") == want
     # each way a key goes wrong at the cut
     for k in (EMPTIED, ORPHAN):
         rows = [r for r in records if r.key_json()["team"] == k]
@@ -228,10 +253,58 @@ def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafk
         new_rows = [r for r in rows if r.value is not None and "hi" in r.json()]
         assert len(new_rows) == 1, (k, [r.json() for r in rows])
         assert all(r.offset < new_rows[0].offset for r in rows if r is not new_rows[0])
-    # the reconciliation's counts: the old plan over the input before C (what the output
-    # held) against the new plan over it (what the side topic held)
-    o, n = old_plan(final_table(before)), new_plan(final_table(before))
-    assert {c: m.counts[c] for c in ("corrected", "added", "deleted", "matched")} == {
-        "corrected": len(set(o) & set(n)), "added": len(set(n) - set(o)),
-        "deleted": len(set(o) - set(n)), "matched": 0}, m.counts
-    assert f"{len(set(o) & set(n))} corrected" in status.stdout, status.stdout
+    check_counts(m, status, old_plan(final_table(before)), new_plan(final_table(before)))
+
+
+# -- a filter and project over the table (ksqlDB's TableFilter and TableSelect) ------------
+
+def select_plan(query: str, src: str, out: str, new: bool) -> dict:
+    cols = [{"name": c, "expr": c} for c in ("user_id", "team", "score")]
+    if new:
+        cols.append({"name": "grade", "expr": "CASE WHEN score > 80 THEN 'a' ELSE 'b' END"})
+    doc = table_plan(query, src, out, False)
+    doc["nodes"] = [doc["nodes"][0], {
+        "id": "keep", "step": "filter", "version": 1, "inputs": ["users"],
+        "predicate": "score > 50" if new else "score > 20"}, {
+        "id": "shape", "step": "project", "version": 1, "inputs": ["keep"], "columns": cols}, {
+        "id": "out", "step": "sink", "version": 1, "inputs": ["shape"], "topic": out,
+        "format": "json", "key_columns": ["user_id"], "mode": "update",
+        "delivery": "exactly_once"}]
+    return doc
+
+
+def old_select(table: dict[str, dict]) -> dict[str, dict]:
+    return {k: u for k, u in table.items() if u["score"] > 20}
+
+
+def new_select(table: dict[str, dict]) -> dict[str, dict]:
+    return {k: {**u, "grade": "a" if u["score"] > 80 else "b"} for k, u in table.items()
+            if u["score"] > 50}
+
+
+def test_table_filter_and_select_migrate_live_with_reconcile_on(kafka, tmp_path):
+    """Passive changes over a table (a stricter filter, a new column) are ``in_place`` for
+    the checker; ``--reconcile on`` runs them through a shadow so that the keys no input
+    touches after the cut get the new column, and the rows the new filter drops their
+    tombstone: the compacted output is the new plan over the final table, key by key."""
+    from compat.check import check_plans
+    from compat.serde import from_doc
+
+    def plans(query, src, out):
+        return select_plan(query, src, out, False), select_plan(query, src, out, True)
+
+    old_doc, new_doc = plans("q", "in", "out")
+    assert check_plans(from_doc(old_doc), from_doc(new_doc)).verdict == "in_place"
+    inputs, cut, records, m, status = migrate_live(kafka, tmp_path, plans, "user_id",
+                                                   args=("--reconcile", "on"))
+    before = [r for r in inputs if r.offset < cut[r.partition]]
+    after_keys = {r.key_json()["user_id"] for r in inputs if r.offset >= cut[r.partition]}
+    want = new_select(final_table(inputs))
+    assert len(want) > 100 and len(after_keys) > 20, (len(want), len(after_keys))
+    assert compacted(records, "user_id") == want
+    o, n = old_select(final_table(before)), new_select(final_table(before))
+    dropped = set(o) - set(n) - after_keys  # kept by the old filter only, untouched after C
+    assert len(dropped) > 20, len(dropped)
+    for k in dropped:
+        assert [r for r in records if r.key_json()["user_id"] == k][-1].value is None, k
+    check_counts(m, status, o, n)
