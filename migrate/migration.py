@@ -560,8 +560,10 @@ class Migrator:
         elif not sink.key_columns:
             why = "the sink has no key columns: a compacted view has no keys to correct"
         else:
+            # a snapshot-read table is read whole at every batch whatever its offsets; a
+            # table read as a changelog is read from its starting offsets, like a stream
             late = sorted(n.id for n in new.nodes.values() if isinstance(n, Source)
-                          and n.role != "table" and n.starting_offsets != "earliest")
+                          and table_read(n) != SNAPSHOT and n.starting_offsets != "earliest")
             if late:
                 why = (f"source(s) {', '.join(late)} start at the latest offsets: the shadow "
                        "would not see every key, and would tombstone keys it never saw")
