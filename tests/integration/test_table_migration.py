@@ -97,6 +97,16 @@ def first_changes(rng: random.Random) -> list[tuple[int, dict | None]]:
 class LiveUsers(Feeder):
     """Upserts and deletes of the live users (teams t0..t9 only), until stopped."""
 
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic)
+        from confluent_kafka import Producer
+
+        # a key's records must land in one partition, the one the first changes went to
+        # (KafkaHelper.produce partitions as the Java client does): a table's order is
+        # per key, and only within a partition does Kafka keep it
+        self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                           "partitioner": "murmur2_random"})
+
     def run(self) -> None:
         rng = random.Random(1818)
         live = [i for i in range(USERS) if i % TEAMS < LIVE_TEAMS]
@@ -205,6 +215,10 @@ def migrate_live(kafka, tmp_path, plans, key: str, args=(), after_cut=None):
     wait_for(lambda: store.status(inst).get("status") == "stopped", 120, "new query stops")
     old.wait(60)
     inputs = [r for r in kafka.read_all(src) if not is_control(r.headers)]
+    where: dict[str, set[int]] = {}
+    for r in inputs:
+        where.setdefault(r.key, set()).add(r.partition)
+    assert all(len(ps) == 1 for ps in where.values()), "a key in two partitions"
     cut = {int(p): o for p, o in m.cut[src].items()}
     return inputs, cut, kafka.read_all(out), m, status
 
