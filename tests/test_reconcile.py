@@ -91,6 +91,24 @@ def agg(query: str, mode: str = "update", keys=("k",), starting: str = "earliest
          "delivery": "exactly_once"}]}
 
 
+def table_agg(query: str, read: str, starting: str = "earliest") -> dict:
+    """A keyed update sink over a table aggregate; the table read as ``read``."""
+    doc = agg(query, starting=starting)
+    doc["nodes"][0].update(version=2, role="table", read=read, key_columns=["id"],
+                           schema=[{"name": "id", "type": "string"},
+                                   {"name": "k", "type": "string"},
+                                   {"name": "x", "type": "bigint"}])
+    if read == "snapshot":  # a snapshot is the static side of a stream-table join
+        doc["nodes"][1:1] = [
+            {"id": "clicks", "step": "source", "version": 1, "topic": "clicks",
+             "partitions": 1, "format": "json", "role": "stream",
+             "schema": [{"name": "cid", "type": "string"}]},
+            {"id": "j", "step": "join", "version": 1, "inputs": ["clicks", "events"],
+             "type": "inner", "left_keys": ["cid"], "right_keys": ["id"]}]
+        doc["nodes"][3]["inputs"] = ["j"]
+    return doc
+
+
 def migrator(tmp_path, new_doc: dict, reconcile: str) -> Migrator:
     store = DirectoryStore(tmp_path / "state")
     store.put_plan("q", dumps(from_doc(agg("q"))))
@@ -113,6 +131,11 @@ def migrator(tmp_path, new_doc: dict, reconcile: str) -> Migrator:
     (agg("q", mode="complete"), "auto", False),
     (agg("q", keys=()), "auto", False),
     (agg("q", starting="latest"), "auto", False),
+    (table_agg("q", "changelog"), "auto", True),  # a table query: keyed update output
+    # a changelog is read from its starting offsets: from latest, keys before are unseen
+    (table_agg("q", "changelog", starting="latest"), "auto", False),
+    # a snapshot is read whole at every batch, whatever its starting offsets
+    (table_agg("q", "snapshot", starting="latest"), "auto", True),
 ])
 def test_reconcile_decision(tmp_path, doc, asked, want):
     mig = migrator(tmp_path, doc, asked)
