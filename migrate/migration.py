@@ -484,19 +484,6 @@ class Migrator:
                                      file=self.m.new_plan, expected="--strategy auto or shadow",
                                      found="--strategy in-place")
             shadow = True  # only a shadow knows the new plan's value for every key
-        if not shadow and report.verdict == "in_place" and self.m.strategy == "auto" and \
-                old.info[old.sink.id].changelog:
-            # Over a changelog, a restart on the checkpoint sends the retractions of rows
-            # written under the old plan through the new steps: a stricter filter drops the
-            # retraction of a row it would not have kept, so the old row stays in the output
-            # for good, and a changed step upstream of a table aggregate or join subtracts
-            # what was never added.  Only a fresh state (a shadow) and the reconciliation at
-            # the cut give the new plan's rows (--strategy in-place restarts in place
-            # anyway).
-            self.echo("theseus: the query reads tables as changelogs: a restart on the "
-                      "checkpoint would retract rows the new plan never wrote; migrating "
-                      "through a shadow query (fresh state, reconciled at the cut) instead")
-            shadow = True
         if not shadow and not self.checkpoint_agrees():
             # The checkpoint contradicts the plan check: an in-place restart would fail or
             # run on wrong state.  auto falls back to a shadow (a fresh checkpoint).
@@ -511,6 +498,19 @@ class Migrator:
                                           "on a fresh checkpoint)")
             self.echo(f"theseus: the checkpoint contradicts the plan check "
                       f"({self.m.checkpoint}): migrating through a shadow query instead")
+            shadow = True
+        if not shadow and report.verdict == "in_place" and self.m.strategy == "auto" and \
+                old.info[old.sink.id].changelog:
+            # Over a changelog, a restart on the checkpoint sends the retractions of rows
+            # written under the old plan through the new steps: a stricter filter drops the
+            # retraction of a row it would not have kept, so the old row stays in the output
+            # for good, and a changed step upstream of a table aggregate or join subtracts
+            # what was never added.  Only a fresh state (a shadow) and the reconciliation at
+            # the cut give the new plan's rows (--strategy in-place restarts in place
+            # anyway).
+            self.echo("theseus: the query reads tables as changelogs: a restart on the "
+                      "checkpoint would retract rows the new plan never wrote; migrating "
+                      "through a shadow query (fresh state, reconciled at the cut) instead")
             shadow = True
         self.m.kind = "shadow" if shadow else "in_place"
         if shadow and any(isinstance(n, Recursive) for p in (old, new)
