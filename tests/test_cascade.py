@@ -336,3 +336,52 @@ def test_the_downstream_shadow_reads_the_side_topic_then_the_topic_from_the_cut(
                                 "schema": "k STRING", "store": str(tmp_path),
                                 "query": "other"}).streamReader(None)
     assert not isinstance(plain, BackfillStreamReader)
+
+
+# -- abort -------------------------------------------------------------------------------
+
+def abortable_cascade(tmp_path, a_phase: str, a_cut: dict | None = None):
+    from compat.serde import dumps
+
+    store = DirectoryStore(tmp_path)
+    docs = {"a": up_plan("a"), "b": down_plan("b")}
+    for q, doc in docs.items():
+        store.put_plan(q, dumps(from_doc(doc)))
+        (tmp_path / f"{q}.json").write_text(json.dumps(doc))
+    a = Migration(id="ma", query="a", new_plan=str(tmp_path / "a.json"), old_instance="a",
+                  new_instance="a.g1", cascade="c1", feeds=["mb"], kind="shadow",
+                  phase=a_phase, cut=a_cut or {})
+    b = Migration(id="mb", query="b", new_plan=str(tmp_path / "b.json"), old_instance="b",
+                  new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
+                  phase="cut" if a_cut else "pause")
+    for m in (a, b):
+        m.save(store)
+    Cascade(id="c1", migrations=["ma", "mb"], queries=["a", "b"],
+            links=[{"upstream": "a", "downstream": "b", "topic": "t"}]).save(store)
+    return store
+
+
+def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path):
+    from gates.state import read_gate
+
+    store = abortable_cascade(tmp_path, "pause")
+    m = cascade.abort(store, "c1", echo=lambda s: None, query="b")
+    assert m.query == "b" and m.phase == "aborted"
+    assert Migration.load(store, "ma").phase == "aborted"
+    assert Cascade.load(store, "c1").phase == "aborted"
+    assert read_gate(tmp_path, "a").mode == read_gate(tmp_path, "b").mode == "open"
+    assert store.stop_requested("a.g1") and store.stop_requested("b.g1")
+
+
+def test_abort_after_the_upstream_old_query_finished_its_input_refuses_and_touches_nothing(
+        tmp_path):
+    cut = {"s": {"0": 10}}
+    store = abortable_cascade(tmp_path, "propagate", a_cut=cut)
+    write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 5,
+                                                     retire="ma"))
+    with pytest.raises(MigrationError, match="resume finishes"):
+        cascade.abort(store, "c1", echo=lambda s: None, query="a")
+    assert Migration.load(store, "ma").phase == "propagate"
+    assert Migration.load(store, "mb").phase == "cut"
+    assert not store.stop_requested("b.g1")
+    assert Cascade.load(store, "c1").phase == "running"
