@@ -870,9 +870,13 @@ class Migrator:
                      side_from={int(p): o for p, o in up.m.side_from.items()},
                      side_end={int(p): o for p, o in up.m.side_end.items()}, at=cut[topic])
         self.flush()
-        self.arm(cut)
         old = self.m.old_instance
         theirs = {t: cut[t] for t in self.instance_topics()[old]}
+        g = read_gate(self.store.root, old)
+        # resumed after the old query was capped: capped again, it would have to acknowledge
+        # a new epoch, which a query that handed over (and stopped) never does
+        self.arm(cut, old_too=not (g.mode == "capped" and g.cap == theirs and
+                                   g.retire == self.m.id))
         capped = read_gate(self.store.root, old).epoch  # acknowledged under this cap
         self.wait(f"'{old}' to reach the propagated cut",
                   lambda: is_acked(self.store.root, old, theirs, capped))
@@ -902,7 +906,7 @@ class Migrator:
         self.m.phase = "cutover"
         self.save()
 
-    def arm(self, cut: dict[str, dict[int, int]]) -> None:
+    def arm(self, cut: dict[str, dict[int, int]], old_too: bool = True) -> None:
         """Cap both queries at C. The shadow's cap follows the old query: its source passes C
         by itself once the old query acknowledged C, and its start gate opens for the batches
         that start at C or later, so the switch does not wait for this process. The old
@@ -916,7 +920,8 @@ class Migrator:
                          follow=old, follow_offsets=theirs, reconcile=self.reconcile_spec(),
                          hold=bool(self.m.feeds))
         self.flush()
-        self.set_gate(old, "capped", theirs, retire=self.m.id)
+        if old_too:
+            self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
 
     def step_align(self) -> None:
