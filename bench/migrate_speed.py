@@ -11,6 +11,9 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
 * **reconciliation** (``bench/reconcile_stall.py``) — the stall at the cutover of an
   aggregate over ``BENCH_RECONCILE_KEYS`` keys (100000) with ``--reconcile on`` and ``off``
   (target: reconciliation adds at most one trigger interval), and its oracle;
+* **cascade** (``bench/cascade_stall.py``) — the stall of a two-query cascade end to end
+  (an enrichment feeding an aggregate, both migrated together; target: at most two trigger
+  intervals), the upstream's stall around the propagated control events, and an oracle;
 * **gates' overhead** — a filter-and-project plan, same data, with the gates (gate state
   read and acknowledgements written every trigger, start gate consulted every batch)
   against the same build with the gates removed; median of alternating runs (target:
@@ -19,10 +22,10 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
 The migration's output is also checked by the oracle of scripts/ship_story.py.
 
 Run: ``make bench-migrate`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
-Knobs: BENCH_PARTS (migration,reconcile,overhead: the parts to run; the others keep their
+Knobs: BENCH_PARTS (migration,reconcile,cascade,overhead: the parts to run; the others keep their
 last figures in the results file), BENCH_RATE (input records/s, 200), BENCH_HISTORY
 (records before v1 starts, 100000), BENCH_MIGRATIONS (3), BENCH_OVERHEAD_ROWS (300000),
-BENCH_REPEATS (3), BENCH_RECONCILE_KEYS (100000).
+BENCH_REPEATS (3), BENCH_RECONCILE_KEYS (100000), BENCH_CASCADE_KEYS (10000).
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def main() -> int:
 
     spark_env()
     bs = bootstrap()
-    parts = os.environ.get("BENCH_PARTS", "migration,reconcile,overhead").split(",")
+    parts = os.environ.get("BENCH_PARTS", "migration,reconcile,cascade,overhead").split(",")
     out = ROOT / "bench" / "results" / "migrate_speed.json"
     result = json.loads(out.read_text()) if out.exists() else {}
     problems = False
@@ -202,6 +205,15 @@ def main() -> int:
         out.write_text(json.dumps(result, indent=2) + "\n")
         problems |= bool(result["reconciliation"]["with"][
             "keys_not_the_new_plan_over_all_input"])
+    if "cascade" in parts:
+        from cascade_stall import cascade_part
+
+        result["cascade"] = cascade_part(bs)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["cascade"], indent=2), flush=True)
+        problems |= bool(result["cascade"]["new_rows_without_the_new_upstream_column"] or
+                         result["cascade"][
+                             "keys_written_after_the_cut_not_the_new_chain_over_all_input"])
     if "migration" in parts:
         problems |= migrations(bs, result)
         out.write_text(json.dumps(result, indent=2) + "\n")

@@ -275,6 +275,15 @@ class KafkaSink:
                 except BufferError:
                     poll(0.05)
 
+    def _open_now(self, batch_id: int) -> bool:
+        """The start gate lets this batch out without waiting."""
+        g = self.start_gate
+        if g is None:
+            return True
+        if hasattr(g, "is_open"):
+            return bool(g.is_open(batch_id, wait=False))
+        return bool(g(batch_id))
+
     def _at_cut(self) -> bool:
         """The start gate holds this batch at the cut until the old query hands over."""
         g = self.start_gate
@@ -322,7 +331,9 @@ class KafkaSink:
             # the hand-over then reads only the tail of the output.
             spec = self.reconciler.due(self.committed_batch(cached=True)
                                        if self.delivery == "exactly_once" else None)
-            if spec is not None and self.reconciler.at_cut():
+            if spec is not None and self.reconciler.at_cut() and not self._open_now(batch_id):
+                # (when the old query has handed over already, the corrections read the
+                # tails at once: reading them here first would only double the work)
                 self.reconciler.prefetch(spec)
         target = self.topic
         if not self._gate_open(batch_id):

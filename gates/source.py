@@ -955,6 +955,91 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                       partition.start, partition.end)
 
 
+class BackfillStreamReader(TheseusKafkaStreamReader):
+    """The downstream shadow's source of a cascade (:mod:`gates.cascade`): the upstream
+    shadow's side topic first, up to where its output before the upstream's cut ends; then
+    the real topic from the propagated cut (the control events of the upstream's hand-over).
+
+    Offsets name both topics (side first).  The real topic enters them with a batch that
+    reads the side topic's tail and an empty range of the real topic, so every batch of the
+    real topic starts at or beyond the cut.  Before the switch the side topic's position is
+    acknowledged under its own name; the gate's cap, which is about the real topic, does not
+    bound the side topic."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType, switch: dict):
+        import dataclasses
+
+        super().__init__(opts, schema)
+        self.side = str(switch["side"])
+        self.side_opts = dataclasses.replace(opts, topic=self.side, partitions=None)
+        self._side_reader = f"{self._reader}@{self.side}"
+
+    def _switch(self) -> dict:
+        from gates.cascade import read_switch
+
+        try:
+            return read_switch(self.opts.store, self.opts.query, self.opts.topic) or {}
+        except GateStateError as e:  # read again at the next trigger
+            print(f"{NAME}: {e.render()}", file=sys.stderr)
+            return {}
+
+    def initialOffset(self) -> dict:
+        parts = _kafka_partitions(self.side_opts)
+        first = _list_offsets(self.side_opts, parts, "earliest")
+        first.update({p: o for p, o in self._switch().get("side_from", {}).items()
+                      if p in first})
+        return _to_offset(self.side, first)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        topic, side = self.opts.topic, self.side
+        if topic in start:  # switched: the real topic, read as the plain reader reads it
+            res = super().latestOffset({topic: start[topic]}, limit)
+            if res == {topic: start[topic]}:
+                return start
+            return {side: start[side], topic: res[topic]}
+        begin = _from_offset(side, start)
+        state = self._gate()
+        if state is not None:
+            write_ack(self.opts.store, self.opts.query, side, begin, state,
+                      reader=self._side_reader)
+        sw = self._switch()
+        until, at = sw.get("side_end"), sw.get("at")
+        if until is not None and at is not None and \
+                all(begin.get(p, 0) >= o for p, o in until.items()):
+            # The side topic is done: the real topic enters at the propagated cut, with
+            # nothing read of it in this batch.
+            return {side: start[side], topic: _to_offset(topic, at)[topic]}
+        parts = _kafka_partitions(self.side_opts)
+        latest = _list_offsets(self.side_opts, parts, "latest")
+        end = {}
+        for p in sorted(set(begin) | set(parts)):
+            b = begin.get(p, 0)
+            bound = latest.get(p, b)
+            if until is not None:
+                bound = min(bound, until.get(p, b))
+            end[p] = max(b, bound)
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            take = spread_limit({p: end[p] - begin.get(p, 0) for p in end},
+                                int(limit.max_rows))
+            end = {p: begin.get(p, 0) + take[p] for p in end}
+        if end == begin:
+            return start
+        return _to_offset(side, end)
+
+    def reportLatestOffset(self):
+        return None
+
+    def partitions(self, start: dict, end: dict):
+        out = []
+        for t in (self.side, self.opts.topic):
+            e = _from_offset(t, end) if t in end else {}
+            # the real topic enters at the cut: nothing before it is read
+            s = _from_offset(t, start) if t in start else e
+            out += [KafkaRange(t, p, s.get(p, 0), o) for p, o in sorted(e.items())
+                    if o > s.get(p, 0)]
+        return out
+
+
 class TheseusKafkaBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions, schema: StructType):
         self.opts = opts
@@ -996,6 +1081,12 @@ class TheseusKafkaSource(DataSource):
         if self.opts.role == "table":
             raise SourceError(f"{NAME}: a 'table' source is read with spark.read (latest "
                               "value per key), not spark.readStream", topic=self.opts.topic)
+        if self.opts.store and self.opts.query and self.opts.role == "stream":
+            from gates.cascade import read_switch
+
+            switch = read_switch(self.opts.store, self.opts.query, self.opts.topic)
+            if switch is not None:  # a downstream shadow of a cascade
+                return BackfillStreamReader(self.opts, schema, switch)
         return TheseusKafkaStreamReader(self.opts, schema)
 
 

@@ -29,14 +29,20 @@ def write_start_gate(store: str | os.PathLike[str], instance: str, is_open: bool
                      from_offsets: dict[str, dict[int, int]] | None = None,
                      follow: str | None = None,
                      follow_offsets: dict[str, dict[int, int]] | None = None,
-                     reconcile: dict[str, Any] | None = None) -> None:
+                     reconcile: dict[str, Any] | None = None,
+                     hold: bool = False) -> None:
     """``from_offsets``: closed, but open for every batch that starts at or beyond them (the
     cut C; the gated source acknowledges a batch's start offsets before the batch runs) once
     the ``follow`` query (the old one) acknowledged ``follow_offsets`` (its part of C).
     ``reconcile``: the first batch written to the output carries the reconciliation's
     corrections (:mod:`gates.reconcile`): ``{"topic": side topic, "from": {partition:
-    offset}, "migration": id}``; kept when the gate opens."""
+    offset}, "migration": id}``; kept when the gate opens.
+    ``hold``: a batch from the cut waits even after the followed query handed over, until
+    the migrator opens the gate: the upstream of a cascade, whose first output from the cut
+    must land after the control events its hand-over writes into the output topic."""
     doc: dict[str, Any] = {"open": is_open, "migration": migration}
+    if hold:
+        doc["hold"] = True
     if reconcile:
         doc["reconcile"] = reconcile
     if from_offsets:
@@ -87,8 +93,8 @@ class StartGate:
             if not is_acked(self.store, self.instance, frm):
                 return False
             follow, mig = doc.get("follow"), doc.get("migration") or ""
-            if not follow or handed_over(self.store, follow, doc.get("follow_from") or {},
-                                         mig):
+            if not doc.get("hold") and (not follow or handed_over(
+                    self.store, follow, doc.get("follow_from") or {}, mig)):
                 return True
             if not wait or vetoed(self.store, follow, mig):
                 return False

@@ -539,7 +539,7 @@ def migrate() -> None:
 
 
 @migrate.command("start")
-@click.argument("new_plan", type=click.Path())
+@click.argument("new_plans", nargs=-1, required=True, type=click.Path(), metavar="PLAN...")
 @click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--strategy", type=click.Choice(["auto", "in-place", "shadow"]), default="auto",
@@ -558,15 +558,36 @@ def migrate() -> None:
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
 @kafka_config_option
-def migrate_start(new_plan: str, bootstrap: str, state: str, strategy: str, require: str,
-                  cut_mode: str, compare: bool, reconcile: str, master: str, trigger: str,
-                  timeout: float) -> None:
-    """Migrate the query named by NEW_PLAN's `query` to NEW_PLAN, live."""
+def migrate_start(new_plans: tuple[str, ...], bootstrap: str, state: str, strategy: str,
+                  require: str, cut_mode: str, compare: bool, reconcile: str, master: str,
+                  trigger: str, timeout: float) -> None:
+    """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
+    through topics (an output topic another plan reads) are migrated together as one
+    cascade, cut at one logical point of the chain."""
     from compat.check import load_plan, parse_require
     from migrate import migration
     from migrate.progress import Progress
     from migrate.store import open_store
 
+    if len(new_plans) > 1:
+        from migrate import cascade
+
+        if strategy == "in-place":
+            raise click.UsageError("a cascade migrates every query through a shadow query: "
+                                   "--strategy in-place does not apply")
+        progress = Progress()
+        try:
+            c = cascade.start(open_store(state), list(new_plans), bootstrap=bootstrap,
+                              cut_mode=cut_mode, require=parse_require(require),
+                              compare=compare, reconcile=reconcile, master=master,
+                              trigger=trigger, echo=progress, live=progress.live,
+                              timeout=timeout)
+        finally:
+            progress.close()
+        click.echo(f"theseus: cascade {c.id} {c.phase}: " + ", ".join(
+            f"'{x['query']}' {x['phase']}" for x in c.members))
+        return
+    new_plan = new_plans[0]
     plan = load_plan(new_plan)
     progress = Progress()
     try:
@@ -608,6 +629,29 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
         finally:
             progress.close()
     m = migration.current(store, query)
+    if m.cascade:
+        from migrate.cascade import Cascade
+
+        c = Cascade.load(store, m.cascade)
+        if fmt == "json":
+            click.echo(json.dumps(asdict(c), indent=2))
+            return
+        click.echo(f"cascade {c.id}: {c.phase} (" + " -> ".join(c.queries) + ")")
+        for x in c.members:
+            line = f"  {x['query']}: migration {x['migration']}, phase {x['phase']}"
+            if x.get("cut"):
+                line += f", cut {json.dumps(x['cut'])}"
+            if x.get("out_cut"):
+                line += f", propagated {json.dumps(x['out_cut'])}"
+            c_ = x.get("counts") or {}
+            if c_:
+                line += (f", reconciled {c_.get('corrected', 0)} corrected, "
+                         f"{c_.get('added', 0)} added, {c_.get('deleted', 0)} deleted, "
+                         f"{c_.get('matched', 0)} already right")
+            click.echo(line)
+        if c.error:
+            click.echo(f"  error: {c.error}")
+        return
     if fmt == "json":
         click.echo(json.dumps(asdict(m), indent=2))
         return

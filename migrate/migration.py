@@ -103,6 +103,7 @@ PHASES: dict[str, tuple[int | None, int | None]] = {
     "pause": (3, None),
     "cut": (4, None),
     "align": (5, None),
+    "propagate": (None, None),  # part of step 5 for a cascade's upstream: its output's cut
     "cutover": (6, None),
     "finish": (7, 3),
     "done": (8, 4),
@@ -147,6 +148,17 @@ class Migration:
     #: what the checkpoint check said before an in-place restart (``checkpoint.restart``
     #: of ``theseus check --query``): outcome and reason, "" when it did not run
     checkpoint: str = ""
+    #: the cascade this migration is part of (``migrate.cascade``), "" alone
+    cascade: str = ""
+    #: the downstream migrations of the cascade fed by this query's output (this one
+    #: propagates its cut into its output topic)
+    feeds: list[str] = field(default_factory=list)
+    #: the upstream migration whose propagated control events are this migration's cut
+    cut_from: str = ""
+    #: the propagated cut: this migration's control events in its output topic
+    out_cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: where the shadow's output before the cut ends in ``<output>.shadow`` (an upstream's)
+    side_end: dict[str, int] = field(default_factory=dict)
 
     def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
@@ -285,7 +297,7 @@ class Migrator:
         """A query that failed will never reach H or C: say so now, with its error and log,
         instead of waiting for the deadline."""
         if self.m.kind != "shadow" or not self.m.new_instance or self.m.phase not in (
-                "shadow", "pause", "cut", "align"):
+                "shadow", "pause", "cut", "align", "propagate"):
             return
         from migrate.run import failure_message
 
@@ -342,12 +354,26 @@ class Migrator:
                "--trigger", self.m.trigger, *kafkaconf.cli_args()]
         if gated:
             cmd.append("--gated-start")
-            if self.m.compare or self.m.reconciling:
+            if self.side_topic_used():
                 cmd += ["--shadow-topic", self.compare_topic()]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.store.set_status(instance, status="starting", pid=proc.pid)
         return proc.pid
+
+    def upstream(self) -> Migrator:
+        """The migration of the query that feeds this one in a cascade."""
+        return Migrator(self.store, Migration.load(self.store, self.m.cut_from), self.echo,
+                        deadline=self.deadline, live=self.live)
+
+    def fed_topic(self) -> str:
+        """The topic through which the upstream of a cascade feeds this query."""
+        return self.upstream().plans()[1].sink.topic
+
+    def side_topic_used(self) -> bool:
+        """The shadow writes its output before the cut to ``<output>.shadow``: with
+        --compare, to reconcile, and for the downstream shadows of a cascade."""
+        return self.m.compare or self.m.reconciling or bool(self.m.feeds)
 
     def compare_topic(self) -> str:
         """``<output>.shadow``: where the shadow writes until the cutover with --compare."""
@@ -361,18 +387,22 @@ class Migrator:
                 "migration": self.m.id}
 
     def tombstone_controls(self) -> None:
-        """The migration is over: its control records need not stay in compacted topics."""
+        """The migration is over: its control records need not stay in compacted topics
+        (in the source topics, and the output topic of a cascade's upstream)."""
+        if self.m.cut_from:
+            return  # its cut is the upstream's control events: the upstream tombstones them
         if self.m.cut_mode != "control-events" or not self.m.cut:
             return
         from gates.control import tombstone_control_events
 
-        n = tombstone_control_events(self.m.bootstrap, self.m.id, _offsets(self.m.cut),
+        where = {**_offsets(self.m.cut), **_offsets(self.m.out_cut)}
+        n = tombstone_control_events(self.m.bootstrap, self.m.id, where,
                                      deadline=self.deadline)
         self.echo(f"  tombstoned the control records' key in {n} partition(s)")
 
     def delete_side_topic(self) -> None:
         """The side topic served the reconciliation only (kept with --compare, for reading)."""
-        if not self.m.reconciling or self.m.compare:
+        if not (self.m.reconciling or self.m.feeds) or self.m.compare:
             return
         from confluent_kafka.admin import AdminClient
 
@@ -430,32 +460,37 @@ class Migrator:
 
     # -- the protocol -------------------------------------------------------------------
     def run(self) -> Migration:
-        steps = {"check": self.step_check, "in_place": self.step_in_place,
-                 "shadow": self.step_shadow, "pause": self.step_pause, "cut": self.step_cut,
-                 "align": self.step_align, "cutover": self.step_cutover,
-                 "finish": self.step_finish}
         if self.m.kind == "in_place" and self.m.phase == "cutover":
             self.m.phase = "in_place"  # recorded before the in-place path had its own phase
         while self.m.phase not in TERMINAL:
-            phase = self.m.phase
-            try:
-                steps[phase]()
-            except DeadlineExceeded as e:
-                n = step_number(self.m.kind, phase)
-                e.message = f"step {n} ({phase}) of migration {self.m.id}: {e.message}"
-                e.args = (e.render(),)
-                raise
-            except MigrationError:
-                raise
-            except RuntimeFailure as e:
-                # Kafka, the store or a gate failed under this step: one message that says
-                # which step, what failed, and that the recorded phase can be resumed.
-                n = step_number(self.m.kind, phase)
-                self.m.error = e.render()
-                self.save()
-                raise MigrationError(f"step {n} ({phase}) of migration {self.m.id} failed: "
-                                     f"{e.render()}", hint=self.resume_hint()) from e
+            self.step()
         return self.m
+
+    def step(self) -> None:
+        """Run the step of the recorded phase: one phase (a cascade interleaves the phases
+        of its migrations, :mod:`migrate.cascade`)."""
+        steps = {"check": self.step_check, "in_place": self.step_in_place,
+                 "shadow": self.step_shadow, "pause": self.step_pause, "cut": self.step_cut,
+                 "align": self.step_align, "propagate": self.step_propagate,
+                 "cutover": self.step_cutover, "finish": self.step_finish}
+        phase = self.m.phase
+        try:
+            steps[phase]()
+        except DeadlineExceeded as e:
+            n = step_number(self.m.kind, phase)
+            e.message = f"step {n} ({phase}) of migration {self.m.id}: {e.message}"
+            e.args = (e.render(),)
+            raise
+        except MigrationError:
+            raise
+        except RuntimeFailure as e:
+            # Kafka, the store or a gate failed under this step: one message that says
+            # which step, what failed, and that the recorded phase can be resumed.
+            n = step_number(self.m.kind, phase)
+            self.m.error = e.render()
+            self.save()
+            raise MigrationError(f"step {n} ({phase}) of migration {self.m.id} failed: "
+                                 f"{e.render()}", hint=self.resume_hint()) from e
 
     def step_check(self) -> None:
         """Step 1. Check the upgrade; refuse what cannot be done live."""
@@ -567,7 +602,11 @@ class Migrator:
             return False
         sink = new.sink
         why = None
-        if sink.mode == "complete":
+        if self.m.feeds:
+            why = ("the output feeds the downstream queries of the cascade, whose new queries "
+                   "read the new plan's output over all input: a correction would reach them "
+                   "twice")
+        elif sink.mode == "complete":
             why = ("a complete sink rewrites its whole result at every batch; a key it drops "
                    "is never deleted, and a correction is not a row of it")
         elif not sink.key_columns:
@@ -676,13 +715,13 @@ class Migrator:
         self.enter("shadow")
         inst = self.m.new_instance
         side = self.compare_topic()
-        if self.m.compare or self.m.reconciling:
+        if self.side_topic_used():
             # compacted when it serves the reconciliation only: its last value per key is
-            # all that is read
-            self.ensure_topic(side, 1, None if self.m.compare else
+            # all that is read (a cascade's downstream shadow reads every record)
+            self.ensure_topic(side, 1, None if self.m.compare or self.m.feeds else
                               {"cleanup.policy": "compact"})
             self.echo(f"  shadow output before the cut goes to {side}")
-        if self.m.reconciling and not self.m.side_from:
+        if (self.m.reconciling or self.m.feeds) and not self.m.side_from:
             # where this shadow's output starts: what an earlier migration left is not ours
             self.m.side_from = {str(p): o for p, o in self.high_watermarks([side])[side].items()}
             self.save()
@@ -690,6 +729,22 @@ class Migrator:
                          reconcile=self.reconcile_spec())
         if read_gate(self.store.root, inst).mode != "open" and not self.m.cut:
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch))
+        if self.m.cut_from and not self.m.cut:
+            # a cascade's downstream shadow reads the upstream shadow's output before the
+            # upstream's cut first (gates.cascade): where it is, and where it starts
+            up = self.upstream()
+            topic, side = self.fed_topic(), up.compare_topic()
+            if not up.m.side_from:
+                raise MigrationError(f"the upstream migration {up.m.id} has not started its "
+                                     "shadow", file=str(self.store.root),
+                                     hint=self.resume_hint())
+            from gates.cascade import write_switch
+
+            write_switch(self.store.root, inst, topic=topic, side=side,
+                         side_from={int(p): o for p, o in up.m.side_from.items()})
+            self.flush()
+            self.echo(f"  the shadow reads {side} (the new upstream's output before the "
+                      f"cut), then {topic} from the upstream's cut")
         self.spawn(self.m.new_plan, inst, self.m.generation, gated=True)
         self.wait(f"shadow '{inst}' to start", lambda: self.running(inst))
         self.m.phase = "pause"
@@ -703,6 +758,9 @@ class Migrator:
     def step_pause(self) -> None:
         """Step 3. Once the shadow is close to the head, cap both at H and wait for both."""
         self.enter("pause")
+        if self.m.cut_from:
+            self.catch_up()
+            return
         per = self.instance_topics()
         topics = sorted({t for ts in per.values() for t in ts})
         inst = self.m.new_instance
@@ -757,9 +815,34 @@ class Migrator:
         self.m.phase = "cut"
         self.save()
 
+    def catch_up(self) -> None:
+        """Step 3 of a cascade's downstream: no pause of its own (its cut is the upstream's,
+        propagated); its shadow reads the upstream shadow's side topic: wait until it is near
+        that topic's head, so that it switches quickly at the upstream's hand-over."""
+        from gates.cascade import read_switch
+
+        inst = self.m.new_instance
+        sw = read_switch(self.store.root, inst) or {}
+        side = sw.get("side") or self.upstream().compare_topic()
+
+        def near() -> bool:
+            done = self.acked(inst).get(side, {})
+            high = self.high_watermarks([side]).get(side, {})
+            lag = sum(max(0, h - done.get(p, 0)) for p, h in high.items())
+            self.live(f"  downstream shadow on {side}: lag {lag:,} records", "catch up")
+            return self.running(inst) and lag <= self.lag_threshold
+
+        self.wait(f"the shadow '{inst}' to catch up with {side}", near, interval=0.5,
+                  show=False)
+        self.m.phase = "cut"
+        self.save()
+
     def step_cut(self) -> None:
         """Step 4. Write the control events; their offsets are the cut C."""
         self.enter("cut")
+        if self.m.cut_from:
+            self.adopt_cut()
+            return
         topics = sorted(_offsets(self.m.high))
         high = _offsets(self.m.high)
         if self.m.cut_mode == "offsets":
@@ -777,7 +860,68 @@ class Migrator:
         self.m.phase = "align"
         self.save()
 
-    def arm(self, cut: dict[str, dict[int, int]]) -> None:
+    def adopt_cut(self) -> None:
+        """Step 4 of a cascade's downstream: its cut C is the control events the upstream's
+        hand-over wrote into its output topic. The old query is capped there; the shadow
+        reads the upstream shadow's side topic to its end, then the topic from C. The old
+        query must have seen its cap before the upstream's new query writes past C (the
+        upstream holds that output until this step is done), so wait for its
+        acknowledgement under the cap."""
+        from gates.cascade import write_switch
+
+        up = self.upstream()
+        if not up.m.out_cut:
+            raise MigrationError(f"the upstream migration {up.m.id} has not propagated its "
+                                 f"cut (phase {up.m.phase})", file=str(self.store.root),
+                                 hint=self.resume_hint())
+        cut = _offsets(up.m.out_cut)
+        self.m.high = up.m.out_cut
+        self.m.cut = up.m.out_cut
+        self.save()
+        self.echo("  cut C = " + json.dumps(self.m.cut) + f" (propagated by {up.m.id})")
+        topic = self.fed_topic()
+        write_switch(self.store.root, self.m.new_instance, topic=topic,
+                     side=up.compare_topic(),
+                     side_from={int(p): o for p, o in up.m.side_from.items()},
+                     side_end={int(p): o for p, o in up.m.side_end.items()}, at=cut[topic])
+        self.flush()
+        old = self.m.old_instance
+        theirs = {t: cut[t] for t in self.instance_topics()[old]}
+        g = read_gate(self.store.root, old)
+        # resumed after the old query was capped: capped again, it would have to acknowledge
+        # a new epoch, which a query that handed over (and stopped) never does
+        self.arm(cut, old_too=not (g.mode == "capped" and g.cap == theirs and
+                                   g.retire == self.m.id))
+        capped = read_gate(self.store.root, old).epoch  # acknowledged under this cap
+        self.wait(f"'{old}' to reach the propagated cut",
+                  lambda: is_acked(self.store.root, old, theirs, capped))
+        self.m.phase = "align"
+        self.save()
+
+    def step_propagate(self) -> None:
+        """Step 5 of a cascade's upstream, after its alignment: its old query's output before
+        the cut and its shadow's are committed. Write one control event into every
+        partition of the output topic (the downstream queries' cut) and note where the
+        shadow's output before the cut ends in the side topic (where the downstream shadows
+        switch). Its new query holds its first output until the cutover (``hold``)."""
+        self.enter("propagate")
+        if not self.m.out_cut:
+            side = self.compare_topic()
+            self.m.side_end = {str(p): o for p, o in
+                               self.high_watermarks([side])[side].items()}
+            self.save()
+            from gates.control import write_control_events
+
+            topic = self.plans()[1].sink.topic
+            out = write_control_events(self.m.bootstrap, [topic], self.m.id,
+                                       deadline=self.deadline)
+            self.m.out_cut = _offsets_json(out)
+            self.save()
+            self.echo(f"  propagated the cut into {topic}: " + json.dumps(self.m.out_cut))
+        self.m.phase = "cutover"
+        self.save()
+
+    def arm(self, cut: dict[str, dict[int, int]], old_too: bool = True) -> None:
         """Cap both queries at C. The shadow's cap follows the old query: its source passes C
         by itself once the old query acknowledged C, and its start gate opens for the batches
         that start at C or later, so the switch does not wait for this process. The old
@@ -788,9 +932,11 @@ class Migrator:
         mine = {t: cut[t] for t in per[inst]}
         theirs = {t: cut[t] for t in per[old]}
         write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=mine,
-                         follow=old, follow_offsets=theirs, reconcile=self.reconcile_spec())
+                         follow=old, follow_offsets=theirs, reconcile=self.reconcile_spec(),
+                         hold=bool(self.m.feeds))
         self.flush()
-        self.set_gate(old, "capped", theirs, retire=self.m.id)
+        if old_too:
+            self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
 
     def step_align(self) -> None:
@@ -809,7 +955,7 @@ class Migrator:
             cut = {t: full[t] for t in ts}
             self.wait(f"'{q}' to reach the cut",
                       lambda q=q, cut=cut: is_acked(self.store.root, q, cut))
-        self.m.phase = "cutover"
+        self.m.phase = "propagate" if self.m.feeds else "cutover"
         self.save()
 
     def step_cutover(self) -> None:
@@ -821,7 +967,8 @@ class Migrator:
         """
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
-        self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
+        if not self.m.feeds:  # a cascade's upstream holds its output until opened here
+            self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
         write_start_gate(self.store.root, inst, True, self.m.id,
                          reconcile=self.reconcile_spec())
         self.flush()
@@ -967,6 +1114,21 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           trigger: str = "1 second", echo: Callable[[str], None] = print,
           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
           ) -> Migration:
+    m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
+                      cut_mode=cut_mode, require=require, compare=compare,
+                      reconcile=reconcile, master=master, trigger=trigger)
+    migrator = Migrator(store, m, echo, timeout, live=live)  # the time budget starts here
+    migrator.save()
+    return migrator.run()
+
+
+def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
+                  strategy: str = "auto", cut_mode: str = "control-events",
+                  require: list[str] | None = None, compare: bool = False,
+                  reconcile: str = "auto", master: str = "local[2]",
+                  trigger: str = "1 second") -> Migration:
+    """A new migration of the running ``query`` to the plan at ``new_plan_path`` (recorded
+    in the store), not saved yet; refused when the query is unknown or already migrating."""
     running = store.live_instance(query)
     st = store.status(running)
     if not st:
@@ -989,20 +1151,22 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     atomic_write(recorded, open(new_plan_path).read())
-    m = Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
-                  new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
-                  cut_mode=cut_mode, require=list(require or []), compare=compare,
-                  reconcile=reconcile,
-                  bootstrap=bootstrap, master=master, trigger=trigger)
-    migrator = Migrator(store, m, echo, timeout, live=live)  # the time budget starts here
-    migrator.save()
-    return migrator.run()
+    return Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
+                     new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
+                     cut_mode=cut_mode, require=list(require or []), compare=compare,
+                     reconcile=reconcile, bootstrap=bootstrap, master=master,
+                     trigger=trigger)
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
            timeout: float = 600.0, live: Callable[[str, str], None] | None = None
            ) -> Migration:
     m = current(store, query)
+    if m.cascade:  # one migration of a chain: the chain goes on
+        from migrate import cascade
+
+        return cascade.resume(store, m.cascade, echo=echo, timeout=timeout, live=live,
+                              query=query)
     if m.phase in TERMINAL:
         echo(f"migration {m.id} is {m.phase}")
         return m
@@ -1010,4 +1174,9 @@ def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = prin
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:
-    return Migrator(store, current(store, query), echo).abort()
+    m = current(store, query)
+    if m.cascade:
+        from migrate import cascade
+
+        return cascade.abort(store, m.cascade, echo=echo, query=query)
+    return Migrator(store, m, echo).abort()

@@ -1,0 +1,305 @@
+"""Cascading migrations: queries chained through topics migrated together at one logical cut.
+
+``theseus migrate start UP.json DOWN.json``: the upstream query writes a topic that the
+downstream query reads.  A cascade is one single migration per query (:mod:`migrate.migration`,
+every one on the shadow path), driven in an order that makes the whole chain switch at one
+logical point:
+
+1. Check    every query, upstream first; a refusal of any leaves every old query as it is.
+2. Shadow   every new query, upstream first.  An upstream's shadow writes its output before
+            its cut to ``<topic>.shadow``; a downstream's shadow reads that side topic, then
+            the real topic from the propagated cut (:mod:`gates.cascade`): it computes the
+            new downstream plan over the new upstream plan over all input.
+3. Pause    the upstream as in a single migration; a downstream has no pause of its own: its
+            shadow catches up with the side topic.
+4. Cut      the upstream's control events in its source topics.
+5. Align    the upstream's old and new queries finish the input before the cut; then
+            (``propagate``) one control event goes into every partition of its output topic:
+            the downstream's cut C, the same logical point in its input.  The downstream's
+            old query is capped at C and its shadow switches at C; the upstream's new query
+            holds its first output from the cut until the old downstream query has seen its
+            cap, so nothing of the new upstream's output reaches the old downstream query.
+6. Cutover  upstream first: its new query writes the topic from the cut (after the control
+            events); the downstream's new query writes the output from C.
+7. Finish   every query records its new plan; the side topics are deleted.
+
+The cascade's record (``<store>/migrations/<id>.cascade.json``, ``schemas/cascade.v1.json``)
+lists every query with its migration, phase and counts; each migration's record names the
+cascade, so ``migrate status|resume|abort`` accept any query of the chain.  Every step of every
+migration is recorded before it acts, so a migrator killed anywhere resumes the whole chain.
+``abort`` is refused once the upstream's old query finished the input before its cut (the
+same point of no return as a single migration): ``resume`` then finishes the chain.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from compat.check import load_plan
+from compat.errors import MigrationError, StoreError
+from compat.model import Plan
+from compat.steps import Source
+from gates.deadline import Deadline
+from gates.files import atomic_write
+from migrate.migration import TERMINAL, Migration, Migrator, new_migration
+from migrate.store import DirectoryStore, read_json
+
+#: the phases of one migration of a cascade, in order (the shadow path)
+ORDER = ("check", "shadow", "pause", "cut", "align", "propagate", "cutover", "finish", "done")
+
+
+@dataclass
+class Cascade:
+    id: str
+    migrations: list[str]  # upstream first
+    queries: list[str]
+    links: list[dict[str, str]]  # {"upstream": query, "downstream": query, "topic": topic}
+    phase: str = "running"  # running | done | aborted | refused
+    members: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @staticmethod
+    def path(store: DirectoryStore, cascade_id: str):
+        return store.root / "migrations" / f"{cascade_id}.cascade.json"
+
+    def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
+        self.members = [member(Migration.load(store, mid)) for mid in self.migrations]
+        atomic_write(self.path(store, self.id), json.dumps(asdict(self), indent=2) + "\n")
+        store.flush(deadline)
+
+    @classmethod
+    def load(cls, store: DirectoryStore, cascade_id: str) -> Cascade:
+        path = cls.path(store, cascade_id)
+        try:
+            doc = read_json(path, "cascade record")
+        except FileNotFoundError:
+            raise MigrationError(f"no cascade '{cascade_id}' in the store",
+                                 file=str(store.root)) from None
+        try:
+            return cls(**doc)
+        except TypeError as e:
+            raise StoreError("malformed cascade record", file=str(path),
+                             expected="the fields of a cascade", found=str(e)) from None
+
+
+def member(m: Migration) -> dict[str, Any]:
+    """One query of a cascade as its record lists it."""
+    return {"query": m.query, "migration": m.id, "phase": m.phase, "kind": m.kind,
+            "cut": m.cut, "out_cut": m.out_cut, "counts": m.counts}
+
+
+# -- the chain --------------------------------------------------------------------------
+
+def stream_topics(plan: Plan) -> set[str]:
+    return {n.topic for n in plan.nodes.values()
+            if isinstance(n, Source) and n.role == "stream"}
+
+
+def chain(plans: dict[str, Plan], paths: dict[str, str]
+          ) -> tuple[list[str], list[dict[str, str]]]:
+    """The queries of a cascade upstream first, and the links between them: an upstream's
+    output topic is a stream source topic of its downstream. Refused: a plan linked to no
+    other, a downstream fed by two queries of the cascade or reading a stream topic no
+    query of the cascade writes (its cut would not be one logical point), a cycle."""
+    ts = graphlib.TopologicalSorter({q: set() for q in plans})
+    links: list[dict[str, str]] = []
+    by_topic: dict[str, str] = {}
+    for q, p in plans.items():
+        if p.sink.topic in by_topic:
+            raise MigrationError(f"two plans of the cascade write topic '{p.sink.topic}'",
+                                 file=paths[q], node=p.sink.id,
+                                 expected="one writer per topic",
+                                 found=f"'{by_topic[p.sink.topic]}' and '{q}'")
+        by_topic[p.sink.topic] = q
+    for q, p in plans.items():
+        ups = sorted({by_topic[t] for t in stream_topics(p) if t in by_topic} - {q})
+        for u in ups:
+            ts.add(q, u)
+            links.append({"upstream": u, "downstream": q, "topic": plans[u].sink.topic})
+        if len(ups) > 1:
+            raise MigrationError(f"query '{q}' reads the output of {len(ups)} queries of the "
+                                 "cascade: not supported yet", file=paths[q],
+                                 expected="one upstream per query", found=", ".join(ups))
+        if ups:
+            other = sorted(stream_topics(p) - {plans[ups[0]].sink.topic})
+            if other:
+                raise MigrationError(f"query '{q}' also reads {', '.join(other)}, which no "
+                                     "query of the cascade writes: its input would not be cut "
+                                     "at one logical point", file=paths[q],
+                                     expected=f"only topic '{plans[ups[0]].sink.topic}'",
+                                     found=", ".join(sorted(stream_topics(p))))
+    linked = {x for lk in links for x in (lk["upstream"], lk["downstream"])}
+    for q in plans:
+        if q not in linked:
+            raise MigrationError(f"query '{q}' neither feeds nor reads another query of the "
+                                 "cascade", file=paths[q],
+                                 expected="plans chained through topics (an output topic "
+                                 "that another plan reads)",
+                                 found=f"output '{plans[q].sink.topic}'",
+                                 hint="migrate it on its own")
+    try:
+        order = list(ts.static_order())
+    except graphlib.CycleError as e:
+        raise MigrationError("the plans of the cascade feed each other in a cycle",
+                             file=paths[next(iter(paths))], found=" -> ".join(e.args[1])) \
+            from None
+    return order, links
+
+
+def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
+          cut_mode: str = "control-events", require: list[str] | None = None,
+          compare: bool = False, reconcile: str = "auto", master: str = "local[2]",
+          trigger: str = "1 second", echo: Callable[[str], None] = print,
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
+          ) -> Cascade:
+    """Migrate the queries of ``plan_paths`` (one plan each, chained through topics)
+    together. Every query is migrated through a shadow query: a downstream's input changes
+    even when its own plan does not."""
+    if cut_mode != "control-events":
+        raise MigrationError("a cascade propagates its cut as control events",
+                             expected="--cut control-events", found=f"--cut {cut_mode}")
+    plans: dict[str, Plan] = {}
+    paths: dict[str, str] = {}
+    for path in plan_paths:
+        p = load_plan(path)
+        if p.query in plans:
+            raise MigrationError(f"two plans of the cascade are query '{p.query}'", file=path,
+                                 expected="one plan per query", found=paths[p.query])
+        plans[p.query], paths[p.query] = p, path
+    order, links = chain(plans, paths)
+    for lk in links:  # the running queries are chained the same way
+        up, down, topic = lk["upstream"], lk["downstream"], lk["topic"]
+        old_up = load_plan(str(store.plan_path(store.live_instance(up))))
+        old_down = load_plan(str(store.plan_path(store.live_instance(down))))
+        if old_up.sink.topic != topic:
+            raise MigrationError(f"query '{up}' runs a plan writing '{old_up.sink.topic}', its "
+                                 f"new plan writes '{topic}'", file=paths[up],
+                                 node=plans[up].sink.id, expected="the same output topic",
+                                 found=topic)
+        if topic not in stream_topics(old_down):
+            raise MigrationError(f"query '{down}' runs a plan that does not read '{topic}'",
+                                 file=paths[down], expected=f"a stream source of '{topic}'",
+                                 found=", ".join(sorted(stream_topics(old_down))) or "none")
+    cid = f"c{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    ms = {q: new_migration(store, q, paths[q], bootstrap=bootstrap, strategy="shadow",
+                           cut_mode=cut_mode, require=require, compare=compare,
+                           reconcile=reconcile, master=master, trigger=trigger)
+          for q in order}
+    for m in ms.values():
+        m.cascade = cid
+    for lk in links:
+        ms[lk["upstream"]].feeds.append(ms[lk["downstream"]].id)
+        ms[lk["downstream"]].cut_from = ms[lk["upstream"]].id
+    deadline = Deadline(timeout, hint=f"theseus migrate resume {order[0]} continues the "
+                        f"cascade; theseus migrate abort {order[0]} rolls it back")
+    for m in ms.values():
+        m.save(store, deadline)
+    c = Cascade(id=cid, migrations=[ms[q].id for q in order], queries=order, links=links)
+    c.save(store, deadline)
+    echo(f"[{cid}] cascade of {len(order)} queries: " + " -> ".join(order))
+    return Driver(store, c, echo, deadline, live).run()
+
+
+class Driver:
+    """Drives the migrations of a cascade through their phases in the cascade's order."""
+
+    def __init__(self, store: DirectoryStore, c: Cascade, echo: Callable[[str], None],
+                 deadline: Deadline, live: Callable[[str, str], None] | None = None) -> None:
+        self.store = store
+        self.c = c
+        self.echo = echo
+        self.deadline = deadline
+        self.order = [Migrator(store, Migration.load(store, mid), echo, deadline=deadline,
+                               live=live) for mid in c.migrations]
+
+    def save(self) -> None:
+        self.c.save(self.store, self.deadline)
+
+    def advance(self, x: Migrator, target: str) -> None:
+        """Run ``x``'s steps until its phase is ``target`` or later (or it ended)."""
+        while x.m.phase not in TERMINAL and ORDER.index(x.m.phase) < ORDER.index(target):
+            x.step()
+            self.save()
+
+    def run(self) -> Cascade:
+        order = self.order
+        downstream = [x for x in order if x.m.cut_from]
+        # 1. Check every query before anything starts: a refusal leaves them all as they are.
+        try:
+            for x in order:
+                self.advance(x, "shadow")
+        except MigrationError as e:
+            for x in order:
+                if x.m.phase not in TERMINAL and ORDER.index(x.m.phase) <= ORDER.index(
+                        "shadow"):
+                    x.abort()
+            self.c.phase, self.c.error = "refused", e.render()
+            self.save()
+            raise
+        # 2. Every shadow, upstream first (a downstream's reads the upstream's side topic).
+        for x in order:
+            self.advance(x, "pause")
+        # 3. The downstream shadows catch up with the side topics.
+        for x in downstream:
+            self.advance(x, "cut")
+        # 3-5. Upstream first: pause, cut, align, propagate; a downstream adopts the
+        # propagated cut and aligns on it.
+        for x in order:
+            self.advance(x, "cutover")
+        # 6. Cutover, upstream first: its new query writes from the cut (after the control
+        # events), then each downstream's new query takes over its output.
+        for x in order:
+            self.advance(x, "finish")
+        # 7. Finish every query (the side topics go: every downstream switched).
+        for x in order:
+            self.advance(x, "done")
+        self.c.phase = "done" if all(x.m.phase == "done" for x in order) else \
+            next(x.m.phase for x in order if x.m.phase != "done")
+        self.save()
+        self.echo(f"[{self.c.id}] cascade {self.c.phase}: " + ", ".join(
+            f"{x.m.query} {x.m.phase}" for x in order))
+        return self.c
+
+    def abort(self) -> Cascade:
+        """Upstream first: once the upstream's old query finished the input before its cut,
+        its abort refuses, and nothing of the chain is touched."""
+        for x in self.order:
+            if x.m.phase not in TERMINAL:
+                x.abort()
+            self.save()
+        self.c.phase = "aborted"
+        self.save()
+        return self.c
+
+
+def resume(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None] = print,
+           timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+           query: str | None = None) -> Migration:
+    """Continue the cascade from the recorded phases of its migrations; returns the
+    migration of ``query`` (the first query of the chain by default)."""
+    c = Cascade.load(store, cascade_id)
+    if c.phase in ("done", "aborted", "refused"):
+        echo(f"cascade {c.id} is {c.phase}")
+    else:
+        deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} continues "
+                            "the cascade")
+        Driver(store, c, echo, deadline, live).run()
+    return _of(store, c, query)
+
+
+def abort(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None] = print,
+          query: str | None = None) -> Migration:
+    c = Cascade.load(store, cascade_id)
+    Driver(store, c, echo, Deadline(600.0)).abort()
+    return _of(store, c, query)
+
+
+def _of(store: DirectoryStore, c: Cascade, query: str | None) -> Migration:
+    i = c.queries.index(query) if query in c.queries else 0
+    return Migration.load(store, c.migrations[i])

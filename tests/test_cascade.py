@@ -1,0 +1,387 @@
+"""Cascading migrations without services: the chain of plans, the order the driver runs the
+phases of its migrations in (and resumes them), the downstream shadow's source switching
+from the side topic to the real topic at the propagated cut, the upstream's held start
+gate, and the cascade record's schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from compat.errors import GateStateError, MigrationError
+from compat.serde import from_doc
+from gates.cascade import read_switch, write_switch
+from gates.startgate import StartGate, write_start_gate
+from gates.state import GateState, is_acked, write_ack
+from migrate import cascade
+from migrate.cascade import ORDER, Cascade, Driver, chain
+from migrate.migration import Migration, Migrator
+from migrate.store import DirectoryStore
+
+
+def up_plan(query="up", src="s", mid="t", new=False) -> dict:
+    cols = [{"name": "k", "expr": "k"}, {"name": "x", "expr": "x"}]
+    if new:
+        cols.append({"name": "w", "expr": "x * 10"})
+    return {"format": "theseus.plan/1", "query": query, "nodes": [
+        {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
+         "format": "json", "role": "stream",
+         "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]},
+        {"id": "enrich", "step": "project", "version": 1, "inputs": ["events"],
+         "columns": cols},
+        {"id": "out", "step": "sink", "version": 1, "inputs": ["enrich"], "topic": mid,
+         "format": "json", "key_columns": ["k"], "mode": "append",
+         "delivery": "exactly_once"}]}
+
+
+def down_plan(query="down", mid="t", out="o", extra: str | None = None) -> dict:
+    nodes = [
+        {"id": "in", "step": "source", "version": 1, "topic": mid, "partitions": 2,
+         "format": "json", "role": "stream",
+         "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]}]
+    agg_in = ["in"]
+    if extra:
+        nodes.append({"id": "other", "step": "source", "version": 1, "topic": extra,
+                      "partitions": 1, "format": "json", "role": "stream",
+                      "schema": [{"name": "k", "type": "string"},
+                                 {"name": "x", "type": "bigint"}]})
+        nodes.append({"id": "both", "step": "union", "version": 1, "inputs": ["in", "other"]})
+        agg_in = ["both"]
+    nodes += [
+        {"id": "per_key", "step": "aggregate", "version": 1, "inputs": agg_in,
+         "group_by": [{"name": "k", "expr": "k"}],
+         "aggregates": [{"name": "s", "function": "sum", "args": ["x"]}]},
+        {"id": "out", "step": "sink", "version": 1, "inputs": ["per_key"], "topic": out,
+         "format": "json", "key_columns": ["k"], "mode": "update",
+         "delivery": "exactly_once"}]
+    return {"format": "theseus.plan/1", "query": query, "nodes": nodes}
+
+
+def plans_of(*docs):
+    plans = {d["query"]: from_doc(d) for d in docs}
+    return plans, {q: f"{q}.json" for q in plans}
+
+
+# -- the chain ----------------------------------------------------------------------------
+
+def test_the_chain_is_ordered_upstream_first_whatever_the_order_given():
+    order, links = chain(*plans_of(down_plan("c", mid="u", out="o"),
+                                   down_plan("b", mid="t", out="u"), up_plan("a")))
+    assert order == ["a", "b", "c"]
+    assert links == [{"upstream": "b", "downstream": "c", "topic": "u"},
+                     {"upstream": "a", "downstream": "b", "topic": "t"}]
+
+
+@pytest.mark.parametrize("docs, words", [
+    ((up_plan("a"), down_plan("b", mid="elsewhere")), "neither feeds nor reads"),
+    ((up_plan("a"), up_plan("a2", mid="t2"), down_plan("b", extra="t2")),
+     "reads the output of 2 queries"),
+    ((up_plan("a"), down_plan("b", extra="raw")), "also reads raw"),
+    ((up_plan("a"), up_plan("a2")), "two plans of the cascade write topic 't'"),
+    ((down_plan("a", mid="o", out="t"), down_plan("b", mid="t", out="o")), "cycle"),
+])
+def test_chains_that_cannot_be_cut_at_one_point_are_refused_with_the_reason(docs, words):
+    with pytest.raises(MigrationError) as e:
+        chain(*plans_of(*docs))
+    assert words in e.value.message, e.value.render()
+    assert e.value.file and e.value.file.endswith(".json")
+
+
+def test_the_cli_refuses_an_unchained_cascade_in_one_line_exit_5(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(up_plan("a")))
+    b.write_text(json.dumps(down_plan("b", mid="nowhere")))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "migrate.cli", "migrate", "start", str(a),
+                        str(b), "--bootstrap", "127.0.0.1:1", "--state",
+                        str(tmp_path / "st")], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 5, r.stderr
+    assert "Traceback" not in r.stderr and "neither feeds nor reads" in r.stderr
+    assert str(a) in r.stderr and r.stderr.count("\n") == 1  # the first plan not chained
+
+
+# -- the upstream refuses reconciliation ------------------------------------------------
+
+@pytest.mark.parametrize("asked", ["auto", "on"])
+def test_an_upstream_of_a_cascade_does_not_reconcile(tmp_path, asked):
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="m1", query="a", new_plan="a.json", old_instance="a", reconcile=asked,
+                  feeds=["m2"], cascade="c1")
+    mig = Migrator(store, m, echo=lambda s: None)
+    # a keyed update sink: alone, auto would reconcile it
+    doc = down_plan("a", mid="s", out="t")
+    if asked == "auto":
+        assert mig.decide_reconcile(from_doc(doc)) is False
+    else:
+        with pytest.raises(MigrationError, match="feeds the downstream queries"):
+            mig.decide_reconcile(from_doc(doc))
+
+
+# -- the driver's order ---------------------------------------------------------------------
+
+class Killed(Exception):
+    pass
+
+
+def fake_cascade(tmp_path, monkeypatch, kill_at: tuple[str, str] | None = None):
+    """Two migrations whose steps only record their order and move to the next phase."""
+    store = DirectoryStore(tmp_path)
+    a = Migration(id="ma", query="a", new_plan="a.json", old_instance="a", cascade="c1",
+                  feeds=["mb"], kind="shadow")
+    b = Migration(id="mb", query="b", new_plan="b.json", old_instance="b", cascade="c1",
+                  cut_from="ma", kind="shadow")
+    for m in (a, b):
+        m.save(store)
+    c = Cascade(id="c1", migrations=["ma", "mb"], queries=["a", "b"],
+                links=[{"upstream": "a", "downstream": "b", "topic": "t"}])
+    c.save(store)
+    ran: list[tuple[str, str]] = []
+    kill = [kill_at]
+
+    def step(self):
+        ph = self.m.phase
+        if kill[0] == (self.m.query, ph):
+            kill[0] = None
+            raise Killed  # the migrator dies before this step acts
+        ran.append((self.m.query, ph))
+        nxt = ORDER[ORDER.index(ph) + 1]
+        if nxt == "propagate" and not self.m.feeds:
+            nxt = "cutover"
+        self.m.phase = nxt
+        self.save()
+
+    monkeypatch.setattr(Migrator, "step", step)
+    return store, c, ran
+
+
+def test_the_driver_interleaves_the_chain_so_it_switches_at_one_point(tmp_path, monkeypatch):
+    from gates.deadline import Deadline
+
+    store, c, ran = fake_cascade(tmp_path, monkeypatch)
+    out = Driver(store, c, lambda s: None, Deadline(10)).run()
+    assert out.phase == "done"
+    pos = {x: i for i, x in enumerate(ran)}
+    # checks before any shadow starts; the upstream's shadow before the downstream's
+    assert max(pos[("a", "check")], pos[("b", "check")]) < pos[("a", "shadow")]
+    assert pos[("a", "shadow")] < pos[("b", "shadow")]
+    # the downstream catches up, then the upstream pauses, cuts, aligns and propagates
+    assert pos[("b", "pause")] < pos[("a", "pause")] < pos[("a", "cut")]
+    assert pos[("a", "propagate")] < pos[("b", "cut")]  # its cut is the propagated one
+    # the upstream's new query writes past the cut only once the downstream adopted it
+    assert pos[("b", "cut")] < pos[("a", "cutover")]
+    assert pos[("b", "align")] < pos[("a", "cutover")] < pos[("b", "cutover")]
+    # the side topic goes (upstream's finish) once the downstream shadow switched
+    assert pos[("b", "cutover")] < pos[("a", "finish")]
+    assert ("b", "propagate") not in pos
+    rec = json.loads(Cascade.path(store, "c1").read_text())
+    assert [x["phase"] for x in rec["members"]] == ["done", "done"]
+
+
+@pytest.mark.parametrize("where", [("a", "propagate"), ("b", "cut"), ("b", "cutover"),
+                                   ("a", "finish")])
+def test_a_killed_driver_resumes_where_it_stopped_from_any_query(tmp_path, monkeypatch,
+                                                                 where):
+    store, c, ran = fake_cascade(tmp_path, monkeypatch, kill_at=where)
+    from gates.deadline import Deadline
+
+    with pytest.raises(Killed):
+        Driver(store, c, lambda s: None, Deadline(10)).run()
+    before = list(ran)
+    ran.clear()
+    # resumed through the other query of the chain than the one killed
+    other = "b" if where[0] == "a" else "a"
+    m = cascade.resume(store, "c1", echo=lambda s: None, query=other)
+    assert m.query == other and m.phase == "done"
+    assert ran[0] == where and not set(before) & set(ran)  # nothing done twice
+    assert Cascade.load(store, "c1").phase == "done"
+
+
+def test_status_of_any_query_of_a_cascade_shows_the_whole_chain(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from migrate.cli import main
+
+    store, c, ran = fake_cascade(tmp_path, monkeypatch)
+    for q in ("a", "b"):
+        r = CliRunner().invoke(main, ["migrate", "status", q, "--state", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        assert "cascade c1: running (a -> b)" in r.output
+        assert "a: migration ma, phase check" in r.output
+        assert "b: migration mb, phase check" in r.output
+    r = CliRunner().invoke(main, ["migrate", "status", "b", "--state", str(tmp_path),
+                                  "--format", "json"])
+    import jsonschema
+
+    from compat.schema_check import load_schema
+
+    jsonschema.validate(json.loads(r.output), load_schema("cascade.v1.json"))
+
+
+def test_the_cascade_record_schema_covers_every_field():
+    import jsonschema
+
+    from compat.schema_check import load_schema
+
+    schema = load_schema("cascade.v1.json")
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert set(schema["properties"]) == {f.name for f in dataclasses.fields(Cascade)}
+    c = Cascade(id="c1", migrations=["m1", "m2"], queries=["a", "b"],
+                links=[{"upstream": "a", "downstream": "b", "topic": "t"}], phase="done",
+                members=[{"query": "a", "migration": "m1", "phase": "done", "kind": "shadow",
+                          "cut": {"s": {"0": 4}}, "out_cut": {"t": {"0": 9, "1": 3}},
+                          "counts": {}}])
+    jsonschema.validate(dataclasses.asdict(c), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(dict(dataclasses.asdict(c), links=[{"upstream": "a"}]), schema)
+
+
+# -- the upstream's held start gate ---------------------------------------------------------
+
+def test_the_upstream_shadow_holds_its_batch_from_the_cut_until_the_migrator_opens(tmp_path):
+    cut = {"s": {0: 10}}
+    write_start_gate(tmp_path, "new", False, "m1", from_offsets=cut, follow="old",
+                     follow_offsets=cut, hold=True)
+    gate = StartGate(tmp_path, "new")
+    write_ack(tmp_path, "old", "s", {0: 10}, GateState("capped", cut, 2, retire="m1"))
+    write_ack(tmp_path, "new", "s", {0: 10}, GateState("capped", cut, 3, follow="old"))
+    # the old query handed over: without hold the batch from the cut would go out now
+    assert not gate.is_open(7, wait=False) and gate.at_cut()
+    write_start_gate(tmp_path, "new", True, "m1")  # the migrator, after the propagation
+    assert gate.is_open(7, wait=False)
+
+
+# -- the downstream shadow's source --------------------------------------------------------
+
+def test_the_switch_file_round_trips_and_a_malformed_one_names_the_field(tmp_path):
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 5})
+    assert read_switch(tmp_path, "b.g1") == {"topic": "t", "side": "t.shadow",
+                                            "side_from": {0: 5}}
+    assert read_switch(tmp_path, "b.g1", "other") is None
+    assert read_switch(tmp_path, "nobody") is None
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 5},
+                 side_end={0: 40}, at={0: 7, 1: 9})
+    assert read_switch(tmp_path, "b.g1", "t")["at"] == {0: 7, 1: 9}
+    doc = json.loads((tmp_path / "gates" / "b.g1.switch.json").read_text())
+    doc["at"] = {"0": "x"}
+    (tmp_path / "gates" / "b.g1.switch.json").write_text(json.dumps(doc))
+    with pytest.raises(GateStateError) as e:
+        read_switch(tmp_path, "b.g1")
+    assert e.value.pointer == "/at"
+    with pytest.raises(GateStateError):
+        write_switch(tmp_path, "b.g1", topic="t", side="t", side_from={})
+
+
+class FakeKafka:
+    """The broker as the gated source's driver side sees it: partitions and end offsets."""
+
+    def __init__(self, ends: dict[str, dict[int, int]]) -> None:
+        self.ends = ends
+
+    def install(self, monkeypatch) -> None:
+        import gates.source as src
+
+        monkeypatch.setattr(src, "_kafka_partitions",
+                            lambda opts, timeout=15.0: sorted(self.ends[opts.topic]))
+
+        def offsets(opts, parts, which, timeout=15.0):
+            return {p: 0 if which == "earliest" else self.ends[opts.topic][p] for p in parts}
+
+        monkeypatch.setattr(src, "_list_offsets", offsets)
+
+
+def test_the_downstream_shadow_reads_the_side_topic_then_the_topic_from_the_cut(
+        tmp_path, monkeypatch):
+    from gates.source import BackfillStreamReader, TheseusKafkaSource
+
+    kafka = FakeKafka({"t.shadow": {0: 30}, "t": {0: 50, 1: 60}})
+    kafka.install(monkeypatch)
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 2})
+    source = TheseusKafkaSource({"bootstrap": "x:1", "topic": "t", "format": "json",
+                                 "schema": "k STRING, x BIGINT", "store": str(tmp_path),
+                                 "query": "b.g1", "node": "in",
+                                 "maxRecordsPerBatch": "0"})
+    reader = source.streamReader(None)
+    assert isinstance(reader, BackfillStreamReader)
+    first = reader.initialOffset()
+    assert first == {"t.shadow": {"0": 2}}  # where the upstream shadow's output starts
+    end = reader.latestOffset(first, None)
+    assert end == {"t.shadow": {"0": 30}}
+    assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions(first, end)] \
+        == [("t.shadow", 0, 2, 30)]
+    # the upstream's hand-over: its pre-cut output ends at 36, the cut in t is {0: 44, 1: 51}
+    kafka.ends["t.shadow"][0] = 38  # (a later run of the upstream shadow: not ours)
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 2},
+                 side_end={0: 36}, at={0: 44, 1: 51})
+    tail = reader.latestOffset(end, None)
+    assert tail == {"t.shadow": {"0": 36}}
+    assert not is_acked(tmp_path, "b.g1", {"t": {0: 44, 1: 51}})
+    entry = reader.latestOffset(tail, None)
+    assert entry == {"t.shadow": {"0": 36}, "t": {"0": 44, "1": 51}}
+    assert reader.partitions(tail, entry) == []  # nothing of t before the cut is read
+    # from then on the real topic, acknowledged from the cut: the start gate opens there
+    nxt = reader.latestOffset(entry, None)
+    assert is_acked(tmp_path, "b.g1", {"t": {0: 44, 1: 51}})
+    assert nxt == {"t.shadow": {"0": 36}, "t": {"0": 50, "1": 60}}
+    assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions(entry, nxt)] \
+        == [("t", 0, 44, 50), ("t", 1, 51, 60)]
+    assert reader.latestOffset(nxt, None) is nxt  # nothing new: the same offsets
+    # a query without a switch file reads the topic plainly
+    plain = TheseusKafkaSource({"bootstrap": "x:1", "topic": "t", "format": "json",
+                                "schema": "k STRING", "store": str(tmp_path),
+                                "query": "other"}).streamReader(None)
+    assert not isinstance(plain, BackfillStreamReader)
+
+
+# -- abort -------------------------------------------------------------------------------
+
+def abortable_cascade(tmp_path, a_phase: str, a_cut: dict | None = None):
+    from compat.serde import dumps
+
+    store = DirectoryStore(tmp_path)
+    docs = {"a": up_plan("a"), "b": down_plan("b")}
+    for q, doc in docs.items():
+        store.put_plan(q, dumps(from_doc(doc)))
+        (tmp_path / f"{q}.json").write_text(json.dumps(doc))
+    a = Migration(id="ma", query="a", new_plan=str(tmp_path / "a.json"), old_instance="a",
+                  new_instance="a.g1", cascade="c1", feeds=["mb"], kind="shadow",
+                  phase=a_phase, cut=a_cut or {})
+    b = Migration(id="mb", query="b", new_plan=str(tmp_path / "b.json"), old_instance="b",
+                  new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
+                  phase="cut" if a_cut else "pause")
+    for m in (a, b):
+        m.save(store)
+    Cascade(id="c1", migrations=["ma", "mb"], queries=["a", "b"],
+            links=[{"upstream": "a", "downstream": "b", "topic": "t"}]).save(store)
+    return store
+
+
+def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path):
+    from gates.state import read_gate
+
+    store = abortable_cascade(tmp_path, "pause")
+    m = cascade.abort(store, "c1", echo=lambda s: None, query="b")
+    assert m.query == "b" and m.phase == "aborted"
+    assert Migration.load(store, "ma").phase == "aborted"
+    assert Cascade.load(store, "c1").phase == "aborted"
+    assert read_gate(tmp_path, "a").mode == read_gate(tmp_path, "b").mode == "open"
+    assert store.stop_requested("a.g1") and store.stop_requested("b.g1")
+
+
+def test_abort_after_the_upstream_old_query_finished_its_input_refuses_and_touches_nothing(
+        tmp_path):
+    cut = {"s": {"0": 10}}
+    store = abortable_cascade(tmp_path, "propagate", a_cut=cut)
+    write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 5,
+                                                     retire="ma"))
+    with pytest.raises(MigrationError, match="resume finishes"):
+        cascade.abort(store, "c1", echo=lambda s: None, query="a")
+    assert Migration.load(store, "ma").phase == "propagate"
+    assert Migration.load(store, "mb").phase == "cut"
+    assert not store.stop_requested("b.g1")
+    assert Cascade.load(store, "c1").phase == "running"
