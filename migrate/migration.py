@@ -534,15 +534,26 @@ class Migrator:
             self.echo(f"theseus: the checkpoint contradicts the plan check "
                       f"({self.m.checkpoint}): migrating through a shadow query instead")
             shadow = True
-        if not shadow and report.verdict == "in_place" and self.m.strategy == "auto" and \
+        if not shadow and report.verdict == "in_place" and \
                 old.info[old.sink.id].changelog:
             # Over a changelog, a restart on the checkpoint sends the retractions of rows
             # written under the old plan through the new steps: a stricter filter drops the
             # retraction of a row it would not have kept, so the old row stays in the output
             # for good, and a changed step upstream of a table aggregate or join subtracts
             # what was never added.  Only a fresh state (a shadow) and the reconciliation at
-            # the cut give the new plan's rows (--strategy in-place restarts in place
-            # anyway).
+            # the cut give the new plan's rows; --strategy in-place is refused rather than
+            # restarted into a wrong output.
+            if self.m.strategy == "in-place":
+                self.m.phase = "refused"
+                self.m.error = ("the query reads tables as changelogs: a restart on the "
+                                "checkpoint would retract rows the new plan never wrote, and "
+                                "keep rows it would not write")
+                self.save()
+                raise MigrationError("--strategy in-place, but " + self.m.error,
+                                     file=self.m.new_plan, expected="--strategy auto or shadow",
+                                     found="--strategy in-place",
+                                     hint="a shadow starts on a fresh state and reconciles "
+                                          "the output's keys at the cut")
             self.echo("theseus: the query reads tables as changelogs: a restart on the "
                       "checkpoint would retract rows the new plan never wrote; migrating "
                       "through a shadow query (fresh state, reconciled at the cut) instead")

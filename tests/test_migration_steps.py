@@ -186,7 +186,7 @@ def select_doc(threshold: int, table: bool) -> dict:
 
 @pytest.mark.parametrize("table,strategy,kind", [
     (True, "auto", "shadow"),  # over a changelog: a fresh state and the reconciliation
-    (True, "in-place", "in_place"),  # asked for: restarted on the checkpoint anyway
+    (True, "in-place", "refused"),  # asked for: refused, never restarted into stale rows
     (False, "auto", "in_place"),  # over a stream the passive change restarts in place
 ])
 def test_an_in_place_upgrade_of_a_table_query_goes_through_a_shadow(tmp_path, monkeypatch,
@@ -210,6 +210,12 @@ def test_an_in_place_upgrade_of_a_table_query_goes_through_a_shadow(tmp_path, mo
         monkeypatch.setattr(Migrator, name, lambda self, *a: None)
     monkeypatch.setattr(Migrator, "checkpoint_agrees", lambda self: True)
     lines: list[str] = []
+    if kind == "refused":
+        with pytest.raises(MigrationError) as e:
+            Migrator(store, m, echo=lines.append, timeout=60).step_check()
+        assert "--strategy in-place" in str(e.value) and "changelogs" in str(e.value)
+        assert m.phase == "refused" and "retract rows" in m.error
+        return
     Migrator(store, m, echo=lines.append, timeout=60).step_check()
     assert (m.verdict, m.kind) == ("in_place", kind)
     assert m.reconciling is (kind == "shadow")
