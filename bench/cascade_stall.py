@@ -33,40 +33,9 @@ KEYS = int(os.environ.get("BENCH_CASCADE_KEYS", "10000"))
 TRIGGER_S = 1.0
 
 
-def up_plan(query: str, src: str, mid: str, new: bool) -> dict:
-    cols = [{"name": "k", "expr": "k"}, {"name": "x", "expr": "x"}]
-    if new:
-        cols.append({"name": "w", "expr": "x * 10"})
-    return {"format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
-            "nodes": [
-                {"id": "events", "step": "source", "version": 1, "topic": src,
-                 "partitions": 3, "format": "json", "role": "stream",
-                 "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]},
-                {"id": "enrich", "step": "project", "version": 1, "inputs": ["events"],
-                 "columns": cols},
-                {"id": "out", "step": "sink", "version": 1, "inputs": ["enrich"], "topic": mid,
-                 "format": "json", "key_columns": ["k"], "mode": "append",
-                 "delivery": "exactly_once"}]}
-
-
-def down_plan(query: str, mid: str, out: str, new: bool) -> dict:
-    schema = [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]
-    aggs = [{"name": "s", "function": "sum", "args": ["x"]}]
-    if new:
-        schema.append({"name": "w", "type": "bigint"})
-        aggs.append({"name": "ws", "function": "sum", "args": ["w"]})
-    return {"format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
-            "nodes": [
-                {"id": "enriched", "step": "source", "version": 1, "topic": mid,
-                 "partitions": 2, "format": "json", "role": "stream", "schema": schema},
-                {"id": "per_key", "step": "aggregate", "version": 1, "inputs": ["enriched"],
-                 "group_by": [{"name": "k", "expr": "k"}], "aggregates": aggs},
-                {"id": "out", "step": "sink", "version": 1, "inputs": ["per_key"],
-                 "topic": out, "format": "json", "key_columns": ["k"], "mode": "update",
-                 "delivery": "exactly_once"}]}
-
-
 def cascade_part(bs: str) -> dict:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     import reconcile_stall
     from confluent_kafka.admin import AdminClient, NewTopic
     from reconcile_stall import Feeder, history, read, wait
@@ -76,6 +45,9 @@ def cascade_part(bs: str) -> dict:
     from gates.state import is_acked
     from migrate import migration
     from migrate.store import DirectoryStore
+
+    # the chain's plans are the oracle test's own
+    from tests.integration.test_cascade import down_plan, up_plan
 
     reconcile_stall.KEYS = KEYS  # the history: one record per key
     tag = uuid.uuid4().hex[:8]
