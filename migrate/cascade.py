@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import MigrationError, StoreError
+from compat.errors import MigrationError
 from compat.model import Plan
 from compat.steps import Source
 from gates.deadline import Deadline
 from gates.files import atomic_write
-from migrate.migration import TERMINAL, Migration, Migrator, new_migration
-from migrate.store import DirectoryStore, read_json
+from migrate.migration import TERMINAL, Migration, Migrator, load_record, new_migration
+from migrate.store import DirectoryStore
 
 #: the phases of one migration of a cascade, in order (the shadow path)
 ORDER = ("check", "shadow", "pause", "cut", "align", "propagate", "cutover", "finish", "done")
@@ -75,17 +75,7 @@ class Cascade:
 
     @classmethod
     def load(cls, store: DirectoryStore, cascade_id: str) -> Cascade:
-        path = cls.path(store, cascade_id)
-        try:
-            doc = read_json(path, "cascade record")
-        except FileNotFoundError:
-            raise MigrationError(f"no cascade '{cascade_id}' in the store",
-                                 file=str(store.root)) from None
-        try:
-            return cls(**doc)
-        except TypeError as e:
-            raise StoreError("malformed cascade record", file=str(path),
-                             expected="the fields of a cascade", found=str(e)) from None
+        return load_record(cls, store, cls.path(store, cascade_id), "cascade", cascade_id)
 
 
 def member(m: Migration) -> dict[str, Any]:

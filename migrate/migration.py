@@ -61,6 +61,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from compat.check import check_plans, load_plan
@@ -167,17 +168,23 @@ class Migration:
 
     @classmethod
     def load(cls, store: DirectoryStore, migration_id: str) -> Migration:
-        path = store.migration_path(migration_id)
-        try:
-            doc = read_json(path, "migration record")
-        except FileNotFoundError:
-            raise MigrationError(f"no migration '{migration_id}' in the store",
-                                 file=str(store.root)) from None
-        try:
-            return cls(**doc)
-        except TypeError as e:
-            raise StoreError("malformed migration record", file=str(path),
-                             expected="the fields of a migration", found=str(e)) from None
+        return load_record(cls, store, store.migration_path(migration_id), "migration",
+                           migration_id)
+
+
+def load_record(cls: Any, store: DirectoryStore, path: Path, kind: str, record_id: str) -> Any:
+    """A record of the store (a migration, a cascade) as its dataclass ``cls``: one clear
+    error when it is missing or does not have the dataclass's fields."""
+    try:
+        doc = read_json(path, f"{kind} record")
+    except FileNotFoundError:
+        raise MigrationError(f"no {kind} '{record_id}' in the store",
+                             file=str(store.root)) from None
+    try:
+        return cls(**doc)
+    except TypeError as e:
+        raise StoreError(f"malformed {kind} record", file=str(path),
+                         expected=f"the fields of a {kind}", found=str(e)) from None
 
 
 def current(store: DirectoryStore, query: str) -> Migration:
