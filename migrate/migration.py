@@ -85,6 +85,7 @@ from gates.state import (
     GateStateError,
     ack_path,
     acked_offsets,
+    handed_over,
     is_acked,
     read_ack,
     read_gate,
@@ -911,8 +912,16 @@ class Migrator:
         self.arm(cut, old_too=not (g.mode == "capped" and g.cap == theirs and
                                    g.retire == self.m.id))
         capped = read_gate(self.store.root, old).epoch  # acknowledged under this cap
-        self.wait(f"'{old}' to reach the propagated cut",
-                  lambda: is_acked(self.store.root, old, theirs, capped))
+
+        def seen() -> bool:
+            # Under this cap; or at C before it (idle, caught up: the upstream's old query
+            # retired and its new one holds its output): the old query then handed over
+            # as soon as the cap was written (gates.state.retired), its host stops it and
+            # it never acknowledges the new epoch, but its sink writes nothing more.
+            return is_acked(self.store.root, old, theirs, capped) or \
+                handed_over(self.store.root, old, theirs, self.m.id)
+
+        self.wait(f"'{old}' to reach the propagated cut", seen)
         self.m.phase = "align"
         self.save()
 

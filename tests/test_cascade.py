@@ -385,3 +385,58 @@ def test_abort_after_the_upstream_old_query_finished_its_input_refuses_and_touch
     assert Migration.load(store, "mb").phase == "cut"
     assert not store.stop_requested("b.g1")
     assert Cascade.load(store, "c1").phase == "running"
+
+
+# -- the downstream adopts the propagated cut ------------------------------------------------
+
+def adopting(tmp_path, monkeypatch):
+    """A downstream migration at step 4 whose old query 'b' reads topic t, with its
+    upstream's propagated cut C = {t: {0: 7, 1: 3}}; no services."""
+    from types import SimpleNamespace
+
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
+                  new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
+                  phase="cut")
+    m.save(store)
+    up = SimpleNamespace(m=SimpleNamespace(id="ma", phase="cutover",
+                                           out_cut={"t": {"0": 7, "1": 3}},
+                                           side_from={"0": 0, "1": 0},
+                                           side_end={"0": 5, "1": 2}),
+                         compare_topic=lambda: "t.shadow")
+    monkeypatch.setattr(Migrator, "upstream", lambda self: up)
+    monkeypatch.setattr(Migrator, "fed_topic", lambda self: "t")
+    monkeypatch.setattr(Migrator, "instance_topics", lambda self: {"b": ["t"], "b.g1": ["t"]})
+    monkeypatch.setattr(Migrator, "reconcile_spec", lambda self: None)
+    return store, Migrator(store, m, echo=lambda s: None)
+
+
+def test_an_idle_old_downstream_at_the_cut_hands_over_without_a_new_acknowledgement(
+        tmp_path, monkeypatch):
+    """The old downstream query read everything before C while it was still open (the
+    upstream's old query retired, its new one holds): once capped it handed over at once,
+    and its host stopped it before it acknowledged the new epoch. Adopting the cut must not
+    wait for that acknowledgement (a CI run waited out its whole budget)."""
+    from gates.deadline import Deadline
+    from gates.state import read_gate, retired
+
+    store, mig = adopting(tmp_path, monkeypatch)
+    write_ack(tmp_path, "b", "t", {0: 7, 1: 3}, GateState())  # open, epoch 0, at C
+    mig.deadline = Deadline(5)
+    mig.adopt_cut()
+    assert mig.m.phase == "align" and mig.m.cut == {"t": {"0": 7, "1": 3}}
+    g = read_gate(tmp_path, "b")
+    assert (g.mode, g.cap, g.retire) == ("capped", {"t": {0: 7, 1: 3}}, "mb")
+    assert retired(tmp_path, "b")  # its sink writes nothing more from here on
+
+
+def test_an_old_downstream_short_of_the_cut_is_waited_for(tmp_path, monkeypatch):
+    from compat.errors import DeadlineExceeded
+    from gates.deadline import Deadline
+
+    store, mig = adopting(tmp_path, monkeypatch)
+    write_ack(tmp_path, "b", "t", {0: 7, 1: 2}, GateState())  # one record short on p1
+    mig.deadline = Deadline(1.5)
+    with pytest.raises(DeadlineExceeded, match="'b' to reach the propagated cut"):
+        mig.adopt_cut()
+    assert mig.m.phase == "cut"
