@@ -114,6 +114,49 @@ def diff(old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None],
     return out, counts
 
 
+class KeyDiff:
+    """:func:`diff` kept up to date key by key: after a first full comparison, ``update``
+    compares only the keys a refresh of either view read (``TopicView.changed``), so the
+    hand-over after a read-ahead costs the tails, not every key again (measured: 0.28 s for
+    100,000 keys in full)."""
+
+    def __init__(self) -> None:
+        self.kind: dict[bytes, str] = {}  # key -> one of COUNTS
+        self.counts = dict.fromkeys(COUNTS, 0)
+        self.memo: dict[bytes, tuple[bytes, bytes, bool]] = {}
+
+    def update(self, old: Mapping[bytes, bytes | None], new: Mapping[bytes, bytes | None],
+               keys: Iterable[bytes] | None = None) -> None:
+        """Compare ``keys`` again (every key of both views when ``None``)."""
+        kind, counts = self.kind, self.counts
+        for k in (set(old) | set(new)) if keys is None else keys:
+            o, n = old.get(k), new.get(k)
+            if n is None:
+                now = "deleted" if o is not None else None
+            elif o is None:
+                now = "added"
+            else:
+                now = "matched" if _memo_same(self.memo, k, o, n) else "corrected"
+            was = kind.get(k)
+            if was == now:
+                continue
+            if was is not None:
+                counts[was] -= 1
+            if now is None:
+                del kind[k]
+            else:
+                kind[k] = now
+                counts[now] += 1
+
+    def result(self, new: Mapping[bytes, bytes | None]
+               ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
+        """The corrections in key order and their counts, as :func:`diff` returns them."""
+        kind = self.kind
+        out = [(k, None if kind[k] == "deleted" else new[k])
+               for k in sorted(k for k, w in kind.items() if w != "matched")]
+        return out, dict(self.counts)
+
+
 class TopicView:
     """Per key, the value of its last committed record in ``topic`` (``None`` for a
     tombstone), from ``start`` (default: the beginning); :meth:`refresh` reads on from where
@@ -167,7 +210,9 @@ class TopicView:
                                     "(a transaction left open?)", topic=topic,
                                     expected=f"offsets {ends}",
                                     found=f"partitions {sorted(todo)} not read to the end")
-                for m in c.consume(10000, timeout=0.5):
+                # a short wait: a batch asking for more than is left waits its whole timeout
+                # (measured: 0.5 s per view at the hand-over, half the stall it added)
+                for m in c.consume(10000, timeout=0.05):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -213,7 +258,7 @@ class Reconciler:
         self.timeout = timeout
         self._done = False
         self._views: tuple[Any, TopicView, TopicView] | None = None
-        self._memo: dict[bytes, tuple[bytes, bytes, bool]] = {}
+        self._diff: KeyDiff | None = None  # the views' comparison, kept up to date
         self.prefetch_seconds = 0.0
         import threading
 
@@ -273,8 +318,7 @@ class Reconciler:
         from the cut, and the output holds all but the tail."""
         t0 = time.monotonic()
         with self._lock:
-            _, new, old = self._refresh(spec)
-            diff(old.latest, new.latest, memo=self._memo)
+            self._refresh(spec)
         self.prefetch_seconds = round(time.monotonic() - t0, 3)
 
     def paused(self) -> bool:
@@ -323,10 +367,18 @@ class Reconciler:
             self._views = (spec.get("migration"),
                            TopicView(self.bootstrap, str(spec["topic"]), start, self.timeout),
                            TopicView(self.bootstrap, self.output_topic, None, self.timeout))
-            self._memo = {}
+            self._diff = None
         _, new, old = self._views
         new.refresh()
         old.refresh()
+        keys = None
+        if self._diff is None:
+            self._diff = KeyDiff()
+        else:  # the keys these refreshes read; a view that cannot say: every key
+            ch_new, ch_old = getattr(new, "changed", None), getattr(old, "changed", None)
+            if ch_new is not None and ch_old is not None:
+                keys = ch_new | ch_old
+        self._diff.update(old.latest, new.latest, keys)
         return self._views
 
     def corrections(self, spec: Mapping[str, Any]
@@ -336,7 +388,8 @@ class Reconciler:
         with self._lock:
             fresh = self._views is None or self._views[0] != spec.get("migration")
             _, new, old = self._refresh(spec)  # after a prefetch: the tails only
-            out, counts = diff(old.latest, new.latest, memo=self._memo)
+            assert self._diff is not None  # set by _refresh
+            out, counts = self._diff.result(new.latest)
         counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
         counts["prefetched"] = not fresh  # type: ignore[assignment]
         return out, counts

@@ -266,3 +266,36 @@ def test_read_ahead_starts_at_the_pause_and_stops_at_the_hand_over(tmp_path, mon
     time.sleep(0.2)
     assert len(reads) == n  # the hand-over stopped it
     assert out == [(b"a", b'{"s":1,"c":1}')] and counts["prefetched"] is True
+
+
+def test_the_diff_kept_up_to_date_key_by_key_equals_the_full_diff_after_every_change():
+    """The hand-over compares only the keys the last refreshes read: after any sequence of
+    upserts and tombstones on either side, that equals comparing every key again."""
+    import random
+
+    from gates.reconcile import KeyDiff
+
+    rnd = random.Random(7)
+    keys = [f'{{"k":{i}}}'.encode() for i in range(60)]
+
+    def value(side: str) -> bytes | None:
+        r = rnd.random()
+        if r < 0.2:
+            return None
+        s = rnd.randrange(4)  # few values: many keys match; spacing differs by side
+        return (f'{{"s":{s}}}' if side == "old" else f'{{"s": {s}}}').encode()
+
+    old = {k: value("old") for k in rnd.sample(keys, 40)}
+    new = {k: value("new") for k in rnd.sample(keys, 40)}
+    kd = KeyDiff()
+    kd.update(old, new)
+    assert kd.result(new) == diff(old, new)
+    for _ in range(50):
+        changed = set()
+        for side in (old, new):
+            for k in rnd.sample(keys, rnd.randrange(1, 8)):
+                side[k] = value("old" if side is old else "new")
+                changed.add(k)
+        kd.update(old, new, changed)
+        assert kd.result(new) == diff(old, new)
+    assert sum(kd.counts.values()) == len(kd.kind)
