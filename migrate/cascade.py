@@ -19,8 +19,10 @@ logical point:
             old query is capped at C and its shadow switches at C; the upstream's new query
             holds its first output from the cut until the old downstream query has seen its
             cap, so nothing of the new upstream's output reaches the old downstream query.
-6. Cutover  upstream first: its new query writes the topic from the cut (after the control
-            events); the downstream's new query writes the output from C.
+6. Cutover  upstream first, as soon as every downstream of it adopted C (its old query
+            capped there and seen to be): its new query writes the topic from the cut
+            (after the control events) while the downstreams align; each downstream's new
+            query writes the output from C.
 7. Finish   every query records its new plan; the side topics are deleted.
 
 The cascade's record (``<store>/migrations/<id>.cascade.json``, ``schemas/cascade.v1.json``)
@@ -239,8 +241,19 @@ class Driver:
         for x in downstream:
             self.advance(x, "cut")
         # 3-5. Upstream first: pause, cut, align, propagate; a downstream adopts the
-        # propagated cut and aligns on it.
+        # propagated cut (its old query capped there and seen to be) and aligns on it.
+        by_id = {x.m.id: x for x in order}
         for x in order:
+            up = by_id.get(x.m.cut_from or "")
+            if up is not None:
+                self.advance(x, "align")
+                # 6. The upstream's cutover as soon as every downstream of it adopted the
+                # cut: an old downstream query reads nothing past it, and a downstream's
+                # shadow is capped there until its old query acknowledged it. Its new query
+                # writing on while the downstreams align keeps that wait off the stall.
+                if all(d.m.phase in TERMINAL or ORDER.index(d.m.phase) >= ORDER.index(
+                        "align") for d in order if d.m.cut_from == up.m.id):
+                    self.advance(up, "finish")
             self.advance(x, "cutover")
         # 6. Cutover, upstream first: its new query writes from the cut (after the control
         # events), then each downstream's new query takes over its output.

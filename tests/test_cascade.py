@@ -160,6 +160,27 @@ def fake_cascade(tmp_path, monkeypatch, kill_at: tuple[str, str] | None = None):
     return store, c, ran
 
 
+def test_an_upstream_feeding_two_queries_cuts_over_once_both_adopted_its_cut(tmp_path,
+                                                                            monkeypatch):
+    from gates.deadline import Deadline
+
+    store, c, ran = fake_cascade(tmp_path, monkeypatch)
+    a = Migration.load(store, "ma")
+    a.feeds = ["mb", "mc"]
+    a.save(store)
+    Migration(id="mc", query="c", new_plan="c.json", old_instance="c", cascade="c1",
+              cut_from="ma", kind="shadow").save(store)
+    c.migrations.append("mc")
+    c.queries.append("c")
+    c.links.append({"upstream": "a", "downstream": "c", "topic": "t"})
+    c.save(store)
+    Driver(store, c, lambda s: None, Deadline(10)).run()
+    pos = {x: i for i, x in enumerate(ran)}
+    assert pos[("b", "cut")] < pos[("c", "cut")] < pos[("a", "cutover")]
+    assert pos[("a", "cutover")] < min(pos[("b", "cutover")], pos[("c", "cutover")])
+    assert all(Migration.load(store, m).phase == "done" for m in ("ma", "mb", "mc"))
+
+
 def test_the_driver_interleaves_the_chain_so_it_switches_at_one_point(tmp_path, monkeypatch):
     from gates.deadline import Deadline
 
@@ -175,7 +196,9 @@ def test_the_driver_interleaves_the_chain_so_it_switches_at_one_point(tmp_path, 
     assert pos[("a", "propagate")] < pos[("b", "cut")]  # its cut is the propagated one
     # the upstream's new query writes past the cut only once the downstream adopted it
     assert pos[("b", "cut")] < pos[("a", "cutover")]
-    assert pos[("b", "align")] < pos[("a", "cutover")] < pos[("b", "cutover")]
+    # ... and at once: the downstream's alignment is not part of the upstream's stall
+    assert pos[("b", "cut")] + 1 == pos[("a", "cutover")] < pos[("b", "align")]
+    assert pos[("a", "cutover")] < pos[("b", "cutover")]
     # the side topic goes (upstream's finish) once the downstream shadow switched
     assert pos[("b", "cutover")] < pos[("a", "finish")]
     assert ("b", "propagate") not in pos
