@@ -213,8 +213,9 @@ def test_a_two_query_cascade_switches_at_one_logical_cut(kafka, tmp_path):
 
 def test_a_cascade_survives_sigkill_of_the_migrator_mid_chain(kafka, tmp_path):
     """Killed right after the upstream recorded its propagation (before writing the control
-    events into T), resumed through the upstream; killed again right after the downstream
-    recorded its alignment (its old query capped at the propagated cut, the upstream's new
-    query holding its output), resumed through the downstream."""
+    events into T), resumed through the upstream (its old downstream query, idle at the
+    cut by then, hands over as soon as it is capped); killed again right after the
+    downstream recorded its alignment (its old query capped at the propagated cut, the
+    upstream's new query writing past it), resumed through the downstream."""
     check_chain(kafka, run_cascade(kafka, tmp_path,
                                    faults=[("propagate", "up"), ("align", "down")]))
