@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py
