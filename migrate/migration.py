@@ -1177,7 +1177,10 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
         gen += 1  # an aborted migration's shadow: its checkpoint and acks are not ours
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
-    atomic_write(recorded, open(new_plan_path).read())
+    from compat.serde import dumps
+
+    # the plan as JSON (a SQL plan compiled), as `theseus run` records the plan it runs
+    atomic_write(recorded, dumps(load_plan(new_plan_path)))
     return Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
                      new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                      cut_mode=cut_mode, require=list(require or []), compare=compare,

@@ -220,3 +220,16 @@ def test_an_in_place_upgrade_of_a_table_query_goes_through_a_shadow(tmp_path, mo
     assert (m.verdict, m.kind) == ("in_place", kind)
     assert m.reconciling is (kind == "shadow")
     assert any("reads tables as changelogs" in ln for ln in lines) is (kind == "shadow")
+
+
+def test_a_sql_plan_is_recorded_as_its_compiled_json_plan(tmp_path):
+    """`theseus migrate start new.sql`: the migration records the plan it runs as JSON (it
+    had copied the SQL text into <id>.plan.json, which every later step failed to read)."""
+    sql = FIXTURES / "history" / "filter_project" / "v1" / "query.sql"
+    store = DirectoryStore(tmp_path)
+    plan = load_plan(str(sql))
+    store.put_plan(plan.query, dumps(plan))
+    store.set_status(plan.query, status="running", generation=0)
+    m = migration.new_migration(store, plan.query, str(sql), bootstrap="127.0.0.1:1")
+    assert dumps(load_plan(m.new_plan)) == dumps(plan)
+    assert Migrator(store, m, echo=lambda s: None).plans()[1].query == plan.query
