@@ -539,7 +539,11 @@ def migrate() -> None:
 
 
 @migrate.command("start")
-@click.argument("new_plans", nargs=-1, required=True, type=click.Path(), metavar="PLAN...")
+@click.argument("new_plans", nargs=-1, type=click.Path(), metavar="PLAN...")
+@click.option("--fleet", "fleet_dir", type=click.Path(), metavar="NEW_DIR",
+              help="Instead of PLANs: migrate every query of the fleet under NEW_DIR whose "
+                   "plan is not the one it runs; changed queries chained through topics "
+                   "together, as one cascade each.")
 @click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", required=True, metavar="HOST:PORT")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--strategy", type=click.Choice(["auto", "in-place", "shadow"]), default="auto",
@@ -558,17 +562,35 @@ def migrate() -> None:
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
 @kafka_config_option
-def migrate_start(new_plans: tuple[str, ...], bootstrap: str, state: str, strategy: str,
-                  require: str, cut_mode: str, compare: bool, reconcile: str, master: str,
-                  trigger: str, timeout: float) -> None:
+def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: str,
+                  state: str, strategy: str, require: str, cut_mode: str, compare: bool,
+                  reconcile: str, master: str, trigger: str, timeout: float) -> None:
     """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
     through topics (an output topic another plan reads) are migrated together as one
-    cascade, cut at one logical point of the chain."""
+    cascade, cut at one logical point of the chain. With --fleet NEW_DIR, every query of
+    the fleet whose plan changed (each migration with its own --timeout)."""
     from compat.check import load_plan, parse_require
     from migrate import migration
     from migrate.progress import Progress
     from migrate.store import open_store
 
+    if bool(new_plans) == bool(fleet_dir):
+        raise click.UsageError("give the new PLANs or --fleet NEW_DIR (one of the two)")
+    if fleet_dir:
+        from migrate import fleet
+
+        progress = Progress()
+        try:
+            done = fleet.start(open_store(state), fleet_dir, strategy=strategy,
+                               bootstrap=bootstrap, cut_mode=cut_mode,
+                               require=parse_require(require), compare=compare,
+                               reconcile=reconcile, master=master, trigger=trigger,
+                               echo=progress, live=progress.live, timeout=timeout)
+        finally:
+            progress.close()
+        for queries, phase in done:
+            click.echo(f"theseus: {' -> '.join(queries)} {phase}")
+        return
     if len(new_plans) > 1:
         from migrate import cascade
 
