@@ -97,6 +97,8 @@ class Checkpoint:
     watermark_ms: int | None
     operators: list[Operator]
     not_verified: list[str] = field(default_factory=list)
+    #: the loop state of each recursive step, by step id (compat.recursive_state)
+    loops: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shuffle_partitions(self) -> int | None:
@@ -121,7 +123,9 @@ class Checkpoint:
                              "raw": None if kafka_offsets(doc) else doc}
                             for i, doc in enumerate(self.offsets)],
                 "operators": [op.to_json() for op in self.operators],
-                "not_verified": list(self.not_verified)}
+                "not_verified": list(self.not_verified)} | (
+                    {"recursion": [lp.to_json() for _, lp in sorted(self.loops.items())]}
+                    if self.loops else {})
 
 
 def kafka_offsets(doc: Any) -> dict[str, dict[str, int]]:
@@ -416,6 +420,10 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],
                     conf=conf, watermark_ms=meta.get("batchWatermarkMs"),
                     operators=_operators(root, last))
+    if (root / "recursive").is_dir():  # a plan with recursive steps: their loops' state
+        from compat.recursive_state import read_loop_states
+
+        ck.loops = read_loop_states(root, list(ck.source_offsets()))
     for i, doc in enumerate(ck.offsets):
         if doc is not None and not kafka_offsets(doc):
             ck.not_verified.append(f"source {i}: its offsets are not Kafka offsets "

@@ -67,6 +67,10 @@ register_codes({
                                      "To change the state partition count, deploy with a "
                                      "live migration (a fresh checkpoint); restarting in "
                                      "place keeps the checkpoint's count."),
+    "checkpoint-recursive-state-missing": ("migrate", "error", "topology", FRESH),
+    "checkpoint-recursive-state-changed": ("migrate", "error", "schema_evolution", FRESH),
+    "checkpoint-recursive-inputs-changed": ("migrate", "error", "source_modifying", FRESH),
+    "checkpoint-recursive-state-orphaned": ("migrate", "error", "topology", FRESH),
     "checkpoint-stateless": ("none", "info", "transparent",
                              "Nothing to do: only the sources are checked."),
     "checkpoint-not-verified": ("none", "info", "transparent",
@@ -83,10 +87,14 @@ ERROR_CLASS = {
                                   "of sources)",
     "checkpoint-source-topic-changed": "(the gated source's SourceError: no entry for the "
                                        "topic)",
+    "checkpoint-recursive-inputs-changed": "(the loop query's: an IllegalStateException on "
+                                           "the number of sources, or the gated source's "
+                                           "SourceError)",
 }
 #: codes after which Spark starts but with state that is not the new plan's
 WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-missing",
-               "checkpoint-state-renamed")
+               "checkpoint-state-renamed", "checkpoint-recursive-state-missing",
+               "checkpoint-recursive-state-changed", "checkpoint-recursive-state-orphaned")
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,113 @@ def compare(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[Finding]:
     out = _sources(ck, new_ops, new)
     out += _partitions(ck, new)
     out += _operators(ck, new_ops, ctx)
+    out += _loops(ck, new)
+    return out
+
+
+def _upstream_sources(plan: Plan, nid: str) -> list[str]:
+    """The stream source nodes under node ``nid``, in plan order."""
+    seen: set[str] = set()
+    todo = [nid]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in plan.nodes:
+            continue
+        seen.add(n)
+        todo += list(getattr(plan.nodes[n], "inputs", ()) or ())
+    return [n for n, node in plan.nodes.items()
+            if n in seen and isinstance(node, Source) and plan.info[n].stream]
+
+
+def _loops(ck: Checkpoint, new: Plan) -> list[Finding]:
+    """A recursive step's loop keeps its state beside the checkpoint (compat.recursive_state):
+    the rows derived so far (R) and the history of the stream inputs its body reads (E<i>),
+    which a restart reads back and runs the new body over; and the loop query's own Spark
+    checkpoint, whose sources are the step's stream inputs."""
+    from compat.checkpoint import CheckpointError, read_checkpoint
+    from compat.recursive_state import columns_of
+    from compat.steps import Recursive
+
+    recs = {nid: n for nid, n in new.nodes.items() if isinstance(n, Recursive)}
+    out: list[Finding] = []
+
+    def shape(cols) -> str:
+        return ", ".join(f"{n} {t}" for n, t in cols)
+
+    for nid, rec in recs.items():
+        lp = ck.loops.get(nid)
+        if lp is None:
+            if ck.loops or any(t.startswith("theseus.recursive.") for t in ck.source_offsets()):
+                out.append(finding(
+                    "checkpoint-recursive-state-missing",
+                    f"recursive step '{nid}' has no loop state in the checkpoint "
+                    f"(recursive/{nid}/state): its loop would start with nothing derived and "
+                    "no history of its inputs, so a late row would not join what came before",
+                    new=nid, new_pointer=new.pointer(nid)))
+            continue
+        info = new.info[nid]
+        want = [(n, t) for n, (_, t) in zip(info.names, info.columns)]
+        have = columns_of(lp.derived.schema)
+        if have is not None and [(n.lower(), t) for n, t in have] != \
+                [(n.lower(), t) for n, t in want]:
+            out.append(finding(
+                "checkpoint-recursive-state-changed",
+                f"the loop state of recursive step '{nid}' holds rows ({shape(have)}); the "
+                f"new step derives ({shape(want)}): a restart runs the body over rows of "
+                "another shape", new=nid, new_pointer=new.pointer(nid)))
+        streams = [i for i, x in enumerate(rec.inputs) if i and new.info[x].stream]
+        for i in sorted(set(lp.inputs) | set(streams)):
+            if i not in streams:
+                out.append(finding(
+                    "checkpoint-recursive-state-changed",
+                    f"the loop of recursive step '{nid}' kept the history of a stream input "
+                    f"{i} (state/E{i}, {lp.inputs[i].rows} rows) that the new step does not "
+                    "read as a stream", new=nid, new_pointer=new.pointer(nid, "inputs")))
+                continue
+            if i not in lp.inputs:
+                if lp.inputs or lp.derived.batches:
+                    out.append(finding(
+                        "checkpoint-recursive-state-changed",
+                        f"the new step '{nid}' reads stream input {i} ('{rec.inputs[i]}'), "
+                        f"whose history its loop never kept (no state/E{i}): the rows derived "
+                        "so far would never meet that input's past rows", new=nid,
+                        new_pointer=new.pointer(nid, f"inputs/{i}")))
+                continue
+            xi = new.info[rec.inputs[i]]
+            want_i = [(n, t) for n, (_, t) in zip(xi.names, xi.columns)]
+            have_i = columns_of(lp.inputs[i].schema)
+            if have_i is not None and [(n.lower(), t) for n, t in have_i] != \
+                    [(n.lower(), t) for n, t in want_i]:
+                out.append(finding(
+                    "checkpoint-recursive-state-changed",
+                    f"the loop of recursive step '{nid}' kept input {i} as ({shape(have_i)}); "
+                    f"the new step's input {i} ('{rec.inputs[i]}') is ({shape(want_i)})",
+                    new=nid, new_pointer=new.pointer(nid, f"inputs/{i}")))
+        # the loop query's own checkpoint: its sources are the stream inputs' sources
+        try:
+            loop_ck = read_checkpoint(f"{ck.path}/recursive/{nid}/spark")
+        except CheckpointError:
+            continue  # never committed a batch: nothing to restart from
+        had = list(loop_ck.source_offsets())
+        srcs = list(dict.fromkeys(s for i, x in enumerate(rec.inputs)
+                                  if i == 0 or i in streams
+                                  for s in _upstream_sources(new, x)))
+        now = list(dict.fromkeys(new.nodes[s].topic for s in srcs))  # type: ignore[attr-defined]
+        if len(loop_ck.offsets) != len(srcs) or set(had) != set(now):
+            out.append(finding(
+                "checkpoint-recursive-inputs-changed",
+                f"the loop query of recursive step '{nid}' read {', '.join(had) or 'nothing'} "
+                f"({len(loop_ck.offsets)} source(s)); the new step's stream inputs read "
+                f"{', '.join(now) or 'nothing'} ({len(srcs)} source(s)): Spark refuses to "
+                "restart the loop query",
+                new=nid, new_pointer=new.pointer(nid, "inputs")))
+    for sid, lp in sorted(ck.loops.items()):
+        if sid not in recs:
+            out.append(finding(
+                "checkpoint-recursive-state-orphaned",
+                f"the checkpoint holds the loop state of recursive step '{sid}' "
+                f"({lp.derived.rows} rows derived), which the new plan has no more (renamed "
+                "or removed): what it derived is lost to a restart", new_pointer="/nodes"))
     return out
 
 
@@ -509,6 +624,13 @@ def _unverified(new: Plan, drifted: bool, ck: Checkpoint | None = None) -> list[
                          "; of Theseus' changelog operators, the group keys, aggregates, "
                          "join and table keys are verified by their state names, the "
                          "filters before them are not" if named else ""))
+    from compat.steps import Recursive
+
+    recs = [nid for nid, n in new.nodes.items() if isinstance(n, Recursive)]
+    if recs:
+        notes.append("the body, union and limits of recursive step(s) " + ", ".join(recs) +
+                     ": the loop state holds the rows derived and the inputs' history, not "
+                     f"the body that derived them ({why})")
     legacy = [op for op in (ck.operators if ck else []) if op.metadata_version == 2
               and any(s.name == LEGACY for s in op.stores)]
     if legacy:

@@ -144,6 +144,14 @@ def checkpoint_lines(ck: dict[str, Any]) -> list[str]:
         for st in op["stores"]:
             lines.append(f"      store {st['name']}: key {st['key_schema'] or '?'}, "
                          f"value {st['value_schema'] or '?'}")
+    for lp in ck.get("recursion", []):
+        d = lp["derived"]
+        lines.append(f"    recursive step {lp['step']}: {d['rows']} rows derived in "
+                     f"{d['batches']} batches, {d['columns'] or '?'} (loop topic "
+                     f"{lp['topic'] or '?'})")
+        for i, t in lp["inputs"].items():
+            lines.append(f"      input {i}: {t['rows']} rows in {t['batches']} batches, "
+                         f"{t['columns'] or '?'}")
     return lines
 
 

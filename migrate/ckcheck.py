@@ -52,6 +52,26 @@ def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
     return ck, recorded
 
 
+def output_query(plan: Plan, ck: Any) -> Plan:
+    """What made the checkpoint: for a plan with recursive steps, its output query (each
+    step a source of its loop's internal topic, named as the checkpoint's offsets name it;
+    the loops' own state is compared in plain Python, compat.recursive_state)."""
+    from compat.steps import Recursive
+    from migrate.build.recursive import has_recursion, rewritten
+
+    if not has_recursion(plan):
+        return plan
+    offsets = ck.source_offsets()
+    topics = {}
+    for nid in plan.nodes:
+        lp = ck.loops.get(nid)
+        if isinstance(plan.nodes[nid], Recursive):
+            topics[nid] = lp.topic if lp is not None and lp.topic else \
+                f"theseus.recursive.{plan.query}.{nid}.new"
+    parts = {t: len(offsets[t]) for t in topics.values() if t in offsets}
+    return rewritten(plan, topics, max(parts.values(), default=plan.state_partitions or 1))
+
+
 def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None = None,
                      state: str | None = None, require: list[str] | None = None,
                      schema_compat: str = "forward", allow_migration: bool = False,
@@ -71,9 +91,10 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
     # Step 3. Spark's view of the plans' operators.
     from migrate.stateops import plan_operators
 
-    new_ops = plan_operators(new, spark, shuffle_partitions=ck.shuffle_partitions,
-                             conf=ck.conf)
-    rec_ops = plan_operators(recorded, spark, shuffle_partitions=ck.shuffle_partitions,
+    new_ops = plan_operators(output_query(new, ck), spark,
+                             shuffle_partitions=ck.shuffle_partitions, conf=ck.conf)
+    rec_ops = plan_operators(output_query(recorded, ck), spark,
+                             shuffle_partitions=ck.shuffle_partitions,
                              conf=ck.conf) if recorded is not None else None
     # Steps 4 to 6: plain Python (compat.checkpoint_check).
     return checkpoint_report(ck, new, new_ops, recorded, rec_ops, require=require,
