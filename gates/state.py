@@ -33,7 +33,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,6 +369,22 @@ def _acked_in(doc: Mapping, cap: Mapping[str, Mapping[int, int]],
             return False
         offs = {int(p): int(o) for p, o in e.get("offsets", {}).items()}
         if any(offs.get(int(p), -1) < int(c) for p, c in parts.items()):
+            return False
+    return True
+
+
+def saw_cap(store: str | os.PathLike, query: str, topics: Iterable[str], epoch: int) -> bool:
+    """True once ``query``'s source of every topic in ``topics`` acknowledged under gate
+    epoch ``epoch`` (or later), wherever it stands: it read that gate, and every batch it
+    plans from then on is bounded by it (Spark plans a batch only after the one before is
+    committed, and the source acknowledges before it plans)."""
+    try:
+        doc = read_ack(store, query)
+    except GateStateError:
+        return False
+    for topic in topics:
+        e = doc["topics"].get(topic)
+        if e is None or int(e.get("epoch", -1)) < epoch:
             return False
     return True
 

@@ -89,6 +89,7 @@ from gates.state import (
     is_acked,
     read_ack,
     read_gate,
+    saw_cap,
     veto,
     write_gate,
 )
@@ -914,14 +915,16 @@ class Migrator:
         capped = read_gate(self.store.root, old).epoch  # acknowledged under this cap
 
         def seen() -> bool:
-            # Under this cap; or at C before it (idle, caught up: the upstream's old query
-            # retired and its new one holds its output): the old query then handed over
-            # as soon as the cap was written (gates.state.retired), its host stops it and
-            # it never acknowledges the new epoch, but its sink writes nothing more.
-            return is_acked(self.store.root, old, theirs, capped) or \
+            # It read the cap (it may still have input before C to finish: it plans no
+            # batch past C any more, and the alignment waits for the rest); or it stood at
+            # C before the cap (idle, caught up: the upstream's old query retired and its
+            # new one holds its output): it then handed over as soon as the cap was written
+            # (gates.state.retired), its host stops it and it never acknowledges the new
+            # epoch, but its sink writes nothing more.
+            return saw_cap(self.store.root, old, theirs, capped) or \
                 handed_over(self.store.root, old, theirs, self.m.id)
 
-        self.wait(f"'{old}' to reach the propagated cut", seen)
+        self.wait(f"'{old}' to see the propagated cut", seen)
         self.m.phase = "align"
         self.save()
 

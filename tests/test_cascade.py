@@ -460,6 +460,35 @@ def test_an_old_downstream_short_of_the_cut_is_waited_for(tmp_path, monkeypatch)
     store, mig = adopting(tmp_path, monkeypatch)
     write_ack(tmp_path, "b", "t", {0: 7, 1: 2}, GateState())  # one record short on p1
     mig.deadline = Deadline(1.5)
-    with pytest.raises(DeadlineExceeded, match="'b' to reach the propagated cut"):
+    with pytest.raises(DeadlineExceeded, match="'b' to see the propagated cut"):
         mig.adopt_cut()
     assert mig.m.phase == "cut"
+
+
+def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_go_on(
+        tmp_path, monkeypatch):
+    """Under the cap it plans no batch past C: the upstream's new query may write past C
+    while it finishes its input before C (the alignment waits for that)."""
+    import threading
+
+    from gates.deadline import Deadline
+    from gates.state import read_gate
+
+    store, mig = adopting(tmp_path, monkeypatch)
+    write_ack(tmp_path, "b", "t", {0: 5, 1: 1}, GateState())
+
+    def source_reads_the_cap():  # the old query's next trigger, short of C
+        for _ in range(100):
+            g = read_gate(tmp_path, "b")
+            if g.mode == "capped":
+                write_ack(tmp_path, "b", "t", {0: 6, 1: 2}, g)
+                return
+            threading.Event().wait(0.05)
+
+    t = threading.Thread(target=source_reads_the_cap)
+    t.start()
+    mig.deadline = Deadline(5)
+    mig.adopt_cut()
+    t.join()
+    assert mig.m.phase == "align"
+    assert not is_acked(tmp_path, "b", {"t": {0: 7, 1: 3}})  # it has not reached C
