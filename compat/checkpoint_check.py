@@ -321,6 +321,11 @@ def _operators(ck: Checkpoint, new_ops: Checkpoint, ctx: _Ctx) -> list[Finding]:
                             f"new plan has {len(new)} stateful operator(s): Spark starts "
                             "them with empty state, so they compute only from the input "
                             "after the restart", **ctx.at(min(new)))]
+        if ck.loops:
+            return [finding("checkpoint-stateless", "the output query's checkpoint holds no "
+                            "Spark state, nor does the new plan's output query: its sources "
+                            "are compared, and the recursive steps' loop state on its own",
+                            new_pointer="/nodes")]
         return [finding("checkpoint-stateless", "the checkpoint holds no state (its query "
                         "is stateless), nor does the new plan: only the sources and their "
                         "offsets are compared", new_pointer="/nodes")]
