@@ -28,6 +28,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from collections import defaultdict
 
 import networkx as nx
@@ -95,7 +96,9 @@ def test_a_recursive_query_migrates_live_at_an_exact_cut(kafka, tmp_path):
     src = kafka.topic(prefix="recmig-edges", partitions=2)
     out = kafka.topic(prefix="recmig-out", partitions=2)
     state = tmp_path / "state"
-    query = f"rm{tmp_path.name[-6:]}".replace("-", "_")
+    # unique per run: the loops' internal topics are named by the query and the checkpoint
+    # path, and outlive a run (a second run in the same --basetemp would read the first's)
+    query = f"rm_{uuid.uuid4().hex[:8]}"
     old_p, new_p = tmp_path / "v1.json", tmp_path / "v2.json"
     old_p.write_text(json.dumps(plan(query, src, out, False)))
     new_p.write_text(json.dumps(plan(query, src, out, True)))
@@ -142,6 +145,9 @@ def test_a_recursive_query_migrates_live_at_an_exact_cut(kafka, tmp_path):
                     os.kill(int(pid), 9)
                 except ProcessLookupError:
                     pass
+        internal = [lp["topic"] for inst in (query, f"{query}.g1")
+                    for lp in (store.status(inst).get("loops") or {}).values()]
+        kafka.created.extend(internal)  # deleted with the test's own topics
 
     # -- the oracle ------------------------------------------------------------------------
     cut = m.cut[src]
