@@ -336,3 +336,29 @@ def test_migrate_status_shows_where_the_output_queries_are_cut(tmp_path):
     assert '  cut C = {"edges": {"0": 10, "1": 7}}' in r.output
     assert """  old output query cut at C' = {"T.old": {"0": 40, "1": 33}}""" in r.output
     assert """  new output query cut at C'' = {"T.new": {"0": 41, "1": 35}}""" in r.output
+
+
+def test_step_5_resumed_after_it_armed_everything_changes_nothing(tmp_path, monkeypatch):
+    """Killed after step 5c (before the end of step 5 was recorded): resumed, it neither
+    cuts the internal topics again nor re-arms a gate (a new epoch would have the loops and
+    output queries acknowledge again; re-capping the shadow's loop at C would stop it)."""
+    store, m = setup(tmp_path, "align", cut=C)
+    order: list = []
+    events = ControlEvents(monkeypatch, order)
+    for gate, offsets in (("q.closure.loop", C), ("q.g1.closure.loop", C), ("q", C1),
+                          ("q.g1", C2)):
+        ack(store, gate, offsets)
+    monkeypatch.setattr(Migrator, "step_cutover", lambda self: setattr(self.m, "phase",
+                                                                       "done"))
+    Migrator(store, m, echo=lambda s: None, timeout=5).run()
+    gates = {g: read_gate(store.root, g) for g in ("q", "q.g1", "q.closure.loop",
+                                                    "q.g1.closure.loop")}
+    m = migration.current(store, "q")
+    m.phase = "align"
+    m.save(store)
+    record_order(monkeypatch, order)
+    order.clear()
+    Migrator(store, m, echo=lambda s: None, timeout=5).run()
+    assert events.calls == [["T.old"], ["T.new"]]  # from the first run only
+    assert [o for o in order if o[0] == "gate"] == []
+    assert {g: read_gate(store.root, g) for g in gates} == gates
