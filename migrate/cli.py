@@ -682,6 +682,10 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
     click.echo(f"  old {m.old_instance} -> new {m.new_instance}")
     if m.cut:
         click.echo(f"  cut C = {json.dumps(m.cut)}")
+    for side, mark in (("old", "C'"), ("new", "C''")):  # a recursive query's loop topics
+        if set(m.output_cuts.get(side) or {}) - set(m.cut):
+            click.echo(f"  {side} output query cut at {mark} = "
+                       f"{json.dumps(m.output_cuts[side])}")
     if m.reconciling:
         c = m.counts
         click.echo("  reconciliation: " + (

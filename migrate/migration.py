@@ -162,6 +162,11 @@ class Migration:
     out_cut: dict[str, dict[str, int]] = field(default_factory=dict)
     #: where the shadow's output before the cut ends in ``<output>.shadow`` (an upstream's)
     side_end: dict[str, int] = field(default_factory=dict)
+    #: a plan with a recursive step: where each side's (``old``, ``new``) output query is
+    #: cut, recorded in step 5 once its loop acknowledged C: the control events written
+    #: into the loop's internal topic (C' for the old query, C'' for the shadow); for a
+    #: side without recursion, C on its source topics
+    output_cuts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
 
     def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
@@ -224,6 +229,44 @@ def check_cut(high: dict[str, dict[int, int]], cut: dict[str, dict[int, int]]) -
                                      "again since the pause?)",
                                      expected=f"C at offset {h} or later (H)",
                                      found=f"C at offset {c}")
+
+
+def has_recursion(plan: Plan) -> bool:
+    return any(isinstance(n, Recursive) for n in plan.nodes.values())
+
+
+def recursion_problem(plan: Plan) -> tuple[str, str, str] | None:
+    """Why a live migration cannot cut a plan with recursion (node, JSON pointer, reason),
+    None when it can: the plan has at most one recursive step, and its output query (the
+    steps after the recursion and the sink) reads no stream but the loop's internal topic.
+    The cut of the output query is then the control events written into that topic once
+    the loop finished the input before C (step 5); a second loop, or a stream the output
+    query reads directly, would need a cut of its own that this protocol does not make."""
+    recs = sorted(nid for nid, n in plan.nodes.items() if isinstance(n, Recursive))
+    if len(recs) > 1:
+        return (recs[1], plan.pointer(recs[1]),
+                f"{len(recs)} recursive steps ({', '.join(recs)}): each loop's internal "
+                "topic would need its own cut, and one loop may read another's; one "
+                "recursive step per plan migrates live")
+    if not recs:
+        return None
+    seen: set[str] = set()
+    todo = [plan.sink_id]
+    while todo:
+        nid = todo.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node = plan.nodes[nid]
+        if isinstance(node, Recursive):
+            continue  # the output query reads its internal topic, not its inputs
+        if isinstance(node, Source) and table_read(node) != SNAPSHOT:
+            return (nid, plan.pointer(nid),
+                    f"the steps after recursive step '{recs[0]}' also read the stream "
+                    f"source '{nid}' directly: the output query would need a cut in "
+                    f"'{node.topic}' besides the one in the loop's internal topic")
+        todo.extend(node.inputs)
+    return None
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -568,22 +611,49 @@ class Migrator:
                       "through a shadow query (fresh state, reconciled at the cut) instead")
             shadow = True
         self.m.kind = "shadow" if shadow else "in_place"
-        if shadow and any(isinstance(n, Recursive) for p in (old, new)
-                          for n in p.nodes.values()):
-            # The loop query's internal topic carries no control events, so the output
-            # query's start gate could never see the cut (README, Recursion).
-            raise MigrationError("a live migration of a query with a recursive step is not "
-                                 "supported yet: only in-place upgrades are",
-                                 file=self.m.new_plan, expected="an in_place upgrade",
-                                 found=report.verdict,
-                                 hint="Run the new plan as a new query on a new output "
-                                 "topic, or keep the body, union and version unchanged.")
+        if shadow:
+            self.refuse_recursion(old, new)
         self.require_access(new, shadow)
         if shadow:
-            self.m.reconciling = self.decide_reconcile(new)
+            self.m.reconciling = self.decide_reconcile(new, old)
             self.require_history(new)
         self.m.phase = "shadow" if shadow else "in_place"
         self.save()
+
+    def refuse_recursion(self, old: Plan, new: Plan) -> None:
+        """Step 1 of a shadow migration where a plan has a recursive step: refuse, with the
+        reason, what the cut through a loop's internal topic (step 5) does not cover."""
+        why = None
+        for label, plan, path in (("old", old, str(self.store.plan_path(self.m.old_instance))),
+                                  ("new", new, self.m.new_plan)):
+            problem = recursion_problem(plan)
+            if problem is not None:
+                node, pointer, reason = problem
+                self.m.phase = "refused"
+                self.m.error = f"the {label} plan: {reason}"
+                self.save()
+                raise MigrationError("a live migration of this recursive query is not "
+                                     f"supported: {reason}", file=path, node=node,
+                                     pointer=pointer, expected="one recursive step whose "
+                                     "loop is the only stream the output query reads",
+                                     found=reason, hint="run the new plan as a new query on "
+                                     "a new output topic")
+        if not has_recursion(old) and not has_recursion(new):
+            return
+        if self.m.cascade or self.m.feeds or self.m.cut_from:
+            why = ("a cascade with a recursive query: the cut would have to pass through the "
+                   "loop's internal topic and the queries' shared topic in one chain")
+        elif has_recursion(old) and not self.store.status(self.m.old_instance).get("loops"):
+            why = (f"the old query '{self.m.old_instance}' was started by a theseus that "
+                   "does not record its loop query's gate: restart it with theseus run "
+                   "(its checkpoint keeps its place), then migrate")
+        if why is not None:
+            self.m.phase = "refused"
+            self.m.error = why
+            self.save()
+            raise MigrationError(f"refused: {why}", file=self.m.new_plan,
+                                 expected="a single query with one recursive step",
+                                 found=why)
 
     def checkpoint_agrees(self) -> bool:
         """Step 1 (before an in-place restart). Check the new plan against the running
@@ -614,7 +684,7 @@ class Migrator:
             f": {restart['reason']}"
         return restart["outcome"] == "starts"
 
-    def decide_reconcile(self, new: Plan) -> bool:
+    def decide_reconcile(self, new: Plan, old: Plan | None = None) -> bool:
         """``--reconcile``: ``auto`` is on for a keyed ``update`` sink and off otherwise;
         ``on`` refuses an output it cannot reconcile, with the reason."""
         asked = self.m.reconcile
@@ -626,6 +696,10 @@ class Migrator:
             why = ("the output feeds the downstream queries of the cascade, whose new queries "
                    "read the new plan's output over all input: a correction would reach them "
                    "twice")
+        elif has_recursion(new) or (old is not None and has_recursion(old)):
+            why = ("a plan with a recursive step: the corrections at the cut are not built "
+                   "for an output query behind a loop (keys without input after the cut keep "
+                   "the old plan's value)")
         elif sink.mode == "complete":
             why = ("a complete sink rewrites its whole result at every batch; a key it drops "
                    "is never deleted, and a correction is not a row of it")
@@ -771,9 +845,36 @@ class Migrator:
         self.save()
 
     def instance_topics(self) -> dict[str, list[str]]:
+        """The source topics of each side, by the gate that caps their reading: the
+        instance's own, or its loop query's for a plan with a recursive step."""
         old, new = self.plans()
-        return {self.m.old_instance: self.source_topics(old),
-                self.m.new_instance: self.source_topics(new)}
+        return {self.source_gate(self.m.old_instance): self.source_topics(old),
+                self.source_gate(self.m.new_instance): self.source_topics(new)}
+
+    def loops(self, instance: str) -> dict[str, dict[str, str]]:
+        """The loop queries ``instance`` runs, as its host recorded them (``theseus run``):
+        recursive step id -> its gate and its internal topic."""
+        return dict(self.store.status(instance).get("loops") or {})
+
+    def source_gate(self, instance: str) -> str:
+        """The gate under which ``instance`` reads its source topics: its loop query's when
+        it runs one (the output query behind it reads the loop's internal topic under the
+        instance's own gate), else its own."""
+        loops = self.loops(instance)
+        return next(iter(loops.values()))["gate"] if loops else instance
+
+    def through_loops(self) -> bool:
+        """A plan of this migration has a recursive step: the cut goes through the loops."""
+        return any(map(has_recursion, self.plans()))
+
+    def output_cut(self, side: str) -> dict[str, dict[int, int]]:
+        """Where the output query of ``side`` (old, new) is cut; a plan without recursion:
+        at C."""
+        if side in self.m.output_cuts:
+            return _offsets(self.m.output_cuts[side])
+        full = _offsets(self.m.cut)
+        plan = self.plans()[0 if side == "old" else 1]
+        return {t: full[t] for t in self.source_topics(plan)}
 
     def step_pause(self) -> None:
         """Step 3. Once the shadow is close to the head, cap both at H and wait for both."""
@@ -794,9 +895,11 @@ class Migrator:
 
         rate = Rate()
 
+        src = self.source_gate(inst)  # the loop query of a recursive plan
+
         def keeping_up() -> bool:
-            done = self.acked(inst)
-            high = self.high_watermarks(per[inst])
+            done = self.acked(src)
+            high = self.high_watermarks(per[src])
             lag = {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
                    for t, parts in high.items()}
             total = sum(sum(ps.values()) for ps in lag.values())
@@ -876,7 +979,10 @@ class Migrator:
         self.m.cut = _offsets_json(cut)
         self.save()
         self.echo("  cut C = " + json.dumps(self.m.cut))
-        self.arm(cut)
+        if self.through_loops():
+            self.arm_loops(cut)
+        else:
+            self.arm(cut)
         self.m.phase = "align"
         self.save()
 
@@ -969,9 +1075,85 @@ class Migrator:
             self.set_gate(old, "capped", theirs, retire=self.m.id)
         self.set_gate(inst, "capped", mine, follow=old)
 
+    def arm_loops(self, cut: dict[str, dict[int, int]]) -> None:
+        """Step 4 with a recursive step: cap what reads the source topics at C (the loop
+        query, or the query itself on a side without recursion). The output queries are
+        cut in step 5, once the loops have finished the input before C; until then the
+        shadow's start gate stays closed."""
+        for gate, ts in self.instance_topics().items():
+            self.set_gate(gate, "capped", {t: cut[t] for t in ts})
+
+    def align_loops(self) -> None:
+        """Step 5 with a recursive step (README, Recursion): the loop query -> internal
+        topic -> output query of each side is cut like a cascade's upstream -> downstream.
+
+        5a. The loops (a side without recursion: the query itself) finish the input before
+            C: all the rows they derive from it are committed to their internal topics.
+        5b. One control event into every partition of each loop's internal topic: C' is the
+            old output query's cut, C'' the shadow's (a side without recursion: C).
+        5c. The old output query is capped at C' (it retires there); the shadow's at C'',
+            following the old one, its start gate opening from C''. Then the shadow loop's
+            cap is lifted: what it derives from C on lands after C''.
+        5d. Both output queries finish the input before their cuts."""
+        full = _offsets(self.m.cut)
+        old, inst = self.m.old_instance, self.m.new_instance
+        plans = dict(zip(("old", "new"), self.plans()))
+        for side, name in (("old", old), ("new", inst)):
+            if side in self.m.output_cuts:
+                continue  # resumed: its loop reached C and its topic is cut
+            # 5a.
+            gate = self.source_gate(name)
+            cap = {t: full[t] for t in self.source_topics(plans[side])}
+            g = read_gate(self.store.root, gate)
+            if (g.mode, g.cap) != ("capped", cap):
+                self.set_gate(gate, "capped", cap)  # resumed after a crash in step 4
+            self.wait(f"'{gate}' to reach the cut",
+                      lambda gate=gate, cap=cap: is_acked(self.store.root, gate, cap))
+            # 5b.
+            topics = sorted(lp["topic"] for lp in self.loops(name).values())
+            if not topics:
+                at = cap
+            elif self.m.cut_mode == "offsets":
+                # capped at C with everything before C committed, the loop writes nothing
+                # more: the end of its topic stands still
+                at = self.high_watermarks(topics)
+            else:
+                from gates.control import write_control_events
+
+                at = write_control_events(self.m.bootstrap, topics, self.m.id,
+                                          deadline=self.deadline)
+            self.m.output_cuts[side] = _offsets_json(at)
+            self.save()
+            if topics:
+                mark = "C'" if side == "old" else "C''"
+                self.echo(f"  cut the {side} loop's topic: {mark} = " +
+                          json.dumps(self.m.output_cuts[side]))
+        # 5c.
+        c_old, c_new = self.output_cut("old"), self.output_cut("new")
+        write_start_gate(self.store.root, inst, False, self.m.id, from_offsets=c_new,
+                         follow=old, follow_offsets=c_old)
+        self.flush()
+        g_old, g_new = read_gate(self.store.root, old), read_gate(self.store.root, inst)
+        if (g_old.mode, g_old.cap, g_old.retire) != ("capped", c_old, self.m.id):
+            self.set_gate(old, "capped", c_old, retire=self.m.id)
+        if (g_new.mode, g_new.cap, g_new.follow) != ("capped", c_new, old):
+            self.set_gate(inst, "capped", c_new, follow=old)
+        for lp in self.loops(inst).values():
+            if read_gate(self.store.root, lp["gate"]).mode != "open":
+                self.set_gate(lp["gate"], "open")
+        # 5d.
+        for name, c in ((old, c_old), (inst, c_new)):
+            self.wait(f"'{name}' to reach its cut",
+                      lambda name=name, c=c: is_acked(self.store.root, name, c))
+        self.m.phase = "cutover"
+        self.save()
+
     def step_align(self) -> None:
         """Step 5. Both queries finish exactly the input before C."""
         self.enter("align")
+        if self.through_loops():
+            self.align_loops()
+            return
         full = _offsets(self.m.cut)
         per = self.instance_topics()
         old, inst = self.m.old_instance, self.m.new_instance
@@ -1005,7 +1187,7 @@ class Migrator:
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
         # the shadow's first batches. Let the shadow commit a batch past the cut first.
-        cut = _offsets(self.m.cut)
+        cut = self.output_cut("new")
         courtesy = self.deadline.within(30)
         while not courtesy.expired() and not self.past(inst, cut):
             time.sleep(min(0.2, courtesy.remaining()))
@@ -1106,9 +1288,15 @@ class Migrator:
             # hands the output over: that is the point of no return. The veto is atomic
             # with the old query's acknowledgements (one lock, one file): either it comes
             # first and the shadow never writes, or abort refuses.
-            full = _offsets(self.m.cut)
-            theirs = {t: full[t] for t in self.source_topics(self.plans()[0])}
-            if not veto(self.store.root, old, theirs, self.m.id):
+            theirs = self.output_cut("old")
+            if self.through_loops():
+                # the shadow's start gate follows the old output query from step 5c on;
+                # before, it has nothing to open from
+                from gates.startgate import read_start_gate
+
+                theirs = _offsets(read_start_gate(self.store.root, inst)
+                                  .get("follow_from") or {})
+            if theirs and not veto(self.store.root, old, theirs, self.m.id):
                 raise MigrationError("the old query finished the input before the cut: the "
                                      "shadow takes over from there", file=str(self.store.root),
                                      hint="theseus migrate resume finishes the migration")
@@ -1117,9 +1305,14 @@ class Migrator:
             write_start_gate(self.store.root, inst, False, self.m.id)
             self.flush()
         write_gate(self.store.root, old, GateState("open", {}, self.m.epoch + 1))
+        for lp in self.loops(old).values():  # the old query's loop reads on
+            write_gate(self.store.root, lp["gate"], GateState("open", {}, self.m.epoch + 1))
         if inst and inst != old:
             self.store.request_stop(inst)
             write_gate(self.store.root, inst, GateState("open", {}, self.m.epoch + 1))
+            for lp in self.loops(inst).values():
+                write_gate(self.store.root, lp["gate"],
+                           GateState("open", {}, self.m.epoch + 1))
         self.m.epoch += 1
         if self.m.reconciling and inst:
             # a shadow still writing would create the side topic again (auto-creation)

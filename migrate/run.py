@@ -139,7 +139,10 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                         trigger_interval=trigger_interval, query_name=name,
                         start_gate=start_gate, shadow_topic=shadow_topic,
                         on_retire=handed_over.set, reconciler=reconciler)
-    store.set_status(name, status="running", query_id=str(query.id))
+    # A plan with recursion runs loop queries beside its output query: their gates and
+    # internal topics are recorded, for a migration caps the loops and cuts the topics.
+    store.set_status(name, status="running", query_id=str(query.id),
+                     loops=dict(getattr(query, "loops", None) or {}))
     echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.
     stop = {"asked": False}

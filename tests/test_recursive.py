@@ -213,9 +213,11 @@ def test_with_recursive_errors_point_at_the_sql(sql, words):
     assert words in str(e.value) and "q.sql:" in str(e.value), str(e.value)
 
 
-def test_a_live_migration_of_a_recursive_query_is_refused_before_anything_starts(tmp_path):
-    """Only in-place upgrades of recursive queries are supported: a changed body (migrate)
-    is refused at step 1 with the reason, nothing spawned."""
+def test_a_live_migration_of_an_unrecorded_loop_is_refused_before_anything_starts(tmp_path):
+    """A changed body (migrate) goes through a shadow, whose cut passes through the old
+    query's loop (its gate and internal topic, recorded by its host): an old query whose
+    status does not record them is refused at step 1 with the reason, nothing spawned
+    (tests/test_migration_recursion.py has the steps)."""
     from compat.check import load_plan
     from compat.errors import MigrationError
     from compat.serde import dumps
@@ -229,5 +231,7 @@ def test_a_live_migration_of_a_recursive_query_is_refused_before_anything_starts
     with pytest.raises(MigrationError) as e:
         migration.start(store, "descendants", str(case / "new.json"), bootstrap="127.0.0.1:1",
                         echo=lambda line: None, timeout=30)
-    assert "recursive step is not supported yet" in str(e.value)
+    assert "does not record its loop query's gate: restart it with theseus run" in \
+        str(e.value)
     assert not store.query_dir("descendants.g1").exists()
+    assert migration.current(store, "descendants").phase == "refused"

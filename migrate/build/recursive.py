@@ -62,6 +62,17 @@ def has_recursion(plan: Plan) -> bool:
     return any(isinstance(n, Recursive) for n in plan.nodes.values())
 
 
+def loop_gate(instance: str, rec_id: str) -> str:
+    """The name under which the loop query of step ``rec_id`` of ``instance`` reads its
+    gate and writes its acknowledgements (and its sink's transactional id): apart from the
+    instance's own, which the output query (the plan's sink) keeps.  A migration caps the
+    loops at the sources' cut C and the output queries at the cut of the internal topics
+    (``migrate.migration``), so the two must not share one gate: a cap is per name, and
+    under a shared name the output query's commits would acknowledge offsets of the loop's
+    sources that its batch had not committed yet."""
+    return f"{instance}.{rec_id}.loop"
+
+
 def internal_topic(b: Builder, rec: Recursive) -> str:
     """The topic the loop query writes and the output query reads: named by the query and
     the step, and by the checkpoint (a migration's new query gets a topic of its own)."""
@@ -100,14 +111,34 @@ def start_chain(b: Builder) -> QueryChain:
     chain = QueryChain(b.opts.available_now)
     root = Path(b.opts.checkpoint) if b.opts.checkpoint else \
         Path(tempfile.mkdtemp(prefix="theseus-recursive-"))
+    instance = b.opts.query or plan.query
     for rec in recs:
-        loop = Loop(b, rec, fb, root / "recursive" / rec.id, chain)
-        writer = make_writer(b.opts.bootstrap, topics[rec.id], [],
-                             f"{b.opts.query or plan.query}.{rec.id}.loop", "exactly_once")
+        gate = loop_gate(instance, rec.id)
+        # the loop's sources read their gate under the loop's name (see loop_gate)
+        lb = Builder(b.spark, flat, replace(b.opts, query=gate))
+        loop = Loop(b, rec, lb, root / "recursive" / rec.id, chain, gate)
+        writer = make_writer(b.opts.bootstrap, topics[rec.id], [], gate, "exactly_once",
+                             on_done=_promote(b.opts.store, gate),
+                             producer_config=b.opts.kafka())
         chain.add(lambda loop=loop, writer=writer: loop.start(writer))
+        chain.loops[rec.id] = {"gate": gate, "topic": topics[rec.id]}
     chain.add(lambda: Builder.start(fb))
     chain.begin()
     return chain
+
+
+def _promote(store: str | None, gate: str) -> Callable[[int], None] | None:
+    """After a loop batch committed: acknowledge the cap it reached (gates.state), as the
+    plan's sink does for the output query, so that a migration sees the loop at its cut
+    without waiting for the loop's next trigger."""
+    if not store:
+        return None
+    from gates.state import promote_pending
+
+    def done(batch_id: int) -> None:
+        promote_pending(store, gate)
+
+    return done
 
 
 def _create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
@@ -154,8 +185,9 @@ class Loop:
     """The loop query of one recursive step and its per-batch fixpoint."""
 
     def __init__(self, b: Builder, rec: Recursive, fb: Builder, root: Path,
-                 chain: QueryChain) -> None:
+                 chain: QueryChain, name: str) -> None:
         self.rec = rec
+        self.name = name
         self.plan = b.plan
         self.fb = fb
         self.root = root
@@ -202,7 +234,7 @@ class Loop:
             tagged = part if tagged is None else tagged.unionByName(part)
         self.writer = writer
         opts = self.fb.opts
-        w = tagged.writeStream.queryName(f"{opts.query or self.plan.query}.{self.rec.id}.loop") \
+        w = tagged.writeStream.queryName(self.name) \
             .foreachBatch(self.batch).option("checkpointLocation", str(self.root / "spark"))
         w = w.trigger(availableNow=True) if opts.available_now else \
             w.trigger(processingTime=opts.trigger_interval)
@@ -349,6 +381,9 @@ class QueryChain:
         self.queries: list[Any] = []
         self._notes: list[str] = []
         self._lock = threading.Lock()
+        #: per recursive step: its loop's gate name and internal topic (the host records
+        #: them in its status: a migration caps the loop and cuts the topic)
+        self.loops: dict[str, dict[str, str]] = {}
 
     def add(self, starter: Callable[[], Any]) -> None:
         self._starters.append(starter)
