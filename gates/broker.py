@@ -105,8 +105,12 @@ LEADER_WAIT = 60.0
 #: Kafka errors that pass by themselves when a broker dies or comes back: the partition has
 #: no leader yet, or a new leader whose high watermark has not caught up with the followers'
 #: (OFFSET_NOT_AVAILABLE, answered to ListOffsets right after an election), or the client
-#: still talks to the old one.  librdkafka does not flag all of them ``retriable()``.
+#: still talks to the old one (leader epochs), or librdkafka dropped its handle of a broker
+#: that left the cluster's metadata while a request waited on it (_DESTROY_BROKER,
+#: "destroyed without termination": the client itself lives on).  librdkafka flags none of
+#: these ``retriable()``.
 TRANSIENT_ERRORS = frozenset((
+    "_DESTROY_BROKER",
     "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
     "OFFSET_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
     "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",

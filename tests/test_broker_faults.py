@@ -117,6 +117,20 @@ def test_the_migrators_watermarks_wait_for_a_new_leader(monkeypatch):
     monkeypatch.setattr(broker.time, "sleep", lambda s: None)
     _Consumer.fails = 2
     assert broker.watermarks("h:1", ["t"]) == {"t": {0: 10, 1: 11}}
+    # a request that waited on a broker librdkafka dropped when it left the metadata (seen
+    # on the three-broker cluster: it failed the migration's pause)
+    calls = {"n": 0}
+    real = _Consumer.get_watermark_offsets
+
+    def dropped_once(self, tp, timeout=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise _err(KafkaError._DESTROY_BROKER)
+        return real(self, tp, timeout)
+
+    monkeypatch.setattr(_Consumer, "get_watermark_offsets", dropped_once)
+    assert broker.watermarks("h:1", ["t"]) == {"t": {0: 10, 1: 11}} and calls["n"] == 3
+    assert not broker.transient(_err(KafkaError._DESTROY))  # the client closing: final
 
     def denied(self, tp, timeout=None):
         raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)
