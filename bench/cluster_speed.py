@@ -17,8 +17,8 @@ the data path.
 Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), SPARK_MASTER
 (default: start scripts/spark_cluster.sh, stopped at the end), CLUSTER_BOOTSTRAP (default:
 start the three-node cluster of ``make kafka BROKERS=3``, stopped at the end; never
-$KAFKA_BOOTSTRAP, the one-broker default of the other benchmarks).  ``--quick``: 6
-partitions and the gated exactly-once sink against the connector only, 100000 rows.
+$KAFKA_BOOTSTRAP, the one-broker default of the other benchmarks).  ``--quick``: 100000
+rows, and the gated exactly-once sink against the connector only (no at-least-once runs).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def main() -> int:
 
 def measure(master: str, bs: str, jars: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-cl-"))
-    sizes = (6,) if QUICK else (6, 24)
+    sizes = (6, 24)
     paths = ("theseus_exactly_once", "spark_connector") if QUICK else (
         "theseus_exactly_once", "theseus_at_least_once", "spark_connector")
     topics = {}
