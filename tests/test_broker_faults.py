@@ -200,3 +200,61 @@ def test_check_access_asks_again_while_a_broker_is_down(monkeypatch):
     with pytest.raises(BrokerError, match="cannot describe the topic"):
         broker.check_access("h:1", [("in", "READ", "r")], client=admin)
     assert admin.calls == 1
+
+
+class _TxnProducer:
+    """A transactional producer; the first one's offset commit hangs (as librdkafka's does
+    when the group coordinator left the cluster), beyond its own timeout."""
+
+    made: list = []
+
+    def __init__(self, conf):
+        self.log, self.hangs = [], not _TxnProducer.made
+        _TxnProducer.made.append(self)
+
+    def init_transactions(self, timeout=None):
+        self.log.append("init")
+
+    def begin_transaction(self):
+        self.log.append("begin")
+
+    def produce(self, topic, value, key=None):
+        self.log.append(("produce", value))
+
+    def poll(self, timeout=None):
+        return 0
+
+    def send_offsets_to_transaction(self, offsets, meta, timeout=None):
+        import threading
+
+        if self.hangs:
+            threading.Event().wait(3)  # "forever" for the test: beyond its bound
+        self.log.append(("offsets", offsets[0].metadata))
+
+    def commit_transaction(self, timeout=None):
+        self.log.append("commit")
+
+    def abort_transaction(self, timeout=None):
+        self.log.append("abort")
+
+
+def test_a_hung_offset_commit_is_written_again_by_a_new_producer(monkeypatch, capsys):
+    import confluent_kafka
+
+    from gates import sink as sinkmod
+
+    monkeypatch.setattr(confluent_kafka, "Producer", _TxnProducer)
+    monkeypatch.setattr(sinkmod, "HUNG_CALL", 0.2)
+    _TxnProducer.made = []
+    s = sinkmod.KafkaSink("h:1", "out", [], "q", "exactly_once", timeout=1.0)
+    from types import SimpleNamespace
+
+    s._consumer = SimpleNamespace(consumer_group_metadata=lambda: "meta")
+    s._write_transaction("out", [None], [b"row"], 7)
+    first, second = _TxnProducer.made
+    # the stuck producer got no other call (an abort would conflict with it); the new one
+    # (whose init fences it) wrote the whole batch and committed batch id 7
+    assert first.log == ["init", "begin", ("produce", b"row")]
+    assert second.log == ["init", "begin", ("produce", b"row"), ("offsets", "7"), "commit"]
+    assert "did not return within" in capsys.readouterr().err
+    assert s._known == (7,)
