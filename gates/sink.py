@@ -408,12 +408,12 @@ class KafkaSink:
             try:
                 return self._transaction(topic, keys, values, batch_id, corrections)
             except SinkError as e:
-                if not isinstance(e.__cause__, HungCall) or attempt == TXN_ATTEMPTS - 1:
+                if not isinstance(e, HungCall) or attempt == TXN_ATTEMPTS - 1:
                     raise
                 # Nothing was committed (the commit comes after the call that hung): a new
                 # producer with the same transactional id fences the stuck one and aborts
                 # its transaction; the batch is written again, whole.
-                print(f"theseus sink {self.query}: batch {batch_id}: {e.__cause__}; "
+                print(f"theseus sink {self.query}: batch {batch_id}: {e.message}; "
                       "writing it again with a new producer", file=sys.stderr)
 
     def _transaction(self, topic, keys, values, batch_id, corrections=None) -> None:
@@ -488,7 +488,7 @@ HUNG_CALL = 30.0
 TXN_ATTEMPTS = 3
 
 
-class HungCall(Exception):
+class HungCall(SinkError):
     """A librdkafka call that did not return within its bound (and its own timeout)."""
 
 
