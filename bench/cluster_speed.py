@@ -8,8 +8,17 @@ For each run it records the input rate and where the time of the micro-batches w
 the batch itself, which for the gated sink includes collecting the encoded rows to the
 driver and producing them there).
 
+For the gated sink it also records, per batch, what the sink itself measures
+(``KafkaSink.last_stats``): ``encode_seconds``, the Spark job that reads, filters and encodes
+the batch on the executors and collects it to the driver as Arrow, and ``produce_seconds``,
+the driver alone producing the rows and committing the transaction: the driver's share of
+the data path.
+
 Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), SPARK_MASTER
-(default: start scripts/spark_cluster.sh), KAFKA_BOOTSTRAP (default: start BROKERS=3).
+(default: start scripts/spark_cluster.sh, stopped at the end), CLUSTER_BOOTSTRAP (default:
+start the three-node cluster of ``make kafka BROKERS=3``, stopped at the end; never
+$KAFKA_BOOTSTRAP, the one-broker default of the other benchmarks).  ``--quick``: 100000
+rows, and the gated exactly-once sink against the connector only (no at-least-once runs).
 """
 
 from __future__ import annotations
@@ -26,14 +35,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-ROWS = int(os.environ.get("BENCH_ROWS", "200000"))
+QUICK = "--quick" in sys.argv[1:]
+ROWS = int(os.environ.get("BENCH_ROWS", "100000" if QUICK else "200000"))
 
-from run_speed import connector_jars, connector_query, plan_doc  # noqa: E402
+from run_speed import connector_query, plan_doc  # noqa: E402
+
+#: every gated-sink batch's own measurements (KafkaSink.last_stats), in order
+SINK_STATS: list[dict] = []
+
+
+def record_sink_stats() -> None:
+    from gates.sink import KafkaSink
+
+    call = KafkaSink.__call__
+
+    def measured(self, df, batch_id):
+        call(self, df, batch_id)
+        SINK_STATS.append(dict(self.last_stats))
+
+    KafkaSink.__call__ = measured
 
 
 def last_line(args: list[str], env: dict) -> str:
     out = subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={**os.environ, **env}).stdout
+                         env={**os.environ, "KAFKA_BOOTSTRAP": "", **env}).stdout
     return out.strip().splitlines()[-1].split("=", 1)[1]
 
 
@@ -88,12 +113,20 @@ def run_theseus(spark, bs, src, parts, delivery, tmp):
     analyze(plan)
     opts = BuildOptions(bootstrap=bs, query=plan.query, available_now=True,
                         checkpoint=str(tmp / plan.query), max_records_per_batch=100_000)
+    SINK_STATS.clear()
     t = time.perf_counter()
     q = Builder(spark, plan, opts).start()
     q.awaitTermination()
     elapsed = time.perf_counter() - t
     assert q.exception() is None, q.exception()
-    return elapsed, phases(q)
+    ph = phases(q)
+    written = [b for b in SINK_STATS if not b.get("skipped")]
+    ph["sink_encode_and_collect"] = round(1000 * sum(b.get("encode_seconds", 0)
+                                                      for b in written))
+    ph["sink_produce_on_driver"] = round(1000 * sum(b.get("produce_seconds", 0)
+                                                     for b in written))
+    ph["rows_collected_to_driver"] = sum(b.get("rows", 0) for b in written)
+    return elapsed, ph
 
 
 def run_connector(spark, bs, src, tmp):
@@ -121,30 +154,75 @@ def session(master: str, cores: int, jars: list[str]):
     return s
 
 
+def summary(runs: list[dict]) -> list[str]:
+    """One line per executors x partitions: each path's rows/s against the connector's, and
+    the share of the gated sink's batch time spent producing on the driver."""
+    lines = []
+    cells = sorted({(r["executors"], r["partitions"]) for r in runs})
+    for cores, parts in cells:
+        here = {r["path"]: r for r in runs if (r["executors"], r["partitions"]) == (cores, parts)
+                and "error" not in r}
+        conn = here.get("spark_connector")
+        words = [f"{cores} executor(s), {parts} partitions:"]
+        for name, r in here.items():
+            words.append(f"{name} {r['rows_per_s']:,} rows/s")
+            if conn is not None and name != "spark_connector":
+                words.append(f"({r['rows_per_s'] / conn['rows_per_s']:.2f}x the connector)")
+            d = r["durationMs"]
+            if d.get("triggerExecution") and "sink_produce_on_driver" in d:
+                words.append(f"[driver producing {d['sink_produce_on_driver'] / 1000:.1f} s = "
+                             f"{d['sink_produce_on_driver'] / d['triggerExecution']:.0%} of "
+                             f"the batches' time; executors' job + collect "
+                             f"{d['sink_encode_and_collect'] / 1000:.1f} s]")
+        lines.append(" ".join(words))
+    return lines
+
+
+KAFKA3 = {"BROKERS": "3", "KAFKA_PORT": "29092", "KAFKA_CONTROLLER_PORT": "29100",
+          "KAFKA_STATE": str(ROOT / ".cache" / "kafka-3")}
+
+
 def main() -> int:
+    from migrate.adopt.jars import connector_jars
     from migrate.run import spark_env
 
     spark_env()
-    master = os.environ.get("SPARK_MASTER") or last_line(
-        ["bash", "scripts/spark_cluster.sh", "start"], {})
-    bs = os.environ.get("KAFKA_BOOTSTRAP") or last_line(
-        ["bash", "scripts/kafka.sh", "start"], {"BROKERS": "3"})
-    jars = connector_jars()
+    record_sink_stats()
+    started = []
+    try:
+        master = os.environ.get("SPARK_MASTER")
+        if not master:
+            started.append((["bash", "scripts/spark_cluster.sh", "stop"], {}))
+            master = last_line(["bash", "scripts/spark_cluster.sh", "start"], {})
+        bs = os.environ.get("CLUSTER_BOOTSTRAP")
+        if not bs:
+            started.append((["bash", "scripts/kafka.sh", "stop"], KAFKA3))
+            bs = last_line(["bash", "scripts/kafka.sh", "start"], KAFKA3)
+        return measure(master, bs, connector_jars())
+    finally:
+        for args, env in reversed(started):
+            subprocess.run(args, cwd=ROOT, env={**os.environ, "KAFKA_BOOTSTRAP": "", **env},
+                           capture_output=True)
+
+
+def measure(master: str, bs: str, jars: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-cl-"))
+    sizes = (6, 24)
+    paths = ("theseus_exactly_once", "spark_connector") if QUICK else (
+        "theseus_exactly_once", "theseus_at_least_once", "spark_connector")
     topics = {}
-    for parts in (6, 24):
+    for parts in sizes:
         topics[parts] = f"bench-cl-in{parts}-{uuid.uuid4().hex[:6]}"
         produce(bs, topics[parts], parts, ROWS)
-    result: dict = {"rows": ROWS, "master": master, "bootstrap": bs,
+    result: dict = {"rows": ROWS, "quick": QUICK, "master": master, "bootstrap": bs,
                     "machine": f"{os.cpu_count()} cores shared by master, 2 workers, 3 "
                                "brokers and the driver", "runs": []}
     for cores in (1, 2):
         spark = session(master, cores, jars)
         try:
             run_theseus(spark, bs, topics[6], 6, "at_least_once", tmp)  # warm-up
-            for parts in (6, 24):
-                for name in ("theseus_exactly_once", "theseus_at_least_once",
-                             "spark_connector"):
+            for parts in sizes:
+                for name in paths:
                     try:
                         if name == "spark_connector":
                             elapsed, ph = run_connector(spark, bs, topics[parts], tmp)
@@ -163,6 +241,9 @@ def main() -> int:
                     print(json.dumps(row), flush=True)
         finally:
             spark.stop()
+    result["summary"] = summary(result["runs"])
+    for line in result["summary"]:
+        print(line)
     out = ROOT / "bench" / "results" / "cluster_speed.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -102,18 +102,35 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
 
 #: seconds to wait for a partition to get a leader again (a broker died)
 LEADER_WAIT = 60.0
-_LEADER_ERRORS = ("NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
-                  "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
-                  "NOT_ENOUGH_REPLICAS")
+#: Kafka errors that pass by themselves when a broker dies or comes back: the partition has
+#: no leader yet, or a new leader whose high watermark has not caught up with the followers'
+#: (OFFSET_NOT_AVAILABLE, answered to ListOffsets right after an election), or the client
+#: still talks to the old one (leader epochs), or librdkafka dropped its handle of a broker
+#: that left the cluster's metadata while a request waited on it (_DESTROY_BROKER,
+#: "destroyed without termination": the client itself lives on).  librdkafka flags none of
+#: these ``retriable()``.
+TRANSIENT_ERRORS = frozenset((
+    "_DESTROY_BROKER",
+    "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
+    "OFFSET_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
+    "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
+    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "NOT_CONTROLLER",
+    "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"))
 
 
-def _retriable(e: BaseException) -> bool:
-    """A Kafka error that passes by itself: a leader moving, a broker restarting."""
+def transient(e: BaseException) -> bool:
+    """A Kafka error that passes by itself (a leader moving, a broker restarting), or a
+    future that did not answer in time."""
+    if isinstance(e, TimeoutError):
+        return True
     err = e.args[0] if e.args else None
     try:
-        return bool(err.retriable()) or err.name() in _LEADER_ERRORS
+        return bool(err.retriable()) or err.name() in TRANSIENT_ERRORS
     except AttributeError:
         return False
+
+
+_retriable = transient
 
 
 def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> float:
@@ -148,12 +165,15 @@ def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> flo
                       found=f"last error: {_kafka_error(last) if last else 'none'}")
 
 
+#: seconds one DescribeTopics request of :func:`check_access` may take before it is asked again
+ACCESS_CALL_CAP = 10.0
+
 #: why a Theseus client needs an operation on a topic, as ``check_access`` says it
 Need = tuple[str, str, str]  # (topic, "READ" | "WRITE" | "DESCRIBE", why)
 
 
-def check_access(bootstrap: str, needs: list[Need], deadline: Deadline | float = 30.0, *,
-                 client: Any = None) -> None:
+def check_access(bootstrap: str, needs: list[Need],
+                 deadline: Deadline | float = LEADER_WAIT, *, client: Any = None) -> None:
     """Refuse, before anything is written, when the authenticated user lacks an operation a
     query or a migration needs on a topic (Kafka's authorizer would refuse it later, after
     other writes: a transaction half-way, control events in some partitions only).
@@ -175,27 +195,42 @@ def check_access(bootstrap: str, needs: list[Need], deadline: Deadline | float =
     who = user() or "this client"
     topics = list(dict.fromkeys(t for t, _, _ in needs))
     what = "the topics' authorized operations"
-    futs = admin.describe_topics(TopicCollection(topics), include_authorized_operations=True,
-                                 request_timeout=deadline.timeout(what))
     allowed: dict[str, set[str] | None] = {}
-    for t in topics:
-        try:
-            d = futs[t].result(timeout=deadline.timeout(what) + 5)
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
-            name = err.name() if err is not None and hasattr(err, "name") else ""
-            if name == "TOPIC_AUTHORIZATION_FAILED":
-                allowed[t] = set()  # not even DESCRIBE
-                continue
-            if name == "UNKNOWN_TOPIC_OR_PART":
-                # not there yet: the broker creates it on the first write when it may
-                # (auto.create.topics.enable), and the authorizer then judges the creation
-                allowed[t] = None
-                continue
-            deadline.check(what)
-            raise BrokerError(f"cannot describe the topic: {_kafka_error(e)}", topic=t) from e
-        ops = d.authorized_operations
-        allowed[t] = None if ops is None else {o.name for o in ops}
+    todo, delay = list(topics), 0.2
+    while todo:
+        # One request may go to a broker that has just died and wait for it in vain: each
+        # is capped at ACCESS_CALL_CAP and asked again (of another broker) while the
+        # deadline lasts, so that one broker of three may die while a query starts.
+        cap = deadline.timeout(what, ACCESS_CALL_CAP)
+        futs = admin.describe_topics(TopicCollection(todo), include_authorized_operations=True,
+                                     request_timeout=cap)
+        again: list[str] = []
+        for t in todo:
+            try:
+                d = futs[t].result(timeout=cap + 2)
+            except (KafkaException, TimeoutError) as e:
+                err = e.args[0] if e.args else None
+                name = err.name() if err is not None and hasattr(err, "name") else ""
+                if name == "TOPIC_AUTHORIZATION_FAILED":
+                    allowed[t] = set()  # not even DESCRIBE
+                    continue
+                if name == "UNKNOWN_TOPIC_OR_PART":
+                    # not there yet: the broker creates it on the first write when it may
+                    # (auto.create.topics.enable), and the authorizer then judges the creation
+                    allowed[t] = None
+                    continue
+                if transient(e) and deadline.remaining() > delay:
+                    again.append(t)
+                    continue
+                deadline.check(what)
+                raise BrokerError(f"cannot describe the topic: {_kafka_error(e)}",
+                                  topic=t) from e
+            ops = d.authorized_operations
+            allowed[t] = None if ops is None else {o.name for o in ops}
+        todo = again
+        if todo:
+            deadline.sleep(delay, what)
+            delay = min(2 * delay, 2.0)
     implied = {"READ": {"READ", "ALL"}, "WRITE": {"WRITE", "ALL"},
                "DESCRIBE": {"DESCRIBE", "READ", "WRITE", "DELETE", "ALTER", "ALL"}}
     for t, op, why in needs:

@@ -51,6 +51,7 @@ topic and the batch.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
@@ -403,6 +404,19 @@ class KafkaSink:
         self._hook("after_commit", batch_id)
 
     def _write_transaction(self, topic, keys, values, batch_id, corrections=None) -> None:
+        for attempt in range(TXN_ATTEMPTS):
+            try:
+                return self._transaction(topic, keys, values, batch_id, corrections)
+            except SinkError as e:
+                if not isinstance(e, HungCall) or attempt == TXN_ATTEMPTS - 1:
+                    raise
+                # Nothing was committed (the commit comes after the call that hung): a new
+                # producer with the same transactional id fences the stuck one and aborts
+                # its transaction; the batch is written again, whole.
+                print(f"theseus sink {self.query}: batch {batch_id}: {e.message}; "
+                      "writing it again with a new producer", file=sys.stderr)
+
+    def _transaction(self, topic, keys, values, batch_id, corrections=None) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._errors.clear()
@@ -415,8 +429,17 @@ class KafkaSink:
                 self._produce(topic, keys, values)
             self._hook("before_commit", batch_id)
             offsets = [TopicPartition(self.topic, 0, batch_id + 1, str(batch_id))]
-            _retrying(lambda: p.send_offsets_to_transaction(
-                offsets, self.consumer().consumer_group_metadata(), self.timeout), self.timeout)
+            # librdkafka's send_offsets_to_transaction can ignore its timeout and wait
+            # forever when the group coordinator died and left the cluster's metadata
+            # (confluentinc/librdkafka#5456, #5511; seen on the three-broker cluster):
+            # bounded here, the producer is then given up (HungCall).
+            bound = min(HUNG_CALL, self.timeout)
+            meta = self.consumer().consumer_group_metadata()
+            _retrying(lambda: _bounded(
+                lambda: p.send_offsets_to_transaction(offsets, meta, bound),
+                bound + min(5.0, bound),
+                "the transaction's offset commit (send_offsets_to_transaction)"),
+                self.timeout)
             for attempt in range(3):
                 try:
                     p.commit_transaction(self.timeout)
@@ -445,6 +468,10 @@ class KafkaSink:
         p = self._producer
         if p is None:
             return
+        if isinstance(cause, HungCall):
+            # busy in the call that hangs: any other call on it would conflict or hang too
+            self._producer = None
+            return
         fatal = isinstance(cause, KafkaException) and cause.args and cause.args[0].fatal()
         if not fatal:
             try:
@@ -453,6 +480,38 @@ class KafkaSink:
             except KafkaException:
                 pass
         self._producer = None  # re-created (and re-initialised, fencing) on the next batch
+
+
+#: seconds a transaction's offset commit may take before its producer is given up
+HUNG_CALL = 30.0
+#: times one batch's transaction is tried, each with a new producer after a hung call
+TXN_ATTEMPTS = 3
+
+
+class HungCall(SinkError):
+    """A librdkafka call that did not return within its bound (and its own timeout)."""
+
+
+def _bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """``fn()``, in a helper thread that is left behind when it does not return within
+    ``seconds`` (raises :class:`HungCall`)."""
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+            out["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=call, daemon=True, name="theseus-sink-call").start()
+    if not done.wait(seconds):
+        raise HungCall(f"{what} did not return within {seconds:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
 
 
 _TRANSIENT: frozenset | None = None

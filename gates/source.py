@@ -294,20 +294,9 @@ LEADER_WAIT = 60.0
 
 def _transient(e: BaseException) -> bool:
     """A Kafka error that passes by itself: a leader moving, a broker restarting."""
-    from confluent_kafka import KafkaException
+    from gates.broker import transient
 
-    if isinstance(e, TimeoutError):
-        return True
-    if not isinstance(e, KafkaException) or not e.args:
-        return False
-    err = e.args[0]
-    names = ("NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
-             "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
-             "NOT_ENOUGH_REPLICAS")
-    try:
-        return bool(err.retriable()) or err.name() in names
-    except AttributeError:
-        return False
+    return transient(e)
 
 
 def _to_offset(topic: str, offs: Mapping[int, int]) -> dict:

@@ -285,6 +285,18 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
+def last_error_line(log: Path) -> str:
+    """The last line of a query host's log that is not librdkafka's (``%3|...``) or
+    Spark's progress: what ``theseus run`` said when it exited."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    said = [ln.strip() for ln in lines
+            if ln.strip() and not ln.startswith("%") and not ln.startswith("  batch ")]
+    return said[-1][:500] if said else "its log is empty"
+
+
 class Migrator:
     """Drives one migration through its phases; ``echo`` prints lines that stay (the
     phases), ``live`` the line that follows the shadow (:mod:`migrate.progress`: one line
@@ -365,6 +377,24 @@ class Migrator:
                 first = failure_message(str(st.get("error") or "see its log"))[:500]
                 raise MigrationError(f"the {which} query '{inst}' failed: {first}",
                                      file=str(self.store.log_path(inst)), hint=hint)
+            if which == "shadow" and self.exited(st):
+                # The process the migrator started is gone without recording why (it
+                # failed before its query started, or was killed): nothing will restart it.
+                # (A dead old query is left alone: its host may restart it on its
+                # checkpoint, and the migration then goes on.)
+                raise MigrationError(
+                    f"the shadow query '{inst}' exited before it ran: "
+                    f"{last_error_line(self.store.log_path(inst))}",
+                    file=str(self.store.log_path(inst)), hint=hint)
+
+    @staticmethod
+    def exited(st: dict[str, Any]) -> bool:
+        """A status that says starting or running, of a process on this host that is gone."""
+        import socket
+
+        return st.get("status") in ("starting", "running") and bool(st.get("pid")) and \
+            st.get("host", socket.gethostname()) == socket.gethostname() and \
+            not _pid_alive(int(st["pid"]))
 
     def plans(self) -> tuple[Plan, Plan]:
         old = load_plan(str(self.store.plan_path(self.m.old_instance)))

@@ -233,3 +233,39 @@ def test_a_sql_plan_is_recorded_as_its_compiled_json_plan(tmp_path):
     m = migration.new_migration(store, plan.query, str(sql), bootstrap="127.0.0.1:1")
     assert dumps(load_plan(m.new_plan)) == dumps(plan)
     assert Migrator(store, m, echo=lambda s: None).plans()[1].query == plan.query
+
+
+def test_a_shadow_process_gone_without_a_word_ends_the_wait_with_its_last_line(tmp_path):
+    """A shadow whose `theseus run` exited before its query started (here: it could not ask
+    the brokers for its permissions while one was down) records no failure: the migrator
+    notices that the process it started is gone and says what its log said, instead of
+    waiting for the deadline.  A dead old query is left to its host (it may restart it)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q",
+                  new_instance="q.g1", kind="shadow", phase="pause")
+    store.set_status("q", status="running", pid=dead.pid)
+    mig = Migrator(store, m, echo=lambda s: None, timeout=1)
+    from compat.errors import DeadlineExceeded
+
+    with pytest.raises(DeadlineExceeded):  # the old query's death alone ends nothing
+        mig.wait("'q' to reach H", lambda: False)
+    store.log_path("q.g1").write_text(
+        "%4|1795508457.091|FAIL|rdkafka#producer-4| broker down\n"
+        "theseus: error: the time budget of 60 s ran out waiting for the topics' "
+        "authorized operations\n%3|1795508497.402|FAIL|rdkafka#admin-1| refused\n")
+    store.set_status("q.g1", status="starting", pid=dead.pid)
+    mig = Migrator(store, m, echo=lambda s: None, timeout=600)
+    with pytest.raises(MigrationError) as e:
+        mig.wait("'q.g1' to reach H", lambda: False)
+    text = str(e.value)
+    assert "the shadow query 'q.g1' exited before it ran" in text
+    assert "ran out waiting for the topics' authorized operations" in text
+    assert "rdkafka" not in text and "theseus migrate abort q" in text
+    # alive: no error
+    store.set_status("q.g1", status="running", pid=os.getpid())
+    Migrator(store, m, echo=lambda s: None, timeout=600).check_alive()

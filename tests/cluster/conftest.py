@@ -32,7 +32,9 @@ def pytest_configure(config):
 
 
 def kafka_sh(args: list[str], env: dict, timeout: float = 300) -> str:
-    r = subprocess.run(["bash", str(KAFKA_SH), *args], cwd=ROOT, env={**os.environ, **env},
+    # never the broker of $KAFKA_BOOTSTRAP (kafka.sh would use it): these are our own
+    r = subprocess.run(["bash", str(KAFKA_SH), *args], cwd=ROOT,
+                       env={**os.environ, "KAFKA_BOOTSTRAP": "", **env},
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise AssertionError(f"kafka.sh {' '.join(args)} failed: {r.stderr[-3000:]}")

@@ -185,8 +185,20 @@ def leader_of(k: KafkaHelper, topic: str, partition: int = 0) -> int:
     return k.admin.list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
 
 
+def phase_of(ctx) -> str:
+    """The migration's phase, and whether the shadow has caught up with the head."""
+    from migrate import migration
+
+    try:
+        m = migration.current(ctx.store, ctx.query)
+    except Exception:  # noqa: BLE001 (no migration recorded yet)
+        return "none"
+    done = any(h[0] == "caught_up" for h in m.history)
+    return f"{m.phase}{' (caught up)' if done else ''}"
+
+
 def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
-                       kafka_store: bool = False) -> None:
+                       kafka_store: bool = False, expect_phase: tuple | None = None) -> None:
     """The stateless migration of ``tests/integration/test_migration`` on the Spark cluster
     and the three brokers (each query one executor: ``spark.cores.max=1``), with
     ``fault(ctx)`` run in a thread once ``when(ctx)`` holds.  The old query's host and the
@@ -219,7 +231,8 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
                      log=tmp_path / "host.log", env=host_env)
 
     ctx = SimpleNamespace(k=k, src=src, query=query, host=start_host(), start_host=start_host,
-                          store_topic=store_topic, t0=None)
+                          store_topic=store_topic, t0=None, events=[], fired_in=None,
+                          fired_at=None)
     if kafka_store:
         os.environ["THESEUS_LOCAL_DIR"] = str(tmp_path / "test" / ".theseus")
     store = ctx.store = open_store(state)
@@ -231,8 +244,10 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
         while time.monotonic() < deadline and not fired.is_set():
             try:
                 if when(ctx):
+                    ctx.fired_at, ctx.fired_in = time.monotonic(), phase_of(ctx)
                     fired.set()
                     fault(ctx)
+                    ctx.events.append(f"after the fault the migration is in {phase_of(ctx)}")
                     return
             except Exception as e:  # noqa: BLE001 (reported by the test)
                 errors.append(e)
@@ -251,6 +266,10 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
         watcher.join(120)
         assert not errors, errors
         assert fired.is_set(), "the fault never fired"
+        print(f"fault fired {ctx.fired_at - ctx.t0:.1f} s into the migration, in phase "
+              f"{ctx.fired_in}; then {', '.join(ctx.events)}")
+        if expect_phase is not None:
+            assert ctx.fired_in.split()[0] in expect_phase, (ctx.fired_in, expect_phase)
         m = migration.current(store, query)
         if r.returncode != 0:
             # refused or failed: one line saying so, then a clean abort
@@ -265,8 +284,14 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
         feeder.stop()
         live = store.live_instance(query)
         high = {src: k.end_offsets(src)}
-        wait_for(lambda: is_acked(store.root, live, high), 300,
-                 "the live query drains the input")
+
+        def drained() -> bool:
+            st = store.status(live)
+            assert st.get("status") != "failed", f"the live query {live} failed: " + \
+                str(st.get("error"))[:3000]
+            return is_acked(store.root, live, high)
+
+        wait_for(drained, 300, "the live query drains the input")
         s = theseus("stop", query, "--state", state, cwd=tmp_path / "host", env=host_env)
         assert s.returncode == 0, s.stderr
         wait_for(lambda: store.status(live).get("status") == "stopped", 120, "live stops")
@@ -304,27 +329,39 @@ def _phase(phase: str):
     return when
 
 
-def _kill_source_leader_for_10s(kafka3):
+def _kill_leader_for_10s(kafka3, topic_of):
     def fault(ctx) -> None:
-        node = leader_of(ctx.k, ctx.src, 0)
+        node = leader_of(ctx.k, topic_of(ctx), 0)
         kafka3.kill(node)
+        ctx.events.append(f"broker {node} killed in {phase_of(ctx)}")
         time.sleep(10)
+        ctx.events.append(f"restarted in {phase_of(ctx)}")
         kafka3.restart(node)
     return fault
+
+
+def _kill_source_leader_for_10s(kafka3):
+    return _kill_leader_for_10s(kafka3, lambda ctx: ctx.src)
+
+
+def _backfilling(ctx) -> bool:
+    """The shadow's query runs (its Spark driver is up) and has not caught up yet."""
+    return phase_of(ctx) in ("shadow", "pause") and \
+        ctx.store.status(f"{ctx.query}.g1").get("status") == "running"
 
 
 def test_broker_killed_during_the_shadow_backfill(kafka3, spark_cluster, tmp_path):
     """Fault 1: the leader of a source partition SIGKILLed while the shadow backfills,
     restarted after 10 s."""
-    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("shadow"),
-                       _kill_source_leader_for_10s(kafka3))
+    migrate_with_fault(kafka3, spark_cluster, tmp_path, _backfilling,
+                       _kill_source_leader_for_10s(kafka3), expect_phase=("shadow", "pause"))
 
 
 def test_broker_killed_between_the_cut_and_the_hand_over(kafka3, spark_cluster, tmp_path):
     """Fault 2: a broker SIGKILLed once the control events are written (phase align), while
     both queries run up to the cut and the acknowledgements decide the hand-over."""
     migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"),
-                       _kill_source_leader_for_10s(kafka3))
+                       _kill_source_leader_for_10s(kafka3), expect_phase=("align",))
 
 
 def test_old_driver_killed_during_align_restarts_on_its_checkpoint(kafka3, spark_cluster,
@@ -334,10 +371,14 @@ def test_old_driver_killed_during_align_restarts_on_its_checkpoint(kafka3, spark
     def fault(ctx) -> None:
         ctx.host.kill()
         ctx.host.wait(30)
+        ctx.events.append(f"old driver killed (exit {ctx.host.returncode}) in "
+                          f"{phase_of(ctx)}")
         time.sleep(2)
         ctx.host = ctx.start_host()
+        ctx.events.append(f"restarted in {phase_of(ctx)}")
 
-    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"), fault)
+    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"), fault,
+                       expect_phase=("align",))
 
 
 def test_store_leader_killed_mid_migration_with_the_kafka_store(kafka3, spark_cluster,
@@ -345,11 +386,7 @@ def test_store_leader_killed_mid_migration_with_the_kafka_store(kafka3, spark_cl
     """Fault 5: migrator and query host in two working directories sharing only the brokers
     (the Kafka store); the store topic's leader SIGKILLed 5 s into the migration, restarted
     after 10 s."""
-    def fault(ctx) -> None:
-        node = leader_of(ctx.k, ctx.store_topic, 0)
-        kafka3.kill(node)
-        time.sleep(10)
-        kafka3.restart(node)
-
     migrate_with_fault(kafka3, spark_cluster, tmp_path,
-                       lambda ctx: time.monotonic() - ctx.t0 > 5, fault, kafka_store=True)
+                       lambda ctx: time.monotonic() - ctx.t0 > 5,
+                       _kill_leader_for_10s(kafka3, lambda ctx: ctx.store_topic),
+                       kafka_store=True)
