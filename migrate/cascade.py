@@ -274,8 +274,16 @@ class Driver:
         its abort refuses, and nothing of the chain is touched."""
         for x in self.order:
             if x.m.phase not in TERMINAL:
-                x.abort()
+                x.abort(drop_side=False)
             self.save()
+        # the side topics go once every shadow of the chain stopped (a downstream shadow
+        # reads its upstream's side topic); again on a resumed abort, harmlessly
+        aborted = [x for x in self.order if x.m.phase == "aborted"]
+        for x in aborted:
+            x.wait_shadow_stopped()
+        for x in aborted:
+            if x.m.reconciling or x.m.feeds:
+                x.delete_side_topic()
         self.c.phase = "aborted"
         self.save()
         return self.c

@@ -384,11 +384,21 @@ def abortable_cascade(tmp_path, a_phase: str, a_cut: dict | None = None):
     return store
 
 
-def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path):
+def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path,
+                                                                              monkeypatch):
     from gates.state import read_gate
 
     store = abortable_cascade(tmp_path, "pause")
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(Migrator, "wait_shadow_stopped",
+                        lambda self, seconds=30.0: events.append(("stopped", self.m.query)))
+    monkeypatch.setattr(Migrator, "delete_side_topic",
+                        lambda self: events.append(("deleted", self.m.query)))
     m = cascade.abort(store, "c1", echo=lambda s: None, query="b")
+    # the upstream's side topic goes too (it feeds the chain), and only once every shadow
+    # of the chain stopped: the downstream shadow reads it
+    assert events[:2] == [("stopped", "a"), ("stopped", "b")]
+    assert ("deleted", "a") in events[2:]
     assert m.query == "b" and m.phase == "aborted"
     assert Migration.load(store, "ma").phase == "aborted"
     assert Cascade.load(store, "c1").phase == "aborted"
@@ -492,3 +502,29 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
     t.join()
     assert mig.m.phase == "align"
     assert not is_acked(tmp_path, "b", {"t": {0: 7, 1: 3}})  # it has not reached C
+
+
+# -- the control records' tombstones ------------------------------------------------------
+
+@pytest.mark.parametrize("role", ["upstream", "middle", "downstream"])
+def test_each_query_of_a_chain_tombstones_the_control_records_it_wrote(tmp_path, monkeypatch,
+                                                                      role):
+    """The head of a chain wrote its cut (its sources) and its propagated cut (its output);
+    a query in the middle of a longer chain only its propagated cut (its own cut is its
+    upstream's); the last one nothing."""
+    import gates.control
+
+    wrote: list[dict] = []
+    monkeypatch.setattr(gates.control, "tombstone_control_events",
+                        lambda bootstrap, mid, where, deadline: wrote.append(where) or 1)
+    src, mid_t, out_t = {"s": {"0": 4}}, {"t": {"0": 9, "1": 3}}, {"u": {"0": 7}}
+    m = {"upstream": Migration(id="ma", query="a", new_plan="a.json", old_instance="a",
+                               cut=src, out_cut=mid_t, feeds=["mb"]),
+         "middle": Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
+                             cut=mid_t, out_cut=out_t, cut_from="ma", feeds=["mc"]),
+         "downstream": Migration(id="mc", query="c", new_plan="c.json", old_instance="c",
+                                 cut=out_t, cut_from="mb")}[role]
+    Migrator(DirectoryStore(tmp_path), m, echo=lambda s: None).tombstone_controls()
+    want = {"upstream": [{"s": {0: 4}, "t": {0: 9, 1: 3}}], "middle": [{"u": {0: 7}}],
+            "downstream": []}[role]
+    assert wrote == want
