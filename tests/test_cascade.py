@@ -80,7 +80,7 @@ def test_the_chain_is_ordered_upstream_first_whatever_the_order_given():
 @pytest.mark.parametrize("docs, words", [
     ((up_plan("a"), down_plan("b", mid="elsewhere")), "neither feeds nor reads"),
     ((up_plan("a"), up_plan("a2", mid="t2"), down_plan("b", extra="t2")),
-     "reads the output of 2 queries"),
+     "reads the outputs of 2 queries"),
     ((up_plan("a"), down_plan("b", extra="raw")), "also reads raw"),
     ((up_plan("a"), up_plan("a2")), "two plans of the cascade write topic 't'"),
     ((down_plan("a", mid="o", out="t"), down_plan("b", mid="t", out="o")), "cycle"),
@@ -90,6 +90,23 @@ def test_chains_that_cannot_be_cut_at_one_point_are_refused_with_the_reason(docs
         chain(*plans_of(*docs))
     assert words in e.value.message, e.value.render()
     assert e.value.file and e.value.file.endswith(".json")
+
+
+def test_a_downstream_of_two_upstreams_is_refused_naming_the_source_that_reads_the_second():
+    """Supported: one upstream per downstream. The refusal points at the source node of the
+    second upstream's topic, names both topics and their writers, and says what to do."""
+    with pytest.raises(MigrationError) as e:
+        chain(*plans_of(up_plan("a"), up_plan("a2", src="s2", mid="t2"),
+                        down_plan("b", extra="t2")))
+    err = e.value
+    assert (err.file, err.node, err.pointer) == ("b.json", "other", "/nodes/1")
+    assert err.found == "'t' written by 'a', 't2' written by 'a2'"
+    assert "propagated cut of one upstream only" in err.message
+    assert "on their own first" in err.hint and "'b' as a cascade" in err.hint
+    # a source of a topic no query of the cascade writes is pointed at the same way
+    with pytest.raises(MigrationError) as e:
+        chain(*plans_of(up_plan("a"), down_plan("b", extra="raw")))
+    assert (e.value.node, e.value.pointer) == ("other", "/nodes/1")
 
 
 def test_the_cli_refuses_an_unchained_cascade_in_one_line_exit_5(tmp_path):
