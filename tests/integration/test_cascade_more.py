@@ -133,7 +133,7 @@ def start_old_chain(kafka, paths, names, queries, src, state):
     store = DirectoryStore(state)
     wait_for(lambda: all(store.status(q).get("status") == "running" for q in queries),
              300, "the old chain up")
-    time.sleep(4)
+    time.sleep(1)  # the old chain runs on while the shadows start
     return feeder, procs, store
 
 
@@ -142,7 +142,7 @@ def drain_and_stop(kafka, state, store, feeder, procs, chain: list[tuple[str, st
     drains its input, upstream first, and stops."""
     from gates.state import is_acked
 
-    time.sleep(3)
+    time.sleep(1)
     feeder.stop()
     for _q, inst, topic in chain:
         wait_for(lambda inst=inst, topic=topic: is_acked(
