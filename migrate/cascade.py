@@ -93,6 +93,12 @@ def stream_topics(plan: Plan) -> set[str]:
             if isinstance(n, Source) and n.role == "stream"}
 
 
+def reader_of(plan: Plan, topic: str) -> Source:
+    """The first stream source of ``plan`` that reads ``topic``."""
+    return next(n for n in plan.nodes.values() if isinstance(n, Source) and
+                n.role == "stream" and n.topic == topic)
+
+
 def chain(plans: dict[str, Plan], paths: dict[str, str]
           ) -> tuple[list[str], list[dict[str, str]]]:
     """The queries of a cascade upstream first, and the links between them: an upstream's
@@ -115,15 +121,28 @@ def chain(plans: dict[str, Plan], paths: dict[str, str]
             ts.add(q, u)
             links.append({"upstream": u, "downstream": q, "topic": plans[u].sink.topic})
         if len(ups) > 1:
-            raise MigrationError(f"query '{q}' reads the output of {len(ups)} queries of the "
-                                 "cascade: not supported yet", file=paths[q],
-                                 expected="one upstream per query", found=", ".join(ups))
+            # Each upstream propagates its own cut (its control events in its own topic, at
+            # its own moment); a downstream takes one propagated cut over (one side topic to
+            # backfill from, one switch, one upstream holding its output until then).
+            second = reader_of(p, plans[ups[1]].sink.topic)
+            raise MigrationError(
+                f"query '{q}' reads the outputs of {len(ups)} queries of the cascade "
+                f"({', '.join(ups)}): a downstream takes over the propagated cut of one "
+                "upstream only; several upstreams, each cut at its own point, are not "
+                "supported", file=paths[q], node=second.id, pointer=p.pointer(second.id),
+                expected="one upstream of the cascade per downstream",
+                found=", ".join(f"'{plans[u].sink.topic}' written by '{u}'" for u in ups),
+                hint=f"migrate all but one of {', '.join(ups)} on their own first (an "
+                f"output that only gains columns leaves '{q}' as it is: JSON is read by "
+                f"name), then the last one and '{q}' as a cascade")
         if ups:
             other = sorted(stream_topics(p) - {plans[ups[0]].sink.topic})
             if other:
+                node = reader_of(p, other[0])
                 raise MigrationError(f"query '{q}' also reads {', '.join(other)}, which no "
                                      "query of the cascade writes: its input would not be cut "
-                                     "at one logical point", file=paths[q],
+                                     "at one logical point", file=paths[q], node=node.id,
+                                     pointer=p.pointer(node.id),
                                      expected=f"only topic '{plans[ups[0]].sink.topic}'",
                                      found=", ".join(sorted(stream_topics(p))))
     linked = {x for lk in links for x in (lk["upstream"], lk["downstream"])}
@@ -274,8 +293,16 @@ class Driver:
         its abort refuses, and nothing of the chain is touched."""
         for x in self.order:
             if x.m.phase not in TERMINAL:
-                x.abort()
+                x.abort(drop_side=False)
             self.save()
+        # the side topics go once every shadow of the chain stopped (a downstream shadow
+        # reads its upstream's side topic); again on a resumed abort, harmlessly
+        aborted = [x for x in self.order if x.m.phase == "aborted"]
+        for x in aborted:
+            x.wait_shadow_stopped()
+        for x in aborted:
+            if x.m.reconciling or x.m.feeds:
+                x.delete_side_topic()
         self.c.phase = "aborted"
         self.save()
         return self.c

@@ -471,13 +471,16 @@ class Migrator:
     def tombstone_controls(self) -> None:
         """The migration is over: its control records need not stay in compacted topics
         (in the source topics, and the output topic of a cascade's upstream)."""
-        if self.m.cut_from:
-            return  # its cut is the upstream's control events: the upstream tombstones them
-        if self.m.cut_mode != "control-events" or not self.m.cut:
+        if self.m.cut_mode != "control-events" or not (self.m.cut or self.m.out_cut):
             return
         from gates.control import tombstone_control_events
 
-        where = {**_offsets(self.m.cut), **_offsets(self.m.out_cut)}
+        # a downstream's cut is its upstream's control events (the upstream tombstones
+        # them); one in the middle of a chain still propagated its own into its output
+        where = {**({} if self.m.cut_from else _offsets(self.m.cut)),
+                 **_offsets(self.m.out_cut)}
+        if not where:
+            return
         n = tombstone_control_events(self.m.bootstrap, self.m.id, where,
                                      deadline=self.deadline)
         self.echo(f"  tombstoned the control records' key in {n} partition(s)")
@@ -497,6 +500,22 @@ class Migrator:
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
                 self.echo(f"  could not delete the side topic {topic}: {e}")
+
+    def wait_shadow_stopped(self, seconds: float = 30.0) -> None:
+        """After an abort: a shadow still writing would create its side topic again
+        (auto-creation), and a downstream one still reading it would fail."""
+        inst = self.m.new_instance
+        if not inst or inst == self.m.old_instance:
+            return
+        wait = self.deadline.within(seconds)
+        while not wait.expired() and not self.stopped(inst):
+            time.sleep(0.2)
+
+    def drop_side_topic(self) -> None:
+        """The side topic of an aborted migration (reconciling, or feeding a cascade)."""
+        if (self.m.reconciling or self.m.feeds) and self.m.new_instance:
+            self.wait_shadow_stopped()
+            self.delete_side_topic()
 
     def ensure_topic(self, topic: str, partitions: int,
                      config: dict[str, str] | None = None) -> None:
@@ -1300,7 +1319,10 @@ class Migrator:
                              file=self.m.new_plan) from None
 
     # -- rollback -----------------------------------------------------------------------
-    def abort(self) -> Migration:
+    def abort(self, drop_side: bool = True) -> Migration:
+        """Roll back before the point of no return. ``drop_side``: delete the side topic
+        here (a cascade deletes its side topics once every shadow of the chain stopped:
+        a downstream shadow reads its upstream's)."""
         if self.m.phase in ("finish", "done"):
             raise MigrationError(f"migration {self.m.id} is past its cutover; the new plan "
                                  "is live", file=str(self.store.root),
@@ -1344,12 +1366,8 @@ class Migrator:
                 write_gate(self.store.root, lp["gate"],
                            GateState("open", {}, self.m.epoch + 1))
         self.m.epoch += 1
-        if self.m.reconciling and inst:
-            # a shadow still writing would create the side topic again (auto-creation)
-            wait = self.deadline.within(30)
-            while not wait.expired() and not self.stopped(inst):
-                time.sleep(0.2)
-            self.delete_side_topic()
+        if drop_side:
+            self.drop_side_topic()
         self.enter("aborted")
         self.m.phase = "aborted"
         self.save()

@@ -80,7 +80,7 @@ def test_the_chain_is_ordered_upstream_first_whatever_the_order_given():
 @pytest.mark.parametrize("docs, words", [
     ((up_plan("a"), down_plan("b", mid="elsewhere")), "neither feeds nor reads"),
     ((up_plan("a"), up_plan("a2", mid="t2"), down_plan("b", extra="t2")),
-     "reads the output of 2 queries"),
+     "reads the outputs of 2 queries"),
     ((up_plan("a"), down_plan("b", extra="raw")), "also reads raw"),
     ((up_plan("a"), up_plan("a2")), "two plans of the cascade write topic 't'"),
     ((down_plan("a", mid="o", out="t"), down_plan("b", mid="t", out="o")), "cycle"),
@@ -90,6 +90,23 @@ def test_chains_that_cannot_be_cut_at_one_point_are_refused_with_the_reason(docs
         chain(*plans_of(*docs))
     assert words in e.value.message, e.value.render()
     assert e.value.file and e.value.file.endswith(".json")
+
+
+def test_a_downstream_of_two_upstreams_is_refused_naming_the_source_that_reads_the_second():
+    """Supported: one upstream per downstream. The refusal points at the source node of the
+    second upstream's topic, names both topics and their writers, and says what to do."""
+    with pytest.raises(MigrationError) as e:
+        chain(*plans_of(up_plan("a"), up_plan("a2", src="s2", mid="t2"),
+                        down_plan("b", extra="t2")))
+    err = e.value
+    assert (err.file, err.node, err.pointer) == ("b.json", "other", "/nodes/1")
+    assert err.found == "'t' written by 'a', 't2' written by 'a2'"
+    assert "propagated cut of one upstream only" in err.message
+    assert "on their own first" in err.hint and "'b' as a cascade" in err.hint
+    # a source of a topic no query of the cascade writes is pointed at the same way
+    with pytest.raises(MigrationError) as e:
+        chain(*plans_of(up_plan("a"), down_plan("b", extra="raw")))
+    assert (e.value.node, e.value.pointer) == ("other", "/nodes/1")
 
 
 def test_the_cli_refuses_an_unchained_cascade_in_one_line_exit_5(tmp_path):
@@ -384,11 +401,21 @@ def abortable_cascade(tmp_path, a_phase: str, a_cut: dict | None = None):
     return store
 
 
-def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path):
+def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp_path,
+                                                                              monkeypatch):
     from gates.state import read_gate
 
     store = abortable_cascade(tmp_path, "pause")
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(Migrator, "wait_shadow_stopped",
+                        lambda self, seconds=30.0: events.append(("stopped", self.m.query)))
+    monkeypatch.setattr(Migrator, "delete_side_topic",
+                        lambda self: events.append(("deleted", self.m.query)))
     m = cascade.abort(store, "c1", echo=lambda s: None, query="b")
+    # the upstream's side topic goes too (it feeds the chain), and only once every shadow
+    # of the chain stopped: the downstream shadow reads it
+    assert events[:2] == [("stopped", "a"), ("stopped", "b")]
+    assert ("deleted", "a") in events[2:]
     assert m.query == "b" and m.phase == "aborted"
     assert Migration.load(store, "ma").phase == "aborted"
     assert Cascade.load(store, "c1").phase == "aborted"
@@ -492,3 +519,29 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
     t.join()
     assert mig.m.phase == "align"
     assert not is_acked(tmp_path, "b", {"t": {0: 7, 1: 3}})  # it has not reached C
+
+
+# -- the control records' tombstones ------------------------------------------------------
+
+@pytest.mark.parametrize("role", ["upstream", "middle", "downstream"])
+def test_each_query_of_a_chain_tombstones_the_control_records_it_wrote(tmp_path, monkeypatch,
+                                                                      role):
+    """The head of a chain wrote its cut (its sources) and its propagated cut (its output);
+    a query in the middle of a longer chain only its propagated cut (its own cut is its
+    upstream's); the last one nothing."""
+    import gates.control
+
+    wrote: list[dict] = []
+    monkeypatch.setattr(gates.control, "tombstone_control_events",
+                        lambda bootstrap, mid, where, deadline: wrote.append(where) or 1)
+    src, mid_t, out_t = {"s": {"0": 4}}, {"t": {"0": 9, "1": 3}}, {"u": {"0": 7}}
+    m = {"upstream": Migration(id="ma", query="a", new_plan="a.json", old_instance="a",
+                               cut=src, out_cut=mid_t, feeds=["mb"]),
+         "middle": Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
+                             cut=mid_t, out_cut=out_t, cut_from="ma", feeds=["mc"]),
+         "downstream": Migration(id="mc", query="c", new_plan="c.json", old_instance="c",
+                                 cut=out_t, cut_from="mb")}[role]
+    Migrator(DirectoryStore(tmp_path), m, echo=lambda s: None).tombstone_controls()
+    want = {"upstream": [{"s": {0: 4}, "t": {0: 9, 1: 3}}], "middle": [{"u": {0: 7}}],
+            "downstream": []}[role]
+    assert wrote == want
