@@ -88,8 +88,8 @@ def out_topic(bs: str, parts: int) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"bench-cl-out-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": bs}).create_topics(
-        [NewTopic(name, parts, -1)])[name].result(30)
+    admin = AdminClient({"bootstrap.servers": bs})  # kept alive until the topic exists
+    admin.create_topics([NewTopic(name, parts, -1)])[name].result(30)
     return name
 
 
