@@ -576,16 +576,16 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
 
     if bool(new_plans) == bool(fleet_dir):
         raise click.UsageError("give the new PLANs or --fleet NEW_DIR (one of the two)")
+    common = dict(bootstrap=bootstrap, cut_mode=cut_mode, require=parse_require(require),
+                  compare=compare, reconcile=reconcile, master=master, trigger=trigger,
+                  timeout=timeout)
     if fleet_dir:
         from migrate import fleet
 
         progress = Progress()
         try:
-            done = fleet.start(open_store(state), fleet_dir, strategy=strategy,
-                               bootstrap=bootstrap, cut_mode=cut_mode,
-                               require=parse_require(require), compare=compare,
-                               reconcile=reconcile, master=master, trigger=trigger,
-                               echo=progress, live=progress.live, timeout=timeout)
+            done = fleet.start(open_store(state), fleet_dir, strategy=strategy, **common,
+                               echo=progress, live=progress.live)
         finally:
             progress.close()
         for queries, phase in done:
@@ -599,11 +599,8 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
                                    "--strategy in-place does not apply")
         progress = Progress()
         try:
-            c = cascade.start(open_store(state), list(new_plans), bootstrap=bootstrap,
-                              cut_mode=cut_mode, require=parse_require(require),
-                              compare=compare, reconcile=reconcile, master=master,
-                              trigger=trigger, echo=progress, live=progress.live,
-                              timeout=timeout)
+            c = cascade.start(open_store(state), list(new_plans), **common,
+                              echo=progress, live=progress.live)
         finally:
             progress.close()
         click.echo(f"theseus: cascade {c.id} {c.phase}: " + ", ".join(
@@ -613,11 +610,8 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
     plan = load_plan(new_plan)
     progress = Progress()
     try:
-        m = migration.start(open_store(state), plan.query, new_plan, bootstrap=bootstrap,
-                            strategy=strategy, cut_mode=cut_mode,
-                            require=parse_require(require), compare=compare,
-                            reconcile=reconcile, master=master, trigger=trigger,
-                            echo=progress, live=progress.live, timeout=timeout)
+        m = migration.start(open_store(state), plan.query, new_plan, strategy=strategy,
+                            **common, echo=progress, live=progress.live)
     finally:
         progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the new plan "

@@ -38,10 +38,13 @@ from tests.integration.test_reconcile import KEYS, LIVE, LiveKeys, compacted
 pytestmark = [pytest.mark.integration, pytest.mark.own_jvm]
 
 
-def up_plan(query: str, src: str, mid: str, new: bool) -> dict:
+def up_plan(query: str, src: str, mid: str, new: bool,
+            added: tuple[str, str] = ("w", "x * 10")) -> dict:
+    """Source -> project -> topic ``mid``; the new plan adds the column ``added`` (name,
+    expression)."""
     cols = [{"name": "k", "expr": "k"}, {"name": "x", "expr": "x"}]
     if new:
-        cols.append({"name": "w", "expr": "x * 10"})
+        cols.append({"name": added[0], "expr": added[1]})
     return {"format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
             "nodes": [
                 {"id": "events", "step": "source", "version": 1, "topic": src,

@@ -45,19 +45,7 @@ def grp(v: dict) -> str:
 
 
 def head_plan(query: str, src: str, mid: str, new: bool) -> dict:
-    cols = [{"name": "k", "expr": "k"}, {"name": "x", "expr": "x"}]
-    if new:
-        cols.append({"name": "grp", "expr": GRP})
-    return {"format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
-            "nodes": [
-                {"id": "events", "step": "source", "version": 1, "topic": src,
-                 "partitions": 3, "format": "json", "role": "stream",
-                 "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]},
-                {"id": "enrich", "step": "project", "version": 1, "inputs": ["events"],
-                 "columns": cols},
-                {"id": "out", "step": "sink", "version": 1, "inputs": ["enrich"], "topic": mid,
-                 "format": "json", "key_columns": ["k"], "mode": "append",
-                 "delivery": "exactly_once"}]}
+    return up_plan(query, src, mid, new, added=("grp", GRP))
 
 
 def middle_plan(query: str, mid: str, mid2: str, new: bool) -> dict:
