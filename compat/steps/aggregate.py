@@ -175,11 +175,13 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         mode = INSERT
     else:
         mode = UPSERT
+    keys: tuple[tuple[str, ...], ...] = ()
     if src.changelog:
         # A group whose last row is retracted is deleted: its key gets a tombstone.
         mode = RETRACT
+        keys = (tuple(g.name.lower() for g in node.group_by),)  # one row per group
     return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
-                    tuple(names), changelog=src.changelog)
+                    tuple(names), changelog=src.changelog, keys=keys)
 
 
 @compare.register
