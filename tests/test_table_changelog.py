@@ -255,3 +255,23 @@ def test_a_key_column_listed_twice_is_refused(write_plan, node, ptr):
     d = doc("table_filter_changed")
     d["nodes"][node]["key_columns"] = ["user_id", "User_Id"]
     refused(write_plan, d, ptr, "listed twice", "each key column once")
+
+
+@pytest.mark.parametrize("fn", ["sum", "avg"])
+@pytest.mark.parametrize("arg,typ", [("region", "string"), ("upper(region)", "string"),
+                                     ("score > 1", "boolean")])
+def test_table_sum_and_avg_take_numbers_only(write_plan, fn, arg, typ):
+    # the changelog operator adds the JSON values themselves: a string would fail at run
+    # time (int += str), where Spark's own sum would cast it
+    d = doc("table_aggregate_function_added")
+    d["nodes"][2]["aggregates"][1].update(function=fn, args=[arg])
+    out = refused(write_plan, d, "/nodes/2/aggregates/1", typ)
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("arg", ["score", "CAST(region AS double)", "score * 1.5",
+                                 "CAST(score AS decimal(10,2))"])
+def test_table_sum_and_avg_over_numbers(write_plan, arg):
+    d = doc("table_aggregate_function_added")
+    d["nodes"][2]["aggregates"][1].update(function="avg", args=[arg])
+    infos(write_plan, d)
