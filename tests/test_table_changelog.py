@@ -275,3 +275,28 @@ def test_table_sum_and_avg_over_numbers(write_plan, arg):
     d = doc("table_aggregate_function_added")
     d["nodes"][2]["aggregates"][1].update(function="avg", args=[arg])
     infos(write_plan, d)
+
+
+@pytest.mark.parametrize("case", ["table_filter_changed", "table_aggregate_filter_changed"])
+def test_check_advises_a_shadow_not_a_restart_over_a_changelog(case):
+    # the migrator refuses an in-place restart over changelogs (migrate.migration): the
+    # check must not advise one, while keeping ksqlDB's verdict
+    args = ["check", str(CASES / case / "old.json"), str(CASES / case / "new.json")]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0, text.output
+    assert text.output.startswith("verdict: in_place")
+    assert "or stop and run" not in text.output
+    assert "[changelog-restart-shadowed]" in text.output
+    assert "theseus migrate start (a shadow)" in text.output.splitlines()[0]
+    rep = json.loads(CliRunner().invoke(main, args + ["--format", "json"]).output)
+    assert rep["verdict"] == "in_place" and rep["exit_code"] == 0
+    in_place = [f for f in rep["findings"] if f["effect"] == "in_place"]
+    assert in_place and all("shadow" in f["hint"] and "do not stop the query" in f["hint"]
+                            for f in in_place)
+
+
+def test_check_still_advises_a_restart_over_a_stream():
+    case = CASES / "filter_changed_stream"
+    out = CliRunner().invoke(main, ["check", str(case / "old.json"), str(case / "new.json")])
+    assert out.exit_code == 0
+    assert "or stop and run" in out.output and "changelog-restart-shadowed" not in out.output
