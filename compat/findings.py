@@ -71,7 +71,9 @@ CODES: dict[str, tuple[str, str, str, str]] = {
     "state-partitions-changed": ("migrate", "error", "scaling", MIGRATE),
     "config-changed": ("in_place", "info", "transparent", RESTART),
     "formatting-only": ("none", "info", "transparent", "Nothing to do."),
-    "changelog-restart-shadowed": ("none", "info", "transparent", CHANGELOG_RESTART),
+    "changelog-restart-shadowed": ("none", "info", "transparent",
+                                   "Deploy it with theseus migrate start (--strategy auto or "
+                                   "shadow), not with theseus run on the old checkpoint."),
     # requirements
     "requirement-backfill": ("migrate", "error", "data_selection", MIGRATE),
     "requirement-exactly-once": ("unsupported", "error", "transparent",
