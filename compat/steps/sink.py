@@ -51,6 +51,7 @@ class Sink(Node):
     delivery: str = prop(schema=enum("exactly_once", "at_least_once"))
     step: ClassVar[str] = "sink"
     klass: ClassVar[str] = ENFORCING
+    max_version: ClassVar[int] = 2
     infers_from_inputs: ClassVar[bool] = False  # complete mode looks for an aggregate upstream
 
 

@@ -56,6 +56,7 @@ class Source(Node):
     klass: ClassVar[str] = ENFORCING
     min_inputs: ClassVar[int] = 0
     max_inputs: ClassVar[int | None] = 0
+    max_version: ClassVar[int] = 2
 
 
 #: the first source version with ``read`` (a table read as a changelog by default)
