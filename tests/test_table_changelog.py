@@ -188,6 +188,12 @@ def test_a_project_keeps_a_renamed_key_and_loses_a_computed_one(write_plan):
     d["nodes"][2]["key_columns"] = ["uid"]
     _, info = infos(write_plan, d)
     assert info["f"].keys == (("uid",),)
+    d["nodes"][1]["columns"].append({"name": "again", "expr": "user_id"})
+    d["nodes"][2]["key_columns"] = ["again"]
+    _, info = infos(write_plan, d)
+    assert info["f"].keys == (("uid",), ("again",))
+    d["nodes"][1]["columns"].pop()
+    d["nodes"][2]["key_columns"] = ["uid"]
     d["nodes"][1]["columns"][0]["expr"] = "upper(user_id)"  # 'a' and 'A' meet
     refused(write_plan, d, "/nodes/2/key_columns", "no columns are unique", "GROUP BY")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -69,13 +70,17 @@ def _kept_keys(node: Project, src: NodeInfo) -> tuple[tuple[str, ...], ...]:
     apart."""
     if not src.keys:
         return ()
-    renamed: dict[str, str] = {}
+    renamed: dict[str, list[str]] = {}
     for c in node.columns:
         col = plain_column(c.expr)
-        if col is not None and col not in renamed:
-            renamed[col] = c.name.lower()
-    return tuple(tuple(renamed[k] for k in key) for key in src.keys
-                 if all(k in renamed for k in key))
+        if col is not None:
+            renamed.setdefault(col, []).append(c.name.lower())
+    out: list[tuple[str, ...]] = []
+    for key in src.keys:
+        if all(k in renamed for k in key):
+            # a key column output under two names is a key under either
+            out.extend(itertools.islice(itertools.product(*(renamed[k] for k in key)), 16))
+    return tuple(dict.fromkeys(out))
 
 
 @compare.register
