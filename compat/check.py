@@ -13,11 +13,11 @@ Steps, in this fixed order:
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compat.errors import CheckError
-from compat.findings import EFFECT_RANK, Finding, finding, settle
+from compat.findings import CHANGELOG_RESTART, EFFECT_RANK, RESTART, Finding, finding, settle
 from compat.infer import analyze, characteristics
 from compat.model import ENFORCING, STEPS, Plan
 from compat.rules import RuleContext, compare
@@ -230,8 +230,29 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
     verdict = verdict_of(findings)
     # Step 6: severity and advice follow each finding's effect under the flags.
     findings = [settle(f, allow_migration=allow_migration) for f in findings]
+    if old.info[old.sink_id].changelog:
+        findings = _changelog_advice(findings, old, new, verdict)
     return Report(verdict, findings, old, new, walk.alignment, require, schema_compat,
                   requirements, list(dict.fromkeys(walk.passive or ())), allow_migration)
+
+
+def _changelog_advice(findings: list[Finding], old: Plan, new: Plan,
+                      verdict: str) -> list[Finding]:
+    """Over tables read as changelogs an in-place change keeps the state's layout (the
+    verdict stays ``in_place``, as ksqlDB's for its TableFilter and TableSelect), but the
+    migrator deploys it through a shadow and refuses a restart on the checkpoint
+    (``migrate.migration``): say so, instead of advising a restart."""
+    out = [replace(f, hint=CHANGELOG_RESTART) if f.effect == "in_place" and
+           f.hint.startswith(RESTART) else f for f in findings]
+    if verdict == "in_place":
+        out.append(finding(
+            "changelog-restart-shadowed", f"the output of sink '{old.sink_id}' is fed by a "
+            "table read as a changelog: theseus migrate start deploys this in-place change "
+            "through a shadow query (and refuses --strategy in-place); stopping the query "
+            "and running the new plan on the old checkpoint would retract rows the new plan "
+            "never wrote and keep rows it would not write", old=old.sink_id, new=new.sink_id,
+            old_pointer=old.pointer(old.sink_id), new_pointer=new.pointer(new.sink_id)))
+    return out
 
 
 def source_topics(plan: Plan) -> list[str]:

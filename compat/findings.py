@@ -19,6 +19,13 @@ UPGRADE_TYPES = ("transparent", "data_selection", "schema_evolution", "source_mo
 MIGRATE = "Deploy it with a live migration (theseus migrate start): the shadow query " \
            "rebuilds state from the retained source history."
 RESTART = "Restart the query on its checkpoint (theseus migrate start, or stop and run)."
+#: the advice for an in-place change of a query over tables read as changelogs, which the
+#: migrator deploys through a shadow (``migrate.migration``: a restart on the checkpoint
+#: would send retractions of rows written under the old plan through the new steps)
+CHANGELOG_RESTART = "Deploy it with theseus migrate start, which runs the new plan as a " \
+    "shadow query (fresh state, the output reconciled at the cut); do not stop the query " \
+    "and run the new plan on this checkpoint: over a table read as a changelog the new " \
+    "steps would see the retractions of rows written under the old ones."
 NEW_OUTPUT = "Write to a new output topic (a new query) and move consumers over, or keep " \
               "the old behaviour."
 
@@ -64,6 +71,9 @@ CODES: dict[str, tuple[str, str, str, str]] = {
     "state-partitions-changed": ("migrate", "error", "scaling", MIGRATE),
     "config-changed": ("in_place", "info", "transparent", RESTART),
     "formatting-only": ("none", "info", "transparent", "Nothing to do."),
+    "changelog-restart-shadowed": ("none", "info", "transparent",
+                                   "Deploy it with theseus migrate start (--strategy auto or "
+                                   "shadow), not with theseus run on the old checkpoint."),
     # requirements
     "requirement-backfill": ("migrate", "error", "data_selection", MIGRATE),
     "requirement-exactly-once": ("unsupported", "error", "transparent",

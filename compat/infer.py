@@ -14,7 +14,7 @@ and the helpers the step inferences share.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import singledispatch
 
@@ -59,6 +59,11 @@ class NodeInfo:
     #: rows are a table's changes, each an insertion or a retraction of a whole row, and
     #: stateful steps over them retract (Flink's ChangelogNormalize and retract mode)
     changelog: bool = False
+    #: over a changelog: the candidate unique keys of its rows (each a tuple of lower-case
+    #: output column names; ``()`` is the key of a single row), so that a retraction of one
+    #: row names that row alone; empty when no set of columns is known to be unique (an
+    #: explode, a union).  A sink over a changelog must be keyed by one of them.
+    keys: tuple[tuple[str, ...], ...] = ()
 
     @property
     def types(self) -> dict[str, str]:
@@ -120,6 +125,17 @@ class InferContext:
                            expected="a duration like '10 minutes'", found=repr(text))
         return secs
 
+    def distinct_keys(self, node: Node, keys: tuple[str, ...] | list[str],
+                      field: str = "key_columns") -> None:
+        """Refuse a column listed twice in a key (names are case-insensitive)."""
+        seen: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k.lower() in seen:
+                raise self.err(node, f"{field}/{i}", f"key column '{k}' is listed twice",
+                               expected="each key column once",
+                               found=f"'{k}' at {field}/{seen[k.lower()]} and {field}/{i}")
+            seen[k.lower()] = i
+
     def unique(self, node: Node, names: list[str], field: str) -> None:
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
@@ -146,6 +162,23 @@ def scope(info: NodeInfo) -> E.Scope:
 
 def deterministic(text: str) -> bool:
     return E.analyze(text).deterministic
+
+
+def plain_column(text: str) -> str | None:
+    """The lower-case name of the input column ``text`` is, when it is just a column
+    (``User_Id``, `` `a b` ``), else None."""
+    ast = E.analyze(text).ast
+    return ast[1][0] if ast[0] == "col" and len(ast[1]) == 1 else None
+
+
+def covering_key(info: NodeInfo, columns: Iterable[str]) -> tuple[str, ...] | None:
+    """The first candidate unique key of ``info`` (a changelog's) that ``columns`` hold
+    (the names case-insensitive), or None when they hold none."""
+    have = {c.lower() for c in columns}
+    for key in info.keys:
+        if all(k in have for k in key):
+            return key
+    return None
 
 
 def analyze(plan: Plan, reuse: Plan | None = None) -> dict[str, NodeInfo]:

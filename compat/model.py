@@ -186,6 +186,9 @@ class Node:
     klass: ClassVar[str] = PASSIVE
     min_inputs: ClassVar[int] = 1
     max_inputs: ClassVar[int | None] = 1
+    #: the highest version of the step this build knows: a higher one was written for a
+    #: newer Theseus, whose meaning this one cannot know (refused at loading)
+    max_version: ClassVar[int] = 1
     #: the step's inference reads the step and its inputs' infos only (with the plan's sink
     #: mode): equal inputs give an equal result, which a check reuses
     infers_from_inputs: ClassVar[bool] = True

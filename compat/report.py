@@ -57,9 +57,18 @@ def _loc(report: Report, f: Finding) -> str:
     return "; ".join(p.replace("  ", " ") for p in parts)
 
 
+#: the in-place verdict of a query over tables read as changelogs: its state keeps its
+#: layout, but only a shadow gives the new plan's output (``compat.check``)
+IN_PLACE_CHANGELOG = "the state keeps its layout; over tables read as changelogs deploy " \
+    "it with theseus migrate start (a shadow), not a restart on the checkpoint"
+
+
 def render_text(report: Report) -> str:
-    lines = [f"verdict: {report.verdict} — {VERDICT_TEXT[report.verdict]} "
-             f"(exit {report.exit_code})",
+    text = VERDICT_TEXT[report.verdict]
+    if report.verdict == "in_place" and any(f.code == "changelog-restart-shadowed"
+                                            for f in report.findings):
+        text = IN_PLACE_CHANGELOG
+    lines = [f"verdict: {report.verdict} — {text} (exit {report.exit_code})",
              f"  old: {_old_side(report)}   new: {report.new.file}"]
     if report.upgrade_types:
         lines.append(f"  upgrade types: {', '.join(report.upgrade_types)}")

@@ -445,7 +445,18 @@ def _node(d: dict[str, Any], ptr: str, pointers: dict[str, str], prefix: str = "
                         expected="ids unique within the plan",
                         found=f"'{nid}' already used at {pointers[key]}")
     pointers[key] = ptr
-    r = _reader(STEPS[d["step"]])
+    cls = STEPS[d["step"]]
+    r = _reader(cls)
+    if d["version"] > cls.max_version:
+        # Old versions stay buildable for ever; a newer one means what a newer Theseus
+        # says, which this one would build as something else.
+        known = "version 1" if cls.max_version == 1 else f"versions 1 to {cls.max_version}"
+        raise PlanError(f"step '{cls.step}' has no version {d['version']} in this Theseus",
+                        node=nid, pointer=ptr + "/version",
+                        expected=f"{known} of step '{cls.step}'",
+                        found=f"version {d['version']}",
+                        hint="A newer Theseus wrote this plan: check and run it with that "
+                             "version, or write a version this one knows.")
     vals = dict(r.defaults)
     vals["id"] = nid
     vals["version"] = d["version"]

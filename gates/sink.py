@@ -22,8 +22,9 @@ Record format:
 * an optional column ``_theseus_sign`` (a changelog: ``+1`` a row enters the output, ``-1``
   it leaves): the batch's rows are summed per key and value, and each key gets one record,
   the value that is left with a positive count (the first seen if several are: the sink key
-  is then not a key of the output), else, when a value of the key was retracted, a
-  tombstone; a key whose changes cancel out gets none.  The column itself is never written.
+  is then not a key of the output, which the checker refuses for a changelog:
+  ``NodeInfo.keys``), else, when a value of the key was retracted, a tombstone; a key whose
+  changes cancel out gets none.  The column itself is never written.
 
 Delivery:
 

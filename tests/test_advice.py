@@ -134,7 +134,7 @@ def test_allow_migration_makes_migrate_findings_warnings_on_github():
 
 
 def test_a_stateful_version_change_needing_migration_does_not_say_restart():
-    case = next(c for c in UPGRADES if c.name == "transparent_aggregate_version_bump")
+    case = next(c for c in UPGRADES if c.name == "recursive_v1_to_v2")
     report = check_plans(*loaded(case))
     (f,) = [f for f in report.findings if f.code == "step-version-changed"]
     assert f.effect == "migrate" and "live migration" in f.hint

@@ -78,3 +78,42 @@ def test_read_on_a_stream_is_refused():
     with pytest.raises(SqlError, match="option 'read'"):
         compile_sql(DDL.replace("USING kafka;", "USING kafka OPTIONS (read 'changelog');") +
                     "CREATE TABLE o USING kafka AS SELECT * FROM clicks;", "q.sql")
+
+
+def test_a_key_option_that_is_not_unique_over_a_changelog_is_refused():
+    with pytest.raises(SqlError) as e:
+        compile_sql(DDL + "CREATE TABLE r USING kafka OPTIONS (key 'region') AS "
+                    "SELECT region, score FROM users;", "q.sql")
+    msg = str(e.value)
+    assert "no columns are unique" in msg and "the table's key" in msg
+    assert "found key_columns ['region']" in msg
+    with pytest.raises(SqlError) as e:
+        compile_sql(DDL + "CREATE TABLE r USING kafka OPTIONS (key 'region') AS "
+                    "SELECT user_id, region, score FROM users;", "q.sql")
+    msg = str(e.value)  # the key that would be unique is named
+    assert "does not tell the rows" in msg and "key_columns including [user_id]" in msg
+
+
+def test_one_user_many_orders_is_keyed_by_the_order():
+    # the first table is users, but one user has many orders: keyed by user_id, the
+    # retraction of one order would tombstone the user's other orders
+    n = compiled("CREATE TABLE uo USING kafka AS SELECT u.user_id, u.region, o.order_id, "
+                 "o.amount FROM users u JOIN orders o ON u.user_id = o.user_id;")
+    assert n["uo"]["key_columns"] == ["order_id"]
+
+
+def test_a_left_join_to_many_is_keyed_by_both_tables_keys():
+    n = compiled("CREATE TABLE uo USING kafka AS SELECT u.user_id, o.order_id, o.amount "
+                 "FROM users u LEFT JOIN orders o ON u.user_id = o.user_id;")
+    assert n["uo"]["key_columns"] == ["user_id", "order_id"]
+
+
+def test_a_renamed_table_key_is_the_output_key():
+    n = compiled("CREATE TABLE k USING kafka AS SELECT user_id AS who, score FROM users;")
+    assert n["k"]["key_columns"] == ["who"]
+
+
+def test_an_output_without_a_unique_key_is_refused_with_the_reason():
+    with pytest.raises(SqlError, match="retraction"):
+        compile_sql(DDL + "CREATE TABLE r USING kafka AS SELECT region, score FROM users;",
+                    "q.sql")

@@ -8,7 +8,7 @@ the hand-written pair's.
 Finding codes must match too, except where the compiler writes the same query with different
 steps; each such difference is listed in ``CODE_DIFFERENCES`` with the reason.  Cases without
 a SQL equivalent: ``recursive_*`` (a recursive step has no SQL here) and
-``transparent_*_version_bump`` (SQL has no step versions).
+``transparent_stream_source_version_bump`` (SQL has no step versions).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def _instance(cls: type) -> Any:
                           None if required(f) else f.default, f.name) for f in fields}
     if issubclass(cls, Node):
         kw.update(id="n1", inputs=("a", "b")[:max(cls.min_inputs, 1)] if cls.max_inputs != 0
-                  else (), version=3, description="what this step is for",
+                  else (), version=cls.max_version, description="what this step is for",
                   extras={"x-owner": {"team": ["ops"]}})
     return cls(**kw)
 
@@ -133,3 +133,45 @@ def test_an_unknown_step_is_refused_with_the_closest_name(write_plan):
 
     with pytest.raises(PlanError, match="Did you mean 'aggregate'"):
         step_class("agregate")
+
+
+# -- step versions: a version this build does not know is refused ----------------------------
+
+def _version_refused(write_plan, doc: dict, pointer: str, *needles: str) -> None:
+    from click.testing import CliRunner
+
+    from migrate.cli import main
+
+    path = write_plan(doc)
+    result = CliRunner().invoke(main, ["check", path, path])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for n in (pointer, *needles):
+        assert n in result.output, (n, result.output)
+
+
+@pytest.mark.parametrize("step,version,known", [("filter", 2, "expected version 1 of"),
+                                                ("aggregate", 7, "expected version 1 of"),
+                                                ("source", 3, "versions 1 to 2"),
+                                                ("sink", 3, "versions 1 to 2")])
+def test_a_step_version_above_the_highest_known_is_refused(write_plan, step, version, known):
+    doc = json.loads((UPGRADES[0] / "old.json").read_text())
+    i, node = next((i, n) for i, n in enumerate(doc["nodes"]) if n["step"] == step)
+    node["version"] = version
+    _version_refused(write_plan, doc, f"/nodes/{i}/version", f"node '{node['id']}'",
+                     known, f"found version {version}", "newer Theseus")
+
+
+def test_a_body_step_version_above_the_highest_known_is_refused(write_plan):
+    doc = json.loads((FIXTURES / "upgrades" / "recursive_body_changed" / "old.json")
+                     .read_text())
+    i, rec = next((i, n) for i, n in enumerate(doc["nodes"]) if n["step"] == "recursive")
+    rec["body"][0]["version"] = 2
+    _version_refused(write_plan, doc, f"/nodes/{i}/body/0/version", "expected version 1")
+
+
+def test_every_known_version_loads():
+    for name, cls in STEPS.items():
+        assert cls.max_version >= 1, name
+    assert (STEPS["source"].max_version, STEPS["sink"].max_version,
+            STEPS["recursive"].max_version) == (2, 2, 2)

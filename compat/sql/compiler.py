@@ -33,9 +33,8 @@ from compat.sql.parse import parse_script
 from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
-from compat.steps import Project, Sink, Source
+from compat.steps import Project, Sink
 from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
-from compat.steps.source import CHANGELOG, table_read
 
 COMPILER_VERSION = "theseus-sql/1"
 #: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
@@ -107,18 +106,21 @@ def _too_deep(src: SqlText) -> SqlError:
 
 
 def _table_key(graph: ir.Graph, top: str) -> tuple[str, ...]:
-    """The output key of a query over tables read as changelogs, as in ksqlDB: the key of
-    the table its first input leads to (a foreign-key join's left table), when the output
-    carries its columns; else none."""
-    step = graph[top]
-    while not isinstance(step, Source) and step.inputs:
-        step = graph[step.inputs[0]]
-    if not isinstance(step, Source) or table_read(step) != CHANGELOG:
+    """The output key of a query over tables read as changelogs: the first key that is
+    unique per output row (``NodeInfo.keys``), as in ksqlDB the key of the table the
+    query leads to (a foreign-key join's left table; the many side of a one-to-many join);
+    else none (an explode or a union: step 6 then says why no key fits)."""
+    try:
+        info = graph.inference.info(graph.steps, top)
+    except PlanError:
+        return ()  # step 6 reports it where it was written
+    if not info.changelog:
         return ()
     outputs = {c.lower(): c for c in graph.columns(top)}
-    if not all(k.lower() in outputs for k in step.key_columns):
-        return ()
-    return tuple(outputs[k.lower()] for k in step.key_columns)
+    for key in info.keys:
+        if key and all(k in outputs for k in key):
+            return tuple(outputs[k] for k in key)
+    return ()
 
 
 def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOptions]:

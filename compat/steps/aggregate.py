@@ -141,7 +141,18 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
             if arg.strip() == "*":
                 args.append(("star",))
                 continue
-            ctx.expr_type(node, f"aggregates/{i}/args/{j}", arg, sc)
+            at = ctx.expr_type(node, f"aggregates/{i}/args/{j}", arg, sc)
+            if src.changelog and fn in ("sum", "avg") and not T.is_numeric(at) and \
+                    at != "void":
+                # Spark's own sum casts a string to double (null, or an error under ANSI,
+                # when it is no number); the changelog operator adds and subtracts the JSON
+                # values themselves, so it takes numbers only.
+                raise ctx.err(node, f"aggregates/{i}/args/{j}", f"{fn} over a table read as "
+                              "a changelog adds and subtracts numbers; "
+                              f"'{arg}' is {'of unknown type' if at == T.UNKNOWN else at}",
+                              expected="a number (tinyint, smallint, int, bigint, float, "
+                              "double, decimal)", found=at,
+                              hint=f"Cast it: {fn}(CAST({arg} AS double)).")
             ast = E.shape(arg)
             det = det and E.is_deterministic(ast)
             args.append(ast)
@@ -175,11 +186,13 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         mode = INSERT
     else:
         mode = UPSERT
+    keys: tuple[tuple[str, ...], ...] = ()
     if src.changelog:
         # A group whose last row is retracted is deleted: its key gets a tombstone.
         mode = RETRACT
+        keys = (tuple(g.name.lower() for g in node.group_by),)  # one row per group
     return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
-                    tuple(names), changelog=src.changelog)
+                    tuple(names), changelog=src.changelog, keys=keys)
 
 
 @compare.register

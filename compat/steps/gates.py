@@ -34,7 +34,7 @@ class StartGate(Node):
 def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
     return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names,
-                    changelog=src.changelog)
+                    changelog=src.changelog, keys=src.keys)
 
 
 @compare.register(StopGate)

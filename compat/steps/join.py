@@ -17,7 +17,16 @@ from typing import ClassVar
 from compat import expr as E
 from compat import types as T
 from compat.findings import MIGRATE, Finding, register_codes
-from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
+from compat.infer import (
+    INSERT,
+    RETRACT,
+    InferContext,
+    NodeInfo,
+    deterministic,
+    infer_step,
+    plain_column,
+    scope,
+)
 from compat.model import ENFORCING, EXPR, Node, enum, prop
 from compat.rules import RuleContext, canon, canon_list, compare
 
@@ -184,8 +193,47 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                node.time_bound or "1"))
     mode = RETRACT if table_table else INSERT if stateful else \
         (left.mode if left.stream else right.mode)
+    keys = _joined_keys(node, left, right, out) if table_table else ()
     return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names),
-                    changelog=table_table)
+                    changelog=table_table, keys=keys)
+
+
+def _joined_keys(node: Join, left: NodeInfo, right: NodeInfo,
+                 out: list[tuple[str, str, str]]) -> tuple[tuple[str, ...], ...]:
+    """The unique keys of a table-table join's rows, from its inputs' (``L``, ``R``).
+
+    A joined row is one left row with one right row, so ``L`` and ``R`` together always
+    tell joined rows apart; a left join's padded rows too (a left row is either matched
+    or padded once, and ``L`` tells left rows apart).  ``L`` alone does when the join keys
+    pin every column of ``R`` (each left row meets at most one right row: a foreign-key
+    join); ``R`` alone, in an inner join only, when they pin every column of ``L`` (one
+    user, many orders: the orders' key).  Not ``L`` alone for a join on a column that is
+    not the right table's key: one left row then has many joined rows under its key, and
+    the retraction of one of them would tombstone the others."""
+    pairs = [(plain_column(lk), plain_column(rk))
+             for lk, rk in zip(node.left_keys, node.right_keys)]
+    lpinned = {lc for lc, _rc in pairs if lc is not None}
+    rpinned = {rc for _lc, rc in pairs if rc is not None}
+    lmap = {src.lower(): name.lower() for name, side, src in out if side == "left"}
+    rmap = {src.lower(): name.lower() for name, side, src in out if side == "right"}
+    for lc, rc in pairs:
+        # a right key column dropped from the output equals the left column it is paired
+        # with in every matched row
+        if lc is not None and rc is not None and rc not in rmap and lc in lmap:
+            rmap[rc] = lmap[lc]
+    found: list[tuple[str, ...]] = []
+    for lkey in left.keys:
+        for rkey in right.keys:
+            if not all(k in lmap for k in lkey) or not all(k in rmap for k in rkey):
+                continue
+            lout = tuple(lmap[k] for k in lkey)
+            rout = tuple(rmap[k] for k in rkey)
+            if all(k in rpinned for k in rkey):
+                found.append(lout)
+            if node.type == "inner" and all(k in lpinned for k in lkey):
+                found.append(rout)
+            found.append(tuple(dict.fromkeys(lout + rout)))
+    return tuple(dict.fromkeys(found))
 
 
 @compare.register

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import expr as E
 from compat.findings import RESTART, Finding, register_codes
-from compat.infer import InferContext, NodeInfo, infer_step, scope
+from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
 from compat.model import NamedExpr, Node, prop
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
@@ -59,7 +60,27 @@ def _infer_columns(node: Project, ctx: InferContext, src: NodeInfo) -> NodeInfo:
             marks.add(name)
     ctx.unique(node, [c.name for c in node.columns], "columns")
     return NodeInfo(tuple(cols), src.mode, src.stream, False, frozenset(marks), det,
-                    tuple(c.name for c in node.columns), changelog=src.changelog)
+                    tuple(c.name for c in node.columns), changelog=src.changelog,
+                    keys=_kept_keys(node, src))
+
+
+def _kept_keys(node: Project, src: NodeInfo) -> tuple[tuple[str, ...], ...]:
+    """The input's unique keys whose columns the project outputs as they are (renamed or
+    not): a key column computed into something else, or dropped, no longer tells rows
+    apart."""
+    if not src.keys:
+        return ()
+    renamed: dict[str, list[str]] = {}
+    for c in node.columns:
+        col = plain_column(c.expr)
+        if col is not None:
+            renamed.setdefault(col, []).append(c.name.lower())
+    out: list[tuple[str, ...]] = []
+    for key in src.keys:
+        if all(k in renamed for k in key):
+            # a key column output under two names is a key under either
+            out.extend(itertools.islice(itertools.product(*(renamed[k] for k in key)), 16))
+    return tuple(dict.fromkeys(out))
 
 
 @compare.register

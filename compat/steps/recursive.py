@@ -88,6 +88,7 @@ class Recursive(Node):
     step: ClassVar[str] = "recursive"
     klass: ClassVar[str] = ENFORCING
     max_inputs: ClassVar[int | None] = None
+    max_version: ClassVar[int] = V2
 
     def traits(self) -> frozenset[str]:
         return frozenset({"recursive"})

@@ -31,6 +31,7 @@ from compat.infer import (
     WINDOW_TYPE,
     InferContext,
     NodeInfo,
+    covering_key,
     infer_step,
 )
 from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, enum, prop
@@ -50,6 +51,7 @@ class Sink(Node):
     delivery: str = prop(schema=enum("exactly_once", "at_least_once"))
     step: ClassVar[str] = "sink"
     klass: ClassVar[str] = ENFORCING
+    max_version: ClassVar[int] = 2
     infers_from_inputs: ClassVar[bool] = False  # complete mode looks for an aggregate upstream
 
 
@@ -105,10 +107,15 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     if node.mode == "complete" and not _aggregates_upstream(ctx, node):
         raise ctx.err(node, "mode", "Spark's complete mode needs a streaming aggregation",
                       expected="an aggregate upstream", found="none")
+    ctx.distinct_keys(node, node.key_columns)
+    if src.changelog and node.key_columns:
+        _unique_over_changelog(node, ctx, src)
     if src.mode == RETRACT and not written_key(node, src):
+        unique = [k for k in src.keys if k]
         raise ctx.err(node, "key_columns", "the input retracts rows, and a retraction is "
-                      "written as a tombstone for its key", expected="key_columns",
-                      found="none")
+                      "written as a tombstone for its key", expected="key_columns" + (
+                          " (" + " or ".join(_show(src, k) for k in unique) + ")"
+                          if src.changelog and unique else ""), found="none")
     if src.changelog and node.mode != "update":
         raise ctx.err(node, "mode", "a table read as a changelog is written as upserts and "
                       "tombstones of its key", expected="mode 'update'",
@@ -119,7 +126,40 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       expected="a stream upstream, or source version 2 with read: changelog",
                       found="snapshot-read tables only")
     return NodeInfo(src.columns, src.mode if node.mode != "complete" else UPSERT, src.stream,
-                    False, src.watermarks, True, src.names, changelog=src.changelog)
+                    False, src.watermarks, True, src.names, changelog=src.changelog,
+                    keys=src.keys)
+
+
+def _show(info: NodeInfo, key: tuple[str, ...]) -> str:
+    written = dict(zip((c[0] for c in info.columns), info.names or (c[0] for c in info.columns)))
+    return "[" + ", ".join(written.get(k, k) for k in key) + "]"
+
+
+def _unique_over_changelog(node: Sink, ctx: InferContext, src: NodeInfo) -> None:
+    """A sink over a changelog writes each key's last row, and a retraction as a tombstone
+    for its key: unless the key tells the changelog's rows apart, one key holds several
+    rows, and retracting one of them deletes the key while the others are still there
+    (and which row the key shows is arbitrary)."""
+    if covering_key(src, node.key_columns) is not None:
+        return
+    found = f"key_columns {list(node.key_columns)}"
+    if not src.keys:
+        raise ctx.err(node, "key_columns", "no columns are unique per row of the changelog "
+                      "this sink writes (the table's key is not output as it is, or an "
+                      "explode or a union gives rows that no column tells apart), so its "
+                      "rows cannot be written as upserts and tombstones of a key: a "
+                      "retraction would delete rows that are still there",
+                      expected="an output with a unique key: the table's key columns "
+                      "output as they are, or an aggregate (GROUP BY the output key)",
+                      found=found)
+    options = " or ".join(_show(src, k) for k in src.keys)
+    raise ctx.err(node, "key_columns", "the sink's key does not tell the rows of the "
+                  "changelog it writes apart: one key would hold several rows, and the "
+                  "retraction of one of them would tombstone the key while the others are "
+                  f"still in the table; the rows are unique by {options}",
+                  expected=f"key_columns including {options}", found=found,
+                  hint=f"Key the output by {_show(src, src.keys[0])}, or aggregate by the "
+                  "key you want (GROUP BY) so that it is unique.")
 
 
 def _aggregates_upstream(ctx: InferContext, node: Node) -> bool:

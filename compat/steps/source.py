@@ -56,6 +56,7 @@ class Source(Node):
     klass: ClassVar[str] = ENFORCING
     min_inputs: ClassVar[int] = 0
     max_inputs: ClassVar[int | None] = 0
+    max_version: ClassVar[int] = 2
 
 
 #: the first source version with ``read`` (a table read as a changelog by default)
@@ -115,6 +116,7 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         if k.lower() not in types:
             raise ctx.err(node, f"key_columns/{i}", f"key column '{k}' is not in the schema",
                           expected="one of " + ", ".join(types), found=repr(k))
+    ctx.distinct_keys(node, node.key_columns)
     if node.role == "table" and not node.key_columns:
         raise ctx.err(node, "key_columns", "a table source keeps the latest value per key, "
                       "so it needs key_columns", expected="a non-empty key_columns list",
@@ -146,7 +148,9 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     names = tuple(c.name for c in node.schema)
     if changelog:
         # Normalised in state: every change is the old row's retraction plus the new row.
-        return NodeInfo(tuple(cols), RETRACT, True, True, marks, True, names, changelog=True)
+        # A table's rows are unique by its key (the normalisation keeps one row per key).
+        return NodeInfo(tuple(cols), RETRACT, True, True, marks, True, names, changelog=True,
+                        keys=(tuple(k.lower() for k in node.key_columns),))
     mode = UPSERT if node.role == "table" else INSERT
     return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True, names)
 

@@ -16,9 +16,11 @@ carried as JSON text too (``from_json`` with the node's inferred schema reads th
   the old row's retraction plus the new row, a tombstone the old row's retraction alone, a
   record equal to the current row nothing (Flink's ``ChangelogNormalize``);
 * **aggregate**: per group the number of rows and, per function, retraction-safe state
-  (count; sum and non-null count for sum and avg; a count per value for min and max, so
-  that retracting the minimum finds the next one); the group's old output row is
-  retracted and its new one added, and a group left with no rows only retracted;
+  (count; an exact sum and the non-null count for sum and avg — an int for integers,
+  Shewchuk's partials for floats, so a retraction subtracts exactly what was added; a
+  count per value for min and max, so that retracting the minimum finds the next one);
+  the group's old output row is retracted and its new one added, and a group left with
+  no rows only retracted;
 * **join** (inner or left, equal keys; a foreign-key join is one): per join key the current
   rows of each side as counted multisets; the output for the key before and after the
   batch's changes is compared and the difference emitted.  Rows with a null key match
@@ -37,6 +39,7 @@ batch before it and produces the same rows, which the exactly-once sink then ski
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +207,87 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
     return unpack(b, out, columns, names)
 
 
+# -- exact sums -----------------------------------------------------------------------------
+#
+# A running float sum that subtracts what it added is not exact: 0.1 + 0.2 + 1e16 - 1e16
+# is 0.0, and the error stays in the state for good.  A sum of integers is kept as a
+# Python int (exact at any size).  A sum of floats is kept as Shewchuk's non-overlapping
+# partials (what ``math.fsum`` keeps while it adds: at most a few dozen floats whose exact
+# sum is the exact sum of the values added so far), so adding the negation of a value
+# retracts it exactly and the output is the correctly rounded sum of the rows in the
+# group, whatever order they came and left in.  Non-finite values (Spark's JSON writes them
+# as "NaN", "Infinity", "-Infinity") are counted apart: the sum is NaN while a NaN, or an
+# infinity of each sign, is in the group, else the infinity that is.
+
+def _grow(partials: list[float], x: float) -> list[float]:
+    """Shewchuk's partials after adding ``x`` (``math.fsum``'s inner loop)."""
+    out = []
+    for y in partials:
+        if abs(x) < abs(y):
+            x, y = y, x
+        hi = x + y
+        lo = y - (hi - x)
+        if lo:
+            out.append(lo)
+        x = hi
+    if x or not out:
+        out.append(x)
+    return [p for p in out if p]
+
+
+def _number(v: Any) -> Any:
+    """A JSON value of a numeric column: a number, or Spark's text for a non-finite
+    double."""
+    return float(v) if isinstance(v, str) else v
+
+
+def add_exact(total: Any, x: Any) -> Any:
+    """``total`` (an int, an old state's float, or ``{"p": partials, "x": {non-finite:
+    count}}``) plus ``x`` (a signed value), exactly."""
+    if isinstance(total, int) and isinstance(x, int):
+        return total + x
+    if isinstance(total, dict):
+        acc = {"p": list(total.get("p", ())), "x": dict(total.get("x", {}))}
+    else:  # 0, or a float sum of a state written before sums were exact
+        acc = {"p": [float(total)] if total else [], "x": {}}
+    x = float(x)
+    if math.isfinite(x):
+        acc["p"] = _grow(acc["p"], x)
+    else:
+        # a retraction of +inf is sign -1 times inf: count it by the value it retracts
+        name = "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
+        acc["x"][name] = acc["x"].get(name, 0) + 1
+    return acc
+
+
+def sub_exact(total: Any, v: Any) -> Any:
+    """``total`` with the value ``v`` of a row that leaves the group taken out, exactly."""
+    if isinstance(v, float) and not math.isfinite(v):
+        acc = add_exact(total, 0.0)
+        name = "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
+        left = acc["x"].get(name, 0) - 1
+        if left:
+            acc["x"][name] = left
+        else:
+            acc["x"].pop(name, None)
+        return acc
+    return add_exact(total, -v)
+
+
+def exact_value(total: Any) -> Any:
+    """The correctly rounded value of an exact sum."""
+    if not isinstance(total, dict):
+        return total
+    x = total.get("x", {})
+    if x.get("nan") or (x.get("inf") and x.get("-inf")):
+        return math.nan
+    if x.get("inf"):
+        return math.inf
+    if x.get("-inf"):
+        return -math.inf
+    return math.fsum(total.get("p", ()))
+
+
 def _agg_value(fn: str, st: Any) -> Any:
     if fn == "count":
         return st
@@ -211,6 +295,7 @@ def _agg_value(fn: str, st: Any) -> Any:
         total, n = st
         if n == 0:
             return None
+        total = exact_value(total)
         return total / n if fn == "avg" else total
     # min / max: st maps the JSON text of each value to how many rows hold it
     vals = [json.loads(v) for v, c in st.items() if c > 0]
@@ -250,8 +335,11 @@ def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
                 elif v is None:
                     continue
                 elif fn in ("sum", "avg"):
-                    st["aggs"][i][0] += sign * v
-                    st["aggs"][i][1] += sign
+                    v = _number(v)
+                    acc = st["aggs"][i]
+                    for _ in range(abs(sign)):  # a sign is +1 or -1; a count, as many
+                        acc[0] = add_exact(acc[0], v) if sign > 0 else sub_exact(acc[0], v)
+                    acc[1] += sign
                 else:
                     k = _dumps(v)
                     c = st["aggs"][i].get(k, 0) + sign

@@ -179,18 +179,35 @@ def o_join(s, how):
     return out
 
 
-def o_fk_join(s):
+def o_fk_join(s, how="inner"):
     out = []
     for o in s["orders"].values():
         u = s["users"].get(o["user_id"])
         if u is not None:
             out.append({**o, "region": u["region"], "score": u["score"]})
+        elif how == "left":  # an order of a missing user, padded with nulls
+            out.append({**o, "region": None, "score": None})
     return out
 
 
 def _cases(topics):
     flt = {"id": "f", "step": "filter", "version": 1, "inputs": ["users"],
            "predicate": "score > 40"}
+
+    def fk(query, how):
+        # orders JOIN users ON orders.user_id = users.user_id: the right key is the users
+        # table's key, a column of the order (ksqlDB's foreign-key join, inner or left)
+        return _plan(query, topics, [{
+            "id": "uj", "step": "project", "version": 1, "inputs": ["users"],
+            "columns": [{"name": "uid", "expr": "user_id"}, {"name": "region", "expr": "region"},
+                        {"name": "score", "expr": "score"}]}, {
+            "id": "j", "step": "join", "version": 1, "inputs": ["orders", "uj"],
+            "type": how, "left_keys": ["user_id"], "right_keys": ["uid"]}, {
+            "id": "p", "step": "project", "version": 1, "inputs": ["j"],
+            "columns": [{"name": c, "expr": c} for c in
+                        ("order_id", "user_id", "amount", "region", "score")]}],
+            "p", ["order_id"], "{out}")
+
     return {
         "filter": (_plan("t_filter", topics, [flt], "f", ["user_id"], "{out}"),
                    ["user_id"], o_filter),
@@ -217,16 +234,8 @@ def _cases(topics):
             "id": "j", "step": "join", "version": 1, "inputs": ["users", "profiles"],
             "type": "left", "left_keys": ["user_id"], "right_keys": ["user_id"]}],
             "j", ["user_id"], "{out}"), ["user_id"], lambda s: o_join(s, "left")),
-        "fk_join": (_plan("t_fk", topics, [{
-            "id": "uj", "step": "project", "version": 1, "inputs": ["users"],
-            "columns": [{"name": "uid", "expr": "user_id"}, {"name": "region", "expr": "region"},
-                        {"name": "score", "expr": "score"}]}, {
-            "id": "j", "step": "join", "version": 1, "inputs": ["orders", "uj"],
-            "type": "inner", "left_keys": ["user_id"], "right_keys": ["uid"]}, {
-            "id": "p", "step": "project", "version": 1, "inputs": ["j"],
-            "columns": [{"name": c, "expr": c} for c in
-                        ("order_id", "user_id", "amount", "region", "score")]}],
-            "p", ["order_id"], "{out}"), ["order_id"], o_fk_join),
+        "fk_join": (fk("t_fk", "inner"), ["order_id"], o_fk_join),
+        "fk_left_join": (fk("t_fkl", "left"), ["order_id"], lambda s: o_fk_join(s, "left")),
     }
 
 
@@ -259,6 +268,7 @@ def _same(got: dict, want: dict) -> None:
     bad = []
     for k, w in want.items():
         g = got[k]
+        assert set(g) == set(w), f"key {k}: columns {sorted(g)}, expected {sorted(w)}"
         for c, v in w.items():
             gv = g.get(c)
             if isinstance(v, float) and gv is not None:
@@ -269,7 +279,8 @@ def _same(got: dict, want: dict) -> None:
     assert not bad, f"{len(bad)} wrong values, e.g. {bad[:5]}"
 
 
-CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join"]
+CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join",
+         "fk_left_join"]
 
 
 @pytest.fixture(scope="module")
