@@ -618,8 +618,9 @@ def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, A
 def _unverified(new: Plan, drifted: bool, ck: Checkpoint | None = None) -> list[Finding]:
     why = "the recorded plan did not make this checkpoint" if drifted else \
         "no recorded plan (--checkpoint alone)"
+    sink_why = why if drifted else "there is no recorded plan (--checkpoint alone)"
     notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
-             f"it, and there is {why}"]
+             f"it, and {sink_why}"]
     if any(new.info[n].stateful for n in new.nodes):
         named = ck is not None and any(is_named(s.name) for op in ck.operators
                                        for s in op.stores)

@@ -444,6 +444,29 @@ def test_report_with_recorded_plan_and_drift_first():
         rep.findings[0].message
     assert rep.checkpoint["drift"] and rep.checkpoint["restart"]["outcome"] == "starts"
     assert "old: " + str(CK / "plan.json") + " + checkpoint" in render(rep, "text")
+    # drift and a finding of a worse effect: drift is still first, in every format, and
+    # the checkpoint block lists the differences
+    more = _new_ops([_with_store(agg, value_schema=_s("long")), dedup])
+    rep = _report(more, recorded=_plan(), rec_ops=rec_ops)
+    assert rep.verdict == "migrate"
+    codes = [f.code for f in rep.findings]
+    assert codes[0] == "checkpoint-drift" and "checkpoint-value-schema-incompatible" in codes
+    text = render(rep, "text")
+    marks = [ln for ln in text.splitlines() if ln.startswith(("✗", "!", "·"))]
+    assert marks[0].startswith("! [checkpoint-drift] in_place:"), marks
+    assert marks[1].startswith("✗ [checkpoint-value-schema-incompatible] migrate:"), marks
+    block = text.split("restart on the checkpoint")[0]
+    assert "DRIFT: the checkpoint was not made by the store's recorded plan" in block
+    assert "- operator 0 (stateStoreSave) key struct<k:string> in the checkpoint, " \
+        "struct<f0:string,f1:string> from the recorded plan" in block
+    assert "and the recorded plan did not make this checkpoint" in text
+    assert "there is the recorded plan" not in text
+    assert [f["code"] for f in json.loads(render(rep, "json"))["findings"]][0] == \
+        "checkpoint-drift"
+    assert "checkpoint-drift" in render(rep, "markdown").split("| ✗ |")[0]
+    assert json.loads(render(rep, "sarif"))["runs"][0]["results"][0]["ruleId"] == \
+        "checkpoint-drift"
+    assert "checkpoint-drift" in render(rep, "github").splitlines()[0]
     # no drift: the plan check of the recorded plan is part of the report
     rep = _report(_new_ops(), recorded=_plan(), rec_ops=_new_ops())
     assert rep.verdict == "identical" and rep.checkpoint["drift"] == []
