@@ -415,10 +415,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         # A batch planned but not committed: Spark reads its offsets first at restart and
         # runs it again, so a corrupted one fails the restart as well.
         _version_and_json(root / "offsets" / str(offsets[-1]), shown, "offsets file", 1)
-    meta = docs[0]
-    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    conf, watermark = _offset_metadata(docs[0], opath)
     ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],
-                    conf=conf, watermark_ms=meta.get("batchWatermarkMs"),
+                    conf=conf, watermark_ms=watermark,
                     operators=_operators(root, last))
     if (root / "recursive").is_dir():  # a plan with recursive steps: their loops' state
         from compat.recursive_state import read_loop_states
@@ -430,6 +429,38 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                                    "(topic -> partition -> offset); its topics and "
                                    "partitions are not compared")
     return ck
+
+
+def _offset_metadata(meta: dict[str, Any], path: Path) -> tuple[dict[str, str], int | None]:
+    """The confs and the watermark of an offsets file's OffsetSeqMetadata (line 2), in the
+    shapes Spark writes them: ``conf`` an object of strings, ``batchWatermarkMs`` a number,
+    the pinned shuffle partitions a count.  Anything else is a corrupted file, said as one,
+    never read as something it is not."""
+    def bad(pointer: str, expected: str, value: Any) -> CheckpointError:
+        return CheckpointError("corrupted offsets file (OffsetSeqMetadata on line 2)",
+                               file=str(path), pointer=pointer, expected=expected,
+                               found=f"{type(value).__name__} {json.dumps(value)[:60]}",
+                               hint="restore the file from a backup, or start the query on "
+                                    "a fresh checkpoint (a live migration)")
+
+    raw = meta.get("conf")
+    if raw is None:
+        raw = {}  # a Spark that pinned no conf
+    if not isinstance(raw, dict):
+        raise bad("/conf", "an object of SQL confs", raw)
+    for k, v in raw.items():
+        if isinstance(v, (dict, list)):
+            raise bad(f"/conf/{k}", "a string", v)
+    conf = {str(k): str(v) for k, v in raw.items()}
+    parts = raw.get("spark.sql.shuffle.partitions")
+    if parts is not None and (isinstance(parts, bool) or not (
+            isinstance(parts, int) or (isinstance(parts, str) and parts.isdigit()))):
+        raise bad("/conf/spark.sql.shuffle.partitions", "a partition count (digits)", parts)
+    watermark = meta.get("batchWatermarkMs")
+    if watermark is not None and (isinstance(watermark, bool)
+                                  or not isinstance(watermark, int)):
+        raise bad("/batchWatermarkMs", "a number of milliseconds", watermark)
+    return conf, watermark
 
 
 def _operators(root: Path, last: int) -> list[Operator]:

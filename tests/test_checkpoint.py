@@ -289,6 +289,32 @@ def test_corrupted_offsets(ck_copy):
                      "corrupted offsets file", "'v1'")
 
 
+_META = {"batchWatermarkMs": 0, "batchTimestampMs": 1,
+         "conf": {"spark.sql.shuffle.partitions": "3"}}
+
+
+@pytest.mark.parametrize("change,pointer,found", [
+    ({"conf": "spark.sql.shuffle.partitions=3"}, "/conf", "str"),
+    ({"conf": [["spark.sql.shuffle.partitions", "3"]]}, "/conf", "list"),
+    ({"conf": {"spark.sql.shuffle.partitions": "three"}},
+     "/conf/spark.sql.shuffle.partitions", "str \"three\""),
+    ({"conf": {"spark.sql.shuffle.partitions": {"n": 3}}},
+     "/conf/spark.sql.shuffle.partitions", "dict"),
+    ({"batchWatermarkMs": "0"}, "/batchWatermarkMs", "str \"0\""),
+    ({"batchWatermarkMs": True}, "/batchWatermarkMs", "bool"),
+])
+def test_corrupted_offsets_metadata(ck_copy, change, pointer, found):
+    """OffsetSeqMetadata of another shape than Spark writes: one error naming the file, the
+    pointer, expected versus found (was an AttributeError, 'this is a bug')."""
+    lines = (ck_copy / "offsets" / "1").read_text().split("\n")
+    lines[1] = json.dumps(_META | change)
+    (ck_copy / "offsets" / "1").write_text("\n".join(lines))
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted offsets file", "offsets/1", f"at {pointer}",
+                            f"found {found}")
+    assert "internal error" not in line and "bug" not in line
+
+
 def test_bad_flag_combinations():
     r = _check("--checkpoint", str(CK), str(CK / "plan.json"), str(CK / "plan.json"))
     _one_line_exit_2(r, "one plan")
