@@ -256,6 +256,17 @@ def ck_copy(tmp_path):
     return dst
 
 
+@pytest.fixture()
+def no_spark(monkeypatch):
+    """Bad input must fail before the dry run: a Spark started here is a failure."""
+    import migrate.stateops
+
+    def refuse(*a, **kw):
+        raise AssertionError("the dry run (Spark) started on bad input")
+
+    monkeypatch.setattr(migrate.stateops, "plan_operators", refuse)
+
+
 def _one_line_exit_2(r, *needles):
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
@@ -303,7 +314,7 @@ _META = {"batchWatermarkMs": 0, "batchTimestampMs": 1,
     ({"batchWatermarkMs": "0"}, "/batchWatermarkMs", "str \"0\""),
     ({"batchWatermarkMs": True}, "/batchWatermarkMs", "bool"),
 ])
-def test_corrupted_offsets_metadata(ck_copy, change, pointer, found):
+def test_corrupted_offsets_metadata(ck_copy, no_spark, change, pointer, found):
     """OffsetSeqMetadata of another shape than Spark writes: one error naming the file, the
     pointer, expected versus found (was an AttributeError, 'this is a bug')."""
     lines = (ck_copy / "offsets" / "1").read_text().split("\n")
@@ -313,6 +324,72 @@ def test_corrupted_offsets_metadata(ck_copy, change, pointer, found):
                             "corrupted offsets file", "offsets/1", f"at {pointer}",
                             f"found {found}")
     assert "internal error" not in line and "bug" not in line
+
+
+_OP = {"operatorInfo": {"operatorId": 0, "operatorName": "stateStoreSave"},
+       "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": 3}]}
+
+
+@pytest.mark.parametrize("text,pointer,found", [
+    ("v1\n{}", "/operatorInfo", "nothing"),
+    ("v1\n[1]", "at /", "list [1]"),
+    ("v1\n", "at /", "nothing"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": "stateStoreSave"}), "/operatorInfo",
+     "str"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": "0",
+                                                 "operatorName": "stateStoreSave"}}),
+     "/operatorInfo/operatorId", 'str "0"'),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": 5,
+                                                 "operatorName": "stateStoreSave"}}),
+     "/operatorInfo/operatorId", "int 5"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": 0}}),
+     "/operatorInfo/operatorName", "nothing"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": {"storeName": "default"}}),
+     "/stateStoreInfo", "dict"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": ["default"]}), "/stateStoreInfo/0",
+     "str"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": [{"storeName": "default",
+                                                    "numColsPrefixKey": 0,
+                                                    "numPartitions": "3"}]}),
+     "/stateStoreInfo/0/numPartitions", 'str "3"'),
+])
+def test_corrupted_operator_metadata(ck_copy, no_spark, text, pointer, found):
+    """Operator metadata of another shape than Spark's OperatorStateMetadataV1 is corrupted,
+    said as such (was an operator named 'None' and a confident 'fails,
+    STREAMING_STATEFUL_OPERATOR_NOT_MATCH...' prediction, or an AttributeError)."""
+    (ck_copy / "state" / "0" / "_metadata" / "metadata").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(ck_copy)
+    msg = str(e.value)
+    assert "corrupted operator metadata (v1)" in msg and "state/0/_metadata/metadata" in msg
+    assert pointer in msg and f"found {found}" in msg, msg
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted operator metadata")
+    assert "None" not in line and "bug" not in line
+
+
+def test_corrupted_v2_operator_metadata(ck_copy, no_spark):
+    op = ck_copy / "state" / "0" / "_metadata"
+    (op / "v2").mkdir()
+    store = {"storeName": "default", "numColsPrefixKey": 0, "numPartitions": 3,
+             "stateSchemaFilePaths": "file:/x/_stateSchema/default/0_x"}
+    (op / "v2" / "1").write_text("v2\n" + json.dumps({
+        "operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateExec"},
+        "stateStoreInfo": [store], "operatorPropertiesJson": "{}"}))
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "corrupted operator metadata (v2)", "v2/1",
+                     "at /stateStoreInfo/0/stateSchemaFilePaths", "expected a list of paths")
+
+
+@pytest.mark.parametrize("cut,found", [(0, "an empty file"), (1, "a file cut short (1 bytes)"),
+                                       (30, "a file cut short (30 bytes)")])
+def test_empty_or_truncated_schema_file(ck_copy, no_spark, cut, found):
+    schema = ck_copy / "state" / "0" / "0" / "_metadata" / "schema"
+    schema.write_bytes(schema.read_bytes()[:cut])
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted state schema file", "state/0/0/_metadata/schema",
+                            f"found {found}")
+    assert "unpack" not in line and "buffer" not in line
 
 
 def test_bad_flag_combinations():
