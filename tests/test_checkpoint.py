@@ -576,6 +576,29 @@ def test_report_with_recorded_plan_and_drift_first():
     assert rep.findings == []
 
 
+@pytest.mark.parametrize("require,verdict", [([], "in_place"), (["backfill"], "migrate")])
+def test_restart_prediction_is_sparks_not_the_requirement(tmp_path, require, verdict):
+    """A passive filter before the state: Spark restarts on correct state whatever the
+    user requires; --require backfill changes the verdict (history must be recomputed: a
+    migration), never the prediction of what Spark does (was wrong_state)."""
+    from compat.checkpoint_check import checkpoint_report
+
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["nodes"].insert(1, {"id": "f", "step": "filter", "version": 1, "inputs": ["src"],
+                            "predicate": "v >= 0"})
+    doc["nodes"][2]["inputs"] = ["f"]  # the dedup now reads the filter
+    (tmp_path / "new.json").write_text(json.dumps(doc))
+    new = load_plan(str(tmp_path / "new.json"))
+    rep = checkpoint_report(read_checkpoint(CK), new, _new_ops(), _plan(), _new_ops(),
+                            require=require)
+    assert rep.verdict == verdict
+    assert [f.code for f in rep.findings] == ["passive-added"], \
+        [f.code for f in rep.findings]
+    assert rep.checkpoint["restart"] == {
+        "outcome": "starts", "error_class": None,
+        "reason": "the checkpoint's operators, state schemas and sources fit the new plan"}
+
+
 def test_stateless_checkpoint_says_so_and_checks_sources():
     from compat.checkpoint_check import checkpoint_report
 
