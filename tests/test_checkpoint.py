@@ -415,6 +415,40 @@ def test_query_checkpoint_on_other_host(tmp_path):
     assert "run this check on other-host" in line and "/elsewhere/ck/0" in line
 
 
+def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
+    """``theseus run`` records the host it runs on at every start (was: only the first
+    time), so a query that ran on host A and was started again on host B is looked for on
+    B."""
+    import socket
+
+    import gates.broker
+    import migrate.run
+    from migrate.ckcheck import locate
+    from migrate.store import open_store
+
+    state = str(tmp_path / "st")
+    store = open_store(state)
+    store.set_status("probe", status="stopped", checkpoint="/on-a/ck/0", host="host-a")
+
+    class Started(Exception):
+        pass
+
+    def start_query(*a, **kw):
+        raise Started
+
+    monkeypatch.setattr(gates.broker, "check_access", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.run, "start_query", start_query)
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
+    with pytest.raises(Started):
+        migrate.run.run(str(CK / "plan.json"), bootstrap="127.0.0.1:1", state=state,
+                        echo=lambda s: None)
+    assert open_store(state).status("probe")["host"] == "host-b"
+    # seen from host A now: the checkpoint is on B
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
+    with pytest.raises(CheckpointError, match="run this check on host-b"):
+        locate(state, "probe")
+
+
 def test_bad_checkpoint_never_imports_pyspark(tmp_path):
     code = ("import sys\nfrom click.testing import CliRunner\nfrom migrate.cli import main\n"
             f"r = CliRunner().invoke(main, ['check', '--checkpoint', {str(tmp_path)!r}, "
