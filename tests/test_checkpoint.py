@@ -649,6 +649,49 @@ def test_stateless_checkpoint_says_so_and_checks_sources():
     assert rep.checkpoint["restart"]["outcome"] == "fails"
 
 
+def test_stateless_checkpoint_through_the_cli(tmp_path, monkeypatch):
+    """A checkpoint without state/ (a stateless query's) through ``theseus check
+    --checkpoint``: not an error; a stateless new plan is ``checkpoint-stateless`` (exit 0),
+    a stateful one ``checkpoint-state-missing`` (exit 1).  The dry run is stubbed with what
+    Spark plans for such plans (no operator; one source)."""
+    import migrate.stateops
+
+    ck = tmp_path / "ck"
+    shutil.copytree(CK, ck, ignore=lambda d, names: ["state"] if d == str(CK) else [])
+    assert not (ck / "state").exists() and (ck / "commits" / "1").exists()
+    seen = []
+
+    def dry_run(plan, spark=None, shuffle_partitions=None, timeout=300.0, conf=None):
+        seen.append((plan.query, shuffle_partitions))
+        return _new_ops([] if not any(plan.info[n].stateful for n in plan.nodes)
+                        else read_checkpoint(CK).operators)
+
+    monkeypatch.setattr(migrate.stateops, "plan_operators", dry_run)
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["nodes"] = [doc["nodes"][0],
+                    {"id": "f", "step": "filter", "version": 1, "inputs": ["src"],
+                     "predicate": "v > 0"},
+                    doc["nodes"][3] | {"inputs": ["f"], "mode": "append"}]
+    (tmp_path / "stateless.json").write_text(json.dumps(doc))
+    r = _check("--checkpoint", str(ck), str(tmp_path / "stateless.json"))
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output
+    assert "[checkpoint-stateless] none: the checkpoint holds no state" in r.output
+    assert "restart on the checkpoint: Spark starts, state intact" in r.output
+    assert "no stateful operator" in r.output and "source 0: probe-17759073 [0:10, 1:10]" \
+        in r.output
+    assert seen == [("probe", 3)]  # the checkpoint's pinned partitions
+    doc = json.loads(_check("--checkpoint", str(ck), str(tmp_path / "stateless.json"),
+                            "--format", "json").output)
+    assert [f["code"] for f in doc["findings"]
+            if f["code"] != "checkpoint-not-verified"] == ["checkpoint-stateless"]
+    assert doc["verdict"] == "in_place" and doc["checkpoint"]["operators"] == []
+    r = _check("--checkpoint", str(ck), str(CK / "plan.json"))
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "[checkpoint-state-missing]" in r.output
+    assert "Spark starts with wrong state" in r.output
+
+
 def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):
     # Spark reruns a planned batch at restart: its offsets file is read first
     (ck_copy / "offsets" / "2").write_text("v1\nnot json\n")
