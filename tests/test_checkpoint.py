@@ -520,6 +520,56 @@ def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch
     assert mig.m.kind == "in_place" and mig.m.checkpoint.startswith("starts")
 
 
+@pytest.mark.parametrize("where,why", [
+    ({"host": "host-b", "checkpoint": "/on-b/ck/0"},
+     "the checkpoint /on-b/ck/0 is on host 'host-b', not on this host"),
+    ({"checkpoint": "s3a://bucket/ck/0"},
+     "the checkpoint s3a://bucket/ck/0 is not on a local filesystem (s3a:)"),
+    ({"checkpoint": "hdfs://nn:8020/ck/0"}, "is not on a local filesystem (hdfs:)"),
+])
+def test_auto_never_restarts_on_a_checkpoint_it_cannot_read(tmp_path, monkeypatch, where,
+                                                             why):
+    """The lead's policy: auto never restarts into a failure.  A checkpoint this host
+    cannot read (another host, a non-local URI) verifies nothing, so auto migrates through
+    a shadow and says why (it restarted in place on the plan check alone)."""
+    mig, lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", **where)
+    mig.step_check()  # identical plans: the plan check alone says in place
+    assert seen == []  # nothing to read here: the dry run never starts
+    assert mig.m.kind == "shadow" and mig.m.phase == "shadow"
+    assert mig.m.checkpoint.startswith("not verified: ") and why in mig.m.checkpoint
+    said = [ln for ln in lines if "cannot be verified from this host" in ln]
+    assert said and why in said[0] and "migrating through a shadow query" in said[0], lines
+
+
+def test_explicit_in_place_restarts_on_an_unread_checkpoint_with_a_warning(tmp_path,
+                                                                           monkeypatch):
+    mig, lines, seen, store = _migrator(tmp_path, "in-place", "starts", monkeypatch)
+    store.set_status("truth", checkpoint="s3a://bucket/ck/0")
+    mig.step_check()
+    assert seen == [] and mig.m.kind == "in_place"
+    warn = [ln for ln in lines if "warning: the checkpoint was not verified" in ln]
+    assert warn and "s3a://bucket/ck/0" in warn[0] and "--strategy in-place" in warn[0]
+
+
+def test_a_file_uri_checkpoint_is_read(tmp_path, monkeypatch):
+    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", checkpoint="file://" + str(tmp_path / "ck"))
+    mig.step_check()
+    assert len(seen) == 1 and mig.m.kind == "in_place"
+
+
+def test_check_query_on_a_non_local_checkpoint(tmp_path):
+    from migrate.store import open_store
+
+    store = open_store(str(tmp_path / "st"))
+    store.put_plan("probe", (CK / "plan.json").read_text())
+    store.set_status("probe", checkpoint="s3a://bucket/ck/0")
+    _one_line_exit_2(_check("--query", "probe", "--state", str(tmp_path / "st"),
+                            str(CK / "plan.json")), "not on a local filesystem",
+                     "s3a://bucket/ck/0", "copy the checkpoint to local disk")
+
+
 # -- the report: every format, the JSON valid against schemas/report.v1.json ---------------
 
 def _report(new_ops, recorded=None, rec_ops=None):
