@@ -13,7 +13,9 @@ broker that does not answer, a control record not delivered) ends the run with o
 ``resume`` retries it.
 
 1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
-             same checkpoint (unless ``--strategy shadow``): the in-place path, below.
+             same checkpoint (unless ``--strategy shadow``): the in-place path, below —
+             once the checkpoint check agrees (``auto`` goes through a shadow when the
+             checkpoint contradicts the plan check or cannot be read on this host).
 2. Shadow    start the new plan as a new instance (fresh checkpoint, earliest offsets) with
              its start gate closed: its output is discarded while it backfills.
 3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
