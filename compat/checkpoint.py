@@ -260,7 +260,13 @@ def _read_utf(buf: bytes, pos: int) -> tuple[str, int]:
 def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list[dict]:
     """The (key, value) schemas of a v1/v2 schema file, or the column families of a v3
     file (a list of dicts with ``keySchema`` and ``valueSchema``)."""
-    buf = path.read_bytes()
+    try:
+        buf = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read a state schema file: {e.strerror or e}",
+                              file=str(path), expected="a schema file",
+                              found="a directory" if path.is_dir() else "no readable file"
+                              ) from None
     if buf.startswith(b"v3\n"):
         # StateSchemaV3File's own serialisation: a text line "v3", then one JSON
         # ColumnFamilySchemaV1 per line

@@ -392,6 +392,15 @@ def test_empty_or_truncated_schema_file(ck_copy, no_spark, cut, found):
     assert "unpack" not in line and "buffer" not in line
 
 
+def test_schema_file_that_is_a_directory(ck_copy, no_spark):
+    schema = ck_copy / "state" / "0" / "0" / "_metadata" / "schema"
+    schema.unlink()
+    schema.mkdir()
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "cannot read a state schema file", "state/0/0/_metadata/schema",
+                     "found a directory")
+
+
 def test_bad_flag_combinations():
     r = _check("--checkpoint", str(CK), str(CK / "plan.json"), str(CK / "plan.json"))
     _one_line_exit_2(r, "one plan")
