@@ -45,7 +45,11 @@ def local_checkpoint(status: dict[str, Any]) -> tuple[str | None, str | None]:
         ck = ck[m.end():] if m.group(2) else ck[len(m.group(1)) + 1:]
         ck = "/" + ck.lstrip("/")
     host = status.get("host")
-    if not Path(ck).is_dir() and host and host != socket.gethostname():
+    if not Path(ck).is_dir() and host != socket.gethostname():
+        if not host:
+            return None, (f"the checkpoint {ck} is not on this host "
+                          f"({socket.gethostname()}), and the store does not record which "
+                          "host holds it")
         return None, (f"the checkpoint {ck} is on host '{host}', not on this host "
                       f"({socket.gethostname()})")
     return ck, None
@@ -75,6 +79,12 @@ def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
                               found=str(ck),
                               hint="copy the checkpoint to local disk and run theseus check "
                                    "--checkpoint DIR NEW")
+    if path is None and not host:
+        raise CheckpointError(f"the checkpoint of '{query}' is not on this host", file=ck,
+                              expected=f"a directory on this host ({socket.gethostname()})",
+                              found="no such directory, and no host recorded",
+                              hint="run this check where the query runs, or with "
+                                   "--checkpoint DIR on a copy of its checkpoint")
     if path is None:
         raise CheckpointError(f"the checkpoint of '{query}' is on another host",
                               file=ck, expected=f"this host ({socket.gethostname()})",

@@ -535,6 +535,9 @@ def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch
     ({"checkpoint": "s3a://bucket/ck/0"},
      "the checkpoint s3a://bucket/ck/0 is not on a local filesystem (s3a:)"),
     ({"checkpoint": "hdfs://nn:8020/ck/0"}, "is not on a local filesystem (hdfs:)"),
+    ({"host": None, "checkpoint": "/nowhere/ck/0"},
+     "the store does not record which host holds it"),
+    ({"checkpoint": None}, "the store records no checkpoint for the query"),
 ])
 def test_auto_never_restarts_on_a_checkpoint_it_cannot_read(tmp_path, monkeypatch, where,
                                                              why):
@@ -559,6 +562,19 @@ def test_explicit_in_place_restarts_on_an_unread_checkpoint_with_a_warning(tmp_p
     assert seen == [] and mig.m.kind == "in_place"
     warn = [ln for ln in lines if "warning: the checkpoint was not verified" in ln]
     assert warn and "s3a://bucket/ck/0" in warn[0] and "--strategy in-place" in warn[0]
+
+
+def test_a_checkpoint_never_written_on_the_querys_host_restarts(tmp_path, monkeypatch):
+    """On the query's own host, a recorded checkpoint directory that does not exist was
+    never written (the query never started a batch): a restart starts afresh, nothing can
+    fail on it, and the plan check decides."""
+    import socket
+
+    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", checkpoint=str(tmp_path / "never"), host=socket.gethostname())
+    mig.step_check()
+    assert seen == [] and mig.m.kind == "in_place"
+    assert mig.m.checkpoint.startswith("not verified: no checkpoint directory yet")
 
 
 def test_a_file_uri_checkpoint_is_read(tmp_path, monkeypatch):
