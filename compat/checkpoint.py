@@ -260,7 +260,13 @@ def _read_utf(buf: bytes, pos: int) -> tuple[str, int]:
 def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list[dict]:
     """The (key, value) schemas of a v1/v2 schema file, or the column families of a v3
     file (a list of dicts with ``keySchema`` and ``valueSchema``)."""
-    buf = path.read_bytes()
+    try:
+        buf = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read a state schema file: {e.strerror or e}",
+                              file=str(path), expected="a schema file",
+                              found="a directory" if path.is_dir() else "no readable file"
+                              ) from None
     if buf.startswith(b"v3\n"):
         # StateSchemaV3File's own serialisation: a text line "v3", then one JSON
         # ColumnFamilySchemaV1 per line
@@ -278,9 +284,20 @@ def read_schema_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | list
         if version == "v3":
             return _read_v3(buf, pos)
     except (struct.error, ValueError, UnicodeDecodeError) as e:
+        # What is wrong with the file, not the reader's words for it ("unpack_from
+        # requires a buffer of at least 2 bytes" says nothing to a user)
+        found = "an empty file" if not buf else \
+            f"a file cut short ({len(buf)} bytes)" if isinstance(e, struct.error) else \
+            f"bytes that are not UTF-8 text ({len(buf)} bytes)" \
+            if isinstance(e, UnicodeDecodeError) else \
+            f"a schema that is not JSON ({str(e)[:80]})" \
+            if isinstance(e, json.JSONDecodeError) else f"{str(e)[:80]}"
         raise CheckpointError("corrupted state schema file", file=str(path),
                               expected="a schema file as StateSchemaCompatibilityChecker "
-                                       "writes it", found=str(e)[:120]) from None
+                                       "writes it (a version, then the key and value "
+                                       "schemas)", found=found,
+                              hint="restore the file from a backup, or start the query on "
+                                   "a fresh checkpoint (a live migration)") from None
     raise CheckpointError("unknown state schema file version", file=str(path),
                           expected="v1, v2 or v3", found=repr(version[:20]))
 
@@ -415,10 +432,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         # A batch planned but not committed: Spark reads its offsets first at restart and
         # runs it again, so a corrupted one fails the restart as well.
         _version_and_json(root / "offsets" / str(offsets[-1]), shown, "offsets file", 1)
-    meta = docs[0]
-    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    conf, watermark = _offset_metadata(docs[0], opath)
     ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],
-                    conf=conf, watermark_ms=meta.get("batchWatermarkMs"),
+                    conf=conf, watermark_ms=watermark,
                     operators=_operators(root, last))
     if (root / "recursive").is_dir():  # a plan with recursive steps: their loops' state
         from compat.recursive_state import read_loop_states
@@ -430,6 +446,38 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                                    "(topic -> partition -> offset); its topics and "
                                    "partitions are not compared")
     return ck
+
+
+def _offset_metadata(meta: dict[str, Any], path: Path) -> tuple[dict[str, str], int | None]:
+    """The confs and the watermark of an offsets file's OffsetSeqMetadata (line 2), in the
+    shapes Spark writes them: ``conf`` an object of strings, ``batchWatermarkMs`` a number,
+    the pinned shuffle partitions a count.  Anything else is a corrupted file, said as one,
+    never read as something it is not."""
+    def bad(pointer: str, expected: str, value: Any) -> CheckpointError:
+        return CheckpointError("corrupted offsets file (OffsetSeqMetadata on line 2)",
+                               file=str(path), pointer=pointer, expected=expected,
+                               found=f"{type(value).__name__} {json.dumps(value)[:60]}",
+                               hint="restore the file from a backup, or start the query on "
+                                    "a fresh checkpoint (a live migration)")
+
+    raw = meta.get("conf")
+    if raw is None:
+        raw = {}  # a Spark that pinned no conf
+    if not isinstance(raw, dict):
+        raise bad("/conf", "an object of SQL confs", raw)
+    for k, v in raw.items():
+        if isinstance(v, (dict, list)):
+            raise bad(f"/conf/{k}", "a string", v)
+    conf = {str(k): str(v) for k, v in raw.items()}
+    parts = raw.get("spark.sql.shuffle.partitions")
+    if parts is not None and (isinstance(parts, bool) or not (
+            isinstance(parts, int) or (isinstance(parts, str) and parts.isdigit()))):
+        raise bad("/conf/spark.sql.shuffle.partitions", "a partition count (digits)", parts)
+    watermark = meta.get("batchWatermarkMs")
+    if watermark is not None and (isinstance(watermark, bool)
+                                  or not isinstance(watermark, int)):
+        raise bad("/batchWatermarkMs", "a number of milliseconds", watermark)
+    return conf, watermark
 
 
 def _operators(root: Path, last: int) -> list[Operator]:
@@ -451,10 +499,9 @@ def _operator(d: Path, last: int) -> Operator:
     if v2:
         path = meta_dir / "v2" / str(v2[-1])
         _ver, docs = _version_and_json(path, str(d), "operator metadata (v2)", 2)
-        doc = docs[0] if docs and isinstance(docs[0], dict) else {}
-        info = doc.get("operatorInfo") or {}
+        op_id, op_name, infos = _operator_metadata(docs, path, d, 2)
         families = []
-        for s in doc.get("stateStoreInfo") or []:
+        for s in infos:
             # Spark 4.3 writes "stateSchemaFilePaths" (a list, every schema version of the
             # store; the last is the current one), earlier 4.x "stateSchemaFilePath"
             paths = s.get("stateSchemaFilePaths") or [s.get("stateSchemaFilePath")]
@@ -474,19 +521,78 @@ def _operator(d: Path, last: int) -> Operator:
                                      or "default"), n, 0,
                                  f.get("keySchema"), f.get("valueSchema"))
                       for f in families]
-        return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),
-                        tuple(stores), 2)
+        return Operator(op_id, op_name, tuple(stores), 2)
     path = meta_dir / "metadata"
     if not path.exists():
         # A Spark before 3.5 wrote no operator metadata: the id is the directory's name,
         # the operator's name is unknown.
         return Operator(int(d.name), "unknown", tuple(_stores_from_schemas(d, None)), 0)
     _ver, docs = _version_and_json(path, str(d), "operator metadata", 2)
-    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
-    info = doc.get("operatorInfo") or {}
-    stores = _stores_from_schemas(d, doc.get("stateStoreInfo") or [])
-    return Operator(int(info.get("operatorId", d.name)), str(info.get("operatorName")),
-                    tuple(stores), 1)
+    op_id, op_name, infos = _operator_metadata(docs, path, d, 1)
+    stores = _stores_from_schemas(d, infos)
+    return Operator(op_id, op_name, tuple(stores), 1)
+
+
+def _operator_metadata(docs: list, path: Path, d: Path,
+                       version: int) -> tuple[int, str, list[dict[str, Any]]]:
+    """The operator id, name and state store infos of an OperatorStateMetadataV1/V2 document,
+    in the shapes Spark writes them (``operatorInfo.operatorId`` the number of the operator's
+    directory, ``operatorName`` a name, ``stateStoreInfo`` a list of stores, each a
+    ``storeName``, ``numPartitions`` and ``numColsPrefixKey``; V2 each store's schema file
+    path(s)).  Anything else is corrupted operator metadata, said as such: an operator named
+    'None' matched against the new plan would predict a failure Spark would not have."""
+    def bad(pointer: str, expected: str, value: Any = ..., found: str | None = None) \
+            -> CheckpointError:
+        if found is None:
+            found = "nothing" if value is ... else \
+                f"{type(value).__name__} {json.dumps(value)[:60]}"
+        return CheckpointError(f"corrupted operator metadata (v{version})", file=str(path),
+                               pointer=pointer, expected=expected, found=found,
+                               hint="restore the file from a backup, or start the query on "
+                                    "a fresh checkpoint (a live migration)")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not docs or not isinstance(docs[0], dict):
+        raise bad("", f"OperatorStateMetadataV{version} JSON on line 2",
+                  found="nothing" if not docs else f"{type(docs[0]).__name__} "
+                  f"{json.dumps(docs[0])[:60]}")
+    doc = docs[0]
+    info = doc.get("operatorInfo", ...)
+    if not isinstance(info, dict):
+        raise bad("/operatorInfo", "an object with operatorId and operatorName", info)
+    op_id = info.get("operatorId", ...)
+    if not is_int(op_id) or str(op_id) != d.name:
+        raise bad("/operatorInfo/operatorId",
+                  f"the operator's number {d.name} (its directory state/{d.name})", op_id)
+    name = info.get("operatorName", ...)
+    if not isinstance(name, str) or not name:
+        raise bad("/operatorInfo/operatorName", "the operator's name (a string)", name)
+    stores = doc.get("stateStoreInfo", ...)
+    if not isinstance(stores, list) or not stores:
+        raise bad("/stateStoreInfo", "a list of state stores", stores)
+    for i, st in enumerate(stores):
+        at = f"/stateStoreInfo/{i}"
+        if not isinstance(st, dict):
+            raise bad(at, "a state store object", st)
+        if not isinstance(st.get("storeName", ...), str) or not st["storeName"]:
+            raise bad(f"{at}/storeName", "the store's name (a string)",
+                      st.get("storeName", ...))
+        for k in ("numPartitions", "numColsPrefixKey"):
+            v = st.get(k, ...)
+            if not is_int(v) or v < 0 or (k == "numPartitions" and v == 0):
+                raise bad(f"{at}/{k}", "a positive count" if k == "numPartitions" else
+                          "a count", v)
+        if version == 2:
+            paths = st.get("stateSchemaFilePaths", ...)
+            one = st.get("stateSchemaFilePath", ...)
+            if paths is not ... and not (isinstance(paths, list) and all(
+                    isinstance(x, str) for x in paths)):
+                raise bad(f"{at}/stateSchemaFilePaths", "a list of paths", paths)
+            if one is not ... and one is not None and not isinstance(one, str):
+                raise bad(f"{at}/stateSchemaFilePath", "a path", one)
+    return op_id, name, stores
 
 
 def _schema_v3(d: Path, recorded: str) -> Path | None:

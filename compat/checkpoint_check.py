@@ -543,15 +543,22 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
             findings.append(drift_finding(drifted, recorded))
     findings += compare(ck, new_ops, new)
     plan_report = None
+    # What Spark does at the restart does not depend on what the user requires of the
+    # output (--require backfill makes a passive change "migrate", yet Spark restarts on
+    # correct state): the prediction comes from the plan check without requirements.
+    spark_view = list(findings)
     if recorded is not None and not drifted:
         plan_report = check_plans(recorded, new, require=require, schema_compat=schema_compat,
                                   allow_migration=allow_migration)
+        bare = plan_report if not require else check_plans(recorded, new)
         # A restart keeps the checkpoint's partition count: checkpoint-partitions-pinned
         # says what that means instead.
         backfill = "backfill" in (require or [])
         findings += [f if backfill else _join_type(f, ck, recorded, new)
                      for f in plan_report.findings
                      if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
+        spark_view += [_join_type(f, ck, recorded, new) for f in bare.findings
+                       if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
     else:
         findings += _unverified(new, recorded is not None, ck)
     findings += [finding("checkpoint-not-verified", note, new_pointer="/nodes")
@@ -560,7 +567,7 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
     verdict = verdict_of(findings)
     if verdict == "identical" and recorded is None:
         verdict = "in_place"  # a checkpoint alone can say it restarts, never "same plan"
-    prediction = predict(findings)
+    prediction = predict(spark_view)
     findings = [settle(f, allow_migration=allow_migration) for f in findings]
     section = ck.to_json()
     section["restart"] = prediction.to_json()
@@ -618,8 +625,9 @@ def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, A
 def _unverified(new: Plan, drifted: bool, ck: Checkpoint | None = None) -> list[Finding]:
     why = "the recorded plan did not make this checkpoint" if drifted else \
         "no recorded plan (--checkpoint alone)"
+    sink_why = why if drifted else "there is no recorded plan (--checkpoint alone)"
     notes = [f"the sink (topic, key, mode, output schema): a checkpoint records nothing of "
-             f"it, and there is {why}"]
+             f"it, and {sink_why}"]
     if any(new.info[n].stateful for n in new.nodes):
         named = ck is not None and any(is_named(s.name) for op in ck.operators
                                        for s in op.stores)

@@ -79,8 +79,11 @@ def render_text(report: Report) -> str:
     for r in report.requirements:
         lines.append(f"  requirement {r['name']}: {'met' if r['met'] else 'NOT met'} "
                      f"({r['note']})")
+    # Drift first whatever its effect: it says the rest was checked against a plan that is
+    # not what runs.  Then the worst effects.
     order = {"unsupported": 0, "migrate": 1, "in_place": 2, "none": 3}
-    findings = sorted(report.findings, key=lambda f: order[f.effect])
+    findings = sorted(report.findings,
+                      key=lambda f: (f.code != "checkpoint-drift", order[f.effect]))
     if not findings:
         lines.append("no findings")
     for f in findings:
@@ -133,11 +136,15 @@ _OUTCOME = {"fails": "Spark refuses to start", "wrong_state": "Spark starts with
 def checkpoint_lines(ck: dict[str, Any]) -> list[str]:
     """The ``checkpoint`` section of a report as text lines."""
     r = ck["restart"]
-    lines = [f"  restart on the checkpoint: {_OUTCOME[r['outcome']]}"
-             + (f" ({r['error_class']})" if r["error_class"] else ""),
-             f"  checkpoint: {ck['path']}",
-             f"    last committed batch {ck['last_committed_batch']}, shuffle partitions "
-             f"{ck['shuffle_partitions']}, watermark {ck['watermark_ms']} ms"]
+    lines = []
+    if ck.get("drift"):
+        lines.append("  DRIFT: the checkpoint was not made by the store's recorded plan:")
+        lines += [f"    - {d}" for d in ck["drift"]]
+    lines += [f"  restart on the checkpoint: {_OUTCOME[r['outcome']]}"
+              + (f" ({r['error_class']})" if r["error_class"] else ""),
+              f"  checkpoint: {ck['path']}",
+              f"    last committed batch {ck['last_committed_batch']}, shuffle partitions "
+              f"{ck['shuffle_partitions']}, watermark {ck['watermark_ms']} ms"]
     for src in ck["sources"]:
         if src["offsets"]:
             for topic, parts in src["offsets"].items():

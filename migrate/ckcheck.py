@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,36 @@ from compat.check import Report, load_plan
 from compat.checkpoint import CheckpointError, read_checkpoint
 from compat.checkpoint_check import checkpoint_report
 from compat.model import Plan
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
+
+
+def local_checkpoint(status: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Where the query's recorded checkpoint can be read on this host: ``(path, None)``, or
+    ``(None, why not)`` when it cannot be (no checkpoint recorded, a non-local URI such as
+    ``s3a://`` or ``hdfs://``, a directory on another host).  A ``file:`` URI is a local
+    path; a local path that is not a directory on the query's own host is returned as is
+    (the query never wrote it: there is nothing to restart from)."""
+    ck = status.get("checkpoint")
+    if not ck:
+        return None, "the store records no checkpoint for the query"
+    ck = str(ck)
+    m = _URI.match(ck)
+    if m and len(m.group(1)) > 1:  # one letter is a Windows drive, not a scheme
+        if m.group(1).lower() != "file":
+            return None, (f"the checkpoint {ck} is not on a local filesystem "
+                          f"({m.group(1)}:): Theseus reads checkpoints from local disk only")
+        ck = ck[m.end():] if m.group(2) else ck[len(m.group(1)) + 1:]
+        ck = "/" + ck.lstrip("/")
+    host = status.get("host")
+    if not Path(ck).is_dir() and host != socket.gethostname():
+        if not host:
+            return None, (f"the checkpoint {ck} is not on this host "
+                          f"({socket.gethostname()}), and the store does not record which "
+                          "host holds it")
+        return None, (f"the checkpoint {ck} is on host '{host}', not on this host "
+                      f"({socket.gethostname()})")
+    return ck, None
 
 
 def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
@@ -41,12 +72,26 @@ def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
                               file=str(store), expected="status.json with a checkpoint",
                               found="none")
     host = status.get("host")
-    if not Path(ck).is_dir() and host and host != socket.gethostname():
+    path, why = local_checkpoint(status)
+    if path is None and "not on a local filesystem" in (why or ""):
+        raise CheckpointError(f"the checkpoint of '{query}' is not on a local filesystem",
+                              file=str(ck), expected="a local directory (or file: URI)",
+                              found=str(ck),
+                              hint="copy the checkpoint to local disk and run theseus check "
+                                   "--checkpoint DIR NEW")
+    if path is None and not host:
+        raise CheckpointError(f"the checkpoint of '{query}' is not on this host", file=ck,
+                              expected=f"a directory on this host ({socket.gethostname()})",
+                              found="no such directory, and no host recorded",
+                              hint="run this check where the query runs, or with "
+                                   "--checkpoint DIR on a copy of its checkpoint")
+    if path is None:
         raise CheckpointError(f"the checkpoint of '{query}' is on another host",
                               file=ck, expected=f"this host ({socket.gethostname()})",
                               found=f"host '{host}'",
                               hint=f"run this check on {host}, where the checkpoint is "
                                    f"({ck})")
+    ck = path
     plan_path = store.plan_path(instance)
     recorded = load_plan(str(plan_path)) if plan_path.exists() else None
     return ck, recorded

@@ -13,7 +13,9 @@ broker that does not answer, a control record not delivered) ends the run with o
 ``resume`` retries it.
 
 1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
-             same checkpoint (unless ``--strategy shadow``): the in-place path, below.
+             same checkpoint (unless ``--strategy shadow``): the in-place path, below —
+             once the checkpoint check agrees (``auto`` goes through a shadow when the
+             checkpoint contradicts the plan check or cannot be read on this host).
 2. Shadow    start the new plan as a new instance (fresh checkpoint, earliest offsets) with
              its start gate closed: its output is discarded while it backfills.
 3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
@@ -620,7 +622,24 @@ class Migrator:
                                      file=self.m.new_plan, expected="--strategy auto or shadow",
                                      found="--strategy in-place")
             shadow = True  # only a shadow knows the new plan's value for every key
-        if not shadow and not self.checkpoint_agrees():
+        agrees = self.checkpoint_agrees() if not shadow else True
+        if agrees is None:
+            # Nothing says what Spark would do on the checkpoint: auto never restarts into
+            # a failure, so it migrates through a shadow (a fresh checkpoint); in-place,
+            # asked for explicitly, restarts with a warning.
+            if self.m.strategy == "in-place":
+                self.echo(f"theseus: warning: the checkpoint was not verified "
+                          f"({self.m.checkpoint.removeprefix('not verified: ')}): "
+                          "restarting in place on the plan check alone, as "
+                          "--strategy in-place asks")
+            else:
+                self.echo(f"theseus: the checkpoint cannot be verified from this host "
+                          f"({self.m.checkpoint.removeprefix('not verified: ')}): migrating "
+                          "through a shadow query instead of restarting in place on the "
+                          "plan check alone (run the migration on the query's host to "
+                          "restart in place)")
+                shadow = True
+        if not shadow and agrees is False:
             # The checkpoint contradicts the plan check: an in-place restart would fail or
             # run on wrong state.  auto falls back to a shadow (a fresh checkpoint).
             if self.m.strategy == "in-place":
@@ -704,17 +723,23 @@ class Migrator:
                                  expected="a single query with one recursive step",
                                  found=why)
 
-    def checkpoint_agrees(self) -> bool:
+    def checkpoint_agrees(self) -> bool | None:
         """Step 1 (before an in-place restart). Check the new plan against the running
         query's checkpoint (``theseus check --query``): False when Spark would refuse to
-        restart on it or would restart on wrong state; ``m.checkpoint`` says why."""
+        restart on it or would restart on wrong state; None when it cannot be read from
+        this host (on another host, a non-local URI such as ``s3a://``, none recorded), so
+        nothing says what Spark would do; ``m.checkpoint`` says why."""
         from compat.checkpoint import CheckpointError
-        from migrate.ckcheck import check_checkpoint
+        from migrate.ckcheck import check_checkpoint, local_checkpoint
 
         st = self.store.status(self.m.old_instance)
-        ck = st.get("checkpoint")
-        if not ck or not os.path.isdir(ck):
-            self.m.checkpoint = f"not verified: no checkpoint on this host ({ck or 'none'})"
+        ck, why = local_checkpoint(st)
+        if ck is None:
+            self.m.checkpoint = f"not verified: {why}"
+            return None
+        if not os.path.isdir(ck):
+            # on the query's own host, never written: a restart starts afresh
+            self.m.checkpoint = f"not verified: no checkpoint directory yet ({ck})"
             return True
         try:
             report = check_checkpoint(None, self.m.new_plan, query=self.m.query,

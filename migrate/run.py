@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -119,9 +120,13 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     store.clear_stop(name)
     if generation is None:
         generation = int(store.status(name).get("generation", 0))
+    # The host on every start, not only the first: a query moved to another host is
+    # found there (check --query, the migrator's checkpoint check read the checkpoint
+    # where it is, or say where that is).
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
                      checkpoint=str(store.checkpoint(plan.query, generation)),
-                     generation=generation, plan_query=plan.query)
+                     generation=generation, plan_query=plan.query,
+                     host=socket.gethostname())
     start_gate = reconciler = None
     if gated_start:
         from gates.reconcile import Reconciler

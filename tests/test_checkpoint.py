@@ -256,6 +256,17 @@ def ck_copy(tmp_path):
     return dst
 
 
+@pytest.fixture()
+def no_spark(monkeypatch):
+    """Bad input must fail before the dry run: a Spark started here is a failure."""
+    import migrate.stateops
+
+    def refuse(*a, **kw):
+        raise AssertionError("the dry run (Spark) started on bad input")
+
+    monkeypatch.setattr(migrate.stateops, "plan_operators", refuse)
+
+
 def _one_line_exit_2(r, *needles):
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
@@ -289,6 +300,107 @@ def test_corrupted_offsets(ck_copy):
                      "corrupted offsets file", "'v1'")
 
 
+_META = {"batchWatermarkMs": 0, "batchTimestampMs": 1,
+         "conf": {"spark.sql.shuffle.partitions": "3"}}
+
+
+@pytest.mark.parametrize("change,pointer,found", [
+    ({"conf": "spark.sql.shuffle.partitions=3"}, "/conf", "str"),
+    ({"conf": [["spark.sql.shuffle.partitions", "3"]]}, "/conf", "list"),
+    ({"conf": {"spark.sql.shuffle.partitions": "three"}},
+     "/conf/spark.sql.shuffle.partitions", "str \"three\""),
+    ({"conf": {"spark.sql.shuffle.partitions": {"n": 3}}},
+     "/conf/spark.sql.shuffle.partitions", "dict"),
+    ({"batchWatermarkMs": "0"}, "/batchWatermarkMs", "str \"0\""),
+    ({"batchWatermarkMs": True}, "/batchWatermarkMs", "bool"),
+])
+def test_corrupted_offsets_metadata(ck_copy, no_spark, change, pointer, found):
+    """OffsetSeqMetadata of another shape than Spark writes: one error naming the file, the
+    pointer, expected versus found (was an AttributeError, 'this is a bug')."""
+    lines = (ck_copy / "offsets" / "1").read_text().split("\n")
+    lines[1] = json.dumps(_META | change)
+    (ck_copy / "offsets" / "1").write_text("\n".join(lines))
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted offsets file", "offsets/1", f"at {pointer}",
+                            f"found {found}")
+    assert "internal error" not in line and "bug" not in line
+
+
+_OP = {"operatorInfo": {"operatorId": 0, "operatorName": "stateStoreSave"},
+       "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": 3}]}
+
+
+@pytest.mark.parametrize("text,pointer,found", [
+    ("v1\n{}", "/operatorInfo", "nothing"),
+    ("v1\n[1]", "at /", "list [1]"),
+    ("v1\n", "at /", "nothing"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": "stateStoreSave"}), "/operatorInfo",
+     "str"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": "0",
+                                                 "operatorName": "stateStoreSave"}}),
+     "/operatorInfo/operatorId", 'str "0"'),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": 5,
+                                                 "operatorName": "stateStoreSave"}}),
+     "/operatorInfo/operatorId", "int 5"),
+    ("v1\n" + json.dumps(_OP | {"operatorInfo": {"operatorId": 0}}),
+     "/operatorInfo/operatorName", "nothing"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": {"storeName": "default"}}),
+     "/stateStoreInfo", "dict"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": ["default"]}), "/stateStoreInfo/0",
+     "str"),
+    ("v1\n" + json.dumps(_OP | {"stateStoreInfo": [{"storeName": "default",
+                                                    "numColsPrefixKey": 0,
+                                                    "numPartitions": "3"}]}),
+     "/stateStoreInfo/0/numPartitions", 'str "3"'),
+])
+def test_corrupted_operator_metadata(ck_copy, no_spark, text, pointer, found):
+    """Operator metadata of another shape than Spark's OperatorStateMetadataV1 is corrupted,
+    said as such (was an operator named 'None' and a confident 'fails,
+    STREAMING_STATEFUL_OPERATOR_NOT_MATCH...' prediction, or an AttributeError)."""
+    (ck_copy / "state" / "0" / "_metadata" / "metadata").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(ck_copy)
+    msg = str(e.value)
+    assert "corrupted operator metadata (v1)" in msg and "state/0/_metadata/metadata" in msg
+    assert pointer in msg and f"found {found}" in msg, msg
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted operator metadata")
+    assert "None" not in line and "bug" not in line
+
+
+def test_corrupted_v2_operator_metadata(ck_copy, no_spark):
+    op = ck_copy / "state" / "0" / "_metadata"
+    (op / "v2").mkdir()
+    store = {"storeName": "default", "numColsPrefixKey": 0, "numPartitions": 3,
+             "stateSchemaFilePaths": "file:/x/_stateSchema/default/0_x"}
+    (op / "v2" / "1").write_text("v2\n" + json.dumps({
+        "operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateExec"},
+        "stateStoreInfo": [store], "operatorPropertiesJson": "{}"}))
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "corrupted operator metadata (v2)", "v2/1",
+                     "at /stateStoreInfo/0/stateSchemaFilePaths", "expected a list of paths")
+
+
+@pytest.mark.parametrize("cut,found", [(0, "an empty file"), (1, "a file cut short (1 bytes)"),
+                                       (30, "a file cut short (30 bytes)")])
+def test_empty_or_truncated_schema_file(ck_copy, no_spark, cut, found):
+    schema = ck_copy / "state" / "0" / "0" / "_metadata" / "schema"
+    schema.write_bytes(schema.read_bytes()[:cut])
+    line = _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                            "corrupted state schema file", "state/0/0/_metadata/schema",
+                            f"found {found}")
+    assert "unpack" not in line and "buffer" not in line
+
+
+def test_schema_file_that_is_a_directory(ck_copy, no_spark):
+    schema = ck_copy / "state" / "0" / "0" / "_metadata" / "schema"
+    schema.unlink()
+    schema.mkdir()
+    _one_line_exit_2(_check("--checkpoint", str(ck_copy), str(CK / "plan.json")),
+                     "cannot read a state schema file", "state/0/0/_metadata/schema",
+                     "found a directory")
+
+
 def test_bad_flag_combinations():
     r = _check("--checkpoint", str(CK), str(CK / "plan.json"), str(CK / "plan.json"))
     _one_line_exit_2(r, "one plan")
@@ -310,6 +422,40 @@ def test_query_checkpoint_on_other_host(tmp_path):
     line = _one_line_exit_2(_check("--query", "probe", "--state", str(tmp_path / "st"),
                                    str(CK / "plan.json")), "on another host")
     assert "run this check on other-host" in line and "/elsewhere/ck/0" in line
+
+
+def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
+    """``theseus run`` records the host it runs on at every start (was: only the first
+    time), so a query that ran on host A and was started again on host B is looked for on
+    B."""
+    import socket
+
+    import gates.broker
+    import migrate.run
+    from migrate.ckcheck import locate
+    from migrate.store import open_store
+
+    state = str(tmp_path / "st")
+    store = open_store(state)
+    store.set_status("probe", status="stopped", checkpoint="/on-a/ck/0", host="host-a")
+
+    class Started(Exception):
+        pass
+
+    def start_query(*a, **kw):
+        raise Started
+
+    monkeypatch.setattr(gates.broker, "check_access", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.run, "start_query", start_query)
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
+    with pytest.raises(Started):
+        migrate.run.run(str(CK / "plan.json"), bootstrap="127.0.0.1:1", state=state,
+                        echo=lambda s: None)
+    assert open_store(state).status("probe")["host"] == "host-b"
+    # seen from host A now: the checkpoint is on B
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
+    with pytest.raises(CheckpointError, match="run this check on host-b"):
+        locate(state, "probe")
 
 
 def test_bad_checkpoint_never_imports_pyspark(tmp_path):
@@ -383,6 +529,72 @@ def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch
     assert mig.m.kind == "in_place" and mig.m.checkpoint.startswith("starts")
 
 
+@pytest.mark.parametrize("where,why", [
+    ({"host": "host-b", "checkpoint": "/on-b/ck/0"},
+     "the checkpoint /on-b/ck/0 is on host 'host-b', not on this host"),
+    ({"checkpoint": "s3a://bucket/ck/0"},
+     "the checkpoint s3a://bucket/ck/0 is not on a local filesystem (s3a:)"),
+    ({"checkpoint": "hdfs://nn:8020/ck/0"}, "is not on a local filesystem (hdfs:)"),
+    ({"host": None, "checkpoint": "/nowhere/ck/0"},
+     "the store does not record which host holds it"),
+    ({"checkpoint": None}, "the store records no checkpoint for the query"),
+])
+def test_auto_never_restarts_on_a_checkpoint_it_cannot_read(tmp_path, monkeypatch, where,
+                                                             why):
+    """The lead's policy: auto never restarts into a failure.  A checkpoint this host
+    cannot read (another host, a non-local URI) verifies nothing, so auto migrates through
+    a shadow and says why (it restarted in place on the plan check alone)."""
+    mig, lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", **where)
+    mig.step_check()  # identical plans: the plan check alone says in place
+    assert seen == []  # nothing to read here: the dry run never starts
+    assert mig.m.kind == "shadow" and mig.m.phase == "shadow"
+    assert mig.m.checkpoint.startswith("not verified: ") and why in mig.m.checkpoint
+    said = [ln for ln in lines if "cannot be verified from this host" in ln]
+    assert said and why in said[0] and "migrating through a shadow query" in said[0], lines
+
+
+def test_explicit_in_place_restarts_on_an_unread_checkpoint_with_a_warning(tmp_path,
+                                                                           monkeypatch):
+    mig, lines, seen, store = _migrator(tmp_path, "in-place", "starts", monkeypatch)
+    store.set_status("truth", checkpoint="s3a://bucket/ck/0")
+    mig.step_check()
+    assert seen == [] and mig.m.kind == "in_place"
+    warn = [ln for ln in lines if "warning: the checkpoint was not verified" in ln]
+    assert warn and "s3a://bucket/ck/0" in warn[0] and "--strategy in-place" in warn[0]
+
+
+def test_a_checkpoint_never_written_on_the_querys_host_restarts(tmp_path, monkeypatch):
+    """On the query's own host, a recorded checkpoint directory that does not exist was
+    never written (the query never started a batch): a restart starts afresh, nothing can
+    fail on it, and the plan check decides."""
+    import socket
+
+    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", checkpoint=str(tmp_path / "never"), host=socket.gethostname())
+    mig.step_check()
+    assert seen == [] and mig.m.kind == "in_place"
+    assert mig.m.checkpoint.startswith("not verified: no checkpoint directory yet")
+
+
+def test_a_file_uri_checkpoint_is_read(tmp_path, monkeypatch):
+    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    store.set_status("truth", checkpoint="file://" + str(tmp_path / "ck"))
+    mig.step_check()
+    assert len(seen) == 1 and mig.m.kind == "in_place"
+
+
+def test_check_query_on_a_non_local_checkpoint(tmp_path):
+    from migrate.store import open_store
+
+    store = open_store(str(tmp_path / "st"))
+    store.put_plan("probe", (CK / "plan.json").read_text())
+    store.set_status("probe", checkpoint="s3a://bucket/ck/0")
+    _one_line_exit_2(_check("--query", "probe", "--state", str(tmp_path / "st"),
+                            str(CK / "plan.json")), "not on a local filesystem",
+                     "s3a://bucket/ck/0", "copy the checkpoint to local disk")
+
+
 # -- the report: every format, the JSON valid against schemas/report.v1.json ---------------
 
 def _report(new_ops, recorded=None, rec_ops=None):
@@ -444,10 +656,56 @@ def test_report_with_recorded_plan_and_drift_first():
         rep.findings[0].message
     assert rep.checkpoint["drift"] and rep.checkpoint["restart"]["outcome"] == "starts"
     assert "old: " + str(CK / "plan.json") + " + checkpoint" in render(rep, "text")
+    # drift and a finding of a worse effect: drift is still first, in every format, and
+    # the checkpoint block lists the differences
+    more = _new_ops([_with_store(agg, value_schema=_s("long")), dedup])
+    rep = _report(more, recorded=_plan(), rec_ops=rec_ops)
+    assert rep.verdict == "migrate"
+    codes = [f.code for f in rep.findings]
+    assert codes[0] == "checkpoint-drift" and "checkpoint-value-schema-incompatible" in codes
+    text = render(rep, "text")
+    marks = [ln for ln in text.splitlines() if ln.startswith(("✗", "!", "·"))]
+    assert marks[0].startswith("! [checkpoint-drift] in_place:"), marks
+    assert marks[1].startswith("✗ [checkpoint-value-schema-incompatible] migrate:"), marks
+    block = text.split("restart on the checkpoint")[0]
+    assert "DRIFT: the checkpoint was not made by the store's recorded plan" in block
+    assert "- operator 0 (stateStoreSave) key struct<k:string> in the checkpoint, " \
+        "struct<f0:string,f1:string> from the recorded plan" in block
+    assert "and the recorded plan did not make this checkpoint" in text
+    assert "there is the recorded plan" not in text
+    assert [f["code"] for f in json.loads(render(rep, "json"))["findings"]][0] == \
+        "checkpoint-drift"
+    assert "checkpoint-drift" in render(rep, "markdown").split("| ✗ |")[0]
+    assert json.loads(render(rep, "sarif"))["runs"][0]["results"][0]["ruleId"] == \
+        "checkpoint-drift"
+    assert "checkpoint-drift" in render(rep, "github").splitlines()[0]
     # no drift: the plan check of the recorded plan is part of the report
     rep = _report(_new_ops(), recorded=_plan(), rec_ops=_new_ops())
     assert rep.verdict == "identical" and rep.checkpoint["drift"] == []
     assert rep.findings == []
+
+
+@pytest.mark.parametrize("require,verdict", [([], "in_place"), (["backfill"], "migrate")])
+def test_restart_prediction_is_sparks_not_the_requirement(tmp_path, require, verdict):
+    """A passive filter before the state: Spark restarts on correct state whatever the
+    user requires; --require backfill changes the verdict (history must be recomputed: a
+    migration), never the prediction of what Spark does (was wrong_state)."""
+    from compat.checkpoint_check import checkpoint_report
+
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["nodes"].insert(1, {"id": "f", "step": "filter", "version": 1, "inputs": ["src"],
+                            "predicate": "v >= 0"})
+    doc["nodes"][2]["inputs"] = ["f"]  # the dedup now reads the filter
+    (tmp_path / "new.json").write_text(json.dumps(doc))
+    new = load_plan(str(tmp_path / "new.json"))
+    rep = checkpoint_report(read_checkpoint(CK), new, _new_ops(), _plan(), _new_ops(),
+                            require=require)
+    assert rep.verdict == verdict
+    assert [f.code for f in rep.findings] == ["passive-added"], \
+        [f.code for f in rep.findings]
+    assert rep.checkpoint["restart"] == {
+        "outcome": "starts", "error_class": None,
+        "reason": "the checkpoint's operators, state schemas and sources fit the new plan"}
 
 
 def test_stateless_checkpoint_says_so_and_checks_sources():
@@ -464,6 +722,49 @@ def test_stateless_checkpoint_says_so_and_checks_sources():
     two = _new_ops([], offsets=[{"theseus_empty": "src"}, {"theseus_empty": "src"}])
     rep = checkpoint_report(ck, _plan(), two)
     assert rep.checkpoint["restart"]["outcome"] == "fails"
+
+
+def test_stateless_checkpoint_through_the_cli(tmp_path, monkeypatch):
+    """A checkpoint without state/ (a stateless query's) through ``theseus check
+    --checkpoint``: not an error; a stateless new plan is ``checkpoint-stateless`` (exit 0),
+    a stateful one ``checkpoint-state-missing`` (exit 1).  The dry run is stubbed with what
+    Spark plans for such plans (no operator; one source)."""
+    import migrate.stateops
+
+    ck = tmp_path / "ck"
+    shutil.copytree(CK, ck, ignore=lambda d, names: ["state"] if d == str(CK) else [])
+    assert not (ck / "state").exists() and (ck / "commits" / "1").exists()
+    seen = []
+
+    def dry_run(plan, spark=None, shuffle_partitions=None, timeout=300.0, conf=None):
+        seen.append((plan.query, shuffle_partitions))
+        return _new_ops([] if not any(plan.info[n].stateful for n in plan.nodes)
+                        else read_checkpoint(CK).operators)
+
+    monkeypatch.setattr(migrate.stateops, "plan_operators", dry_run)
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["nodes"] = [doc["nodes"][0],
+                    {"id": "f", "step": "filter", "version": 1, "inputs": ["src"],
+                     "predicate": "v > 0"},
+                    doc["nodes"][3] | {"inputs": ["f"], "mode": "append"}]
+    (tmp_path / "stateless.json").write_text(json.dumps(doc))
+    r = _check("--checkpoint", str(ck), str(tmp_path / "stateless.json"))
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output
+    assert "[checkpoint-stateless] none: the checkpoint holds no state" in r.output
+    assert "restart on the checkpoint: Spark starts, state intact" in r.output
+    assert "no stateful operator" in r.output and "source 0: probe-17759073 [0:10, 1:10]" \
+        in r.output
+    assert seen == [("probe", 3)]  # the checkpoint's pinned partitions
+    doc = json.loads(_check("--checkpoint", str(ck), str(tmp_path / "stateless.json"),
+                            "--format", "json").output)
+    assert [f["code"] for f in doc["findings"]
+            if f["code"] != "checkpoint-not-verified"] == ["checkpoint-stateless"]
+    assert doc["verdict"] == "in_place" and doc["checkpoint"]["operators"] == []
+    r = _check("--checkpoint", str(ck), str(CK / "plan.json"))
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "[checkpoint-state-missing]" in r.output
+    assert "Spark starts with wrong state" in r.output
 
 
 def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):

@@ -119,6 +119,26 @@ def test_check_imports_no_spark_and_no_kafka_client():
     assert "LOADED []" in out, out
 
 
+def test_check_of_sql_plans_imports_no_spark_and_no_kafka_client(tmp_path):
+    """``theseus check a.sql b.sql`` compiles the scripts (sqlglot) and checks them without
+    PySpark or a Kafka client, like a JSON pair: a SQL plan is no reason to start a JVM."""
+    old = ROOT / "fixtures" / "history" / "aggregate_update" / "v1" / "query.sql"
+    new = tmp_path / "new.sql"
+    # a grouping key changed: a real check with findings, not only a parse
+    new.write_text(old.read_text().replace("lower(customer)", "upper(customer)"))
+    code = (f"import sys; sys.argv=['theseus','check',{str(old)!r},{str(new)!r}];\n"
+            "from migrate.cli import main\n"
+            "try:\n    main()\n"
+            "except SystemExit as e: print('EXIT', e.code)\n"
+            "bad=[m for m in sys.modules if m.split('.')[0] in "
+            "('pyspark','confluent_kafka','py4j','pandas','pyarrow')]\n"
+            "print('LOADED', bad, 'sqlglot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert "verdict: migrate" in out and "EXIT 1" in out, out
+    assert "LOADED [] True" in out, out
+
+
 def test_sarif_validates_against_the_sarif_2_1_0_schema():
     schema = load_schema("sarif-2.1.0.json")
     validator_cls = jsonschema.validators.validator_for(schema)

@@ -18,11 +18,13 @@ The table (also in the README):
 | identical | the same plan | starts |
 | passive_filter | a filter (keeping every row) added before the aggregate | starts |
 | agg_function_added | count(*) beside sum(v) | fails: STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE |
-| group_key_changed | group by k -> group by g (both strings) | wrong_state |
+| group_key_changed | group by k -> group by g (both strings) | wrong_state (verdict
+  unsupported: the output's key changes too) |
 | key_type_widened | by n (int) -> by bigint | fails: STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE |
 | window_changed | tumbling 10 minutes -> 20 minutes | wrong_state |
 | join_type_changed | stream-stream inner join -> left outer | starts (join state v2) |
-| state_partitions_changed | state_partitions 2 -> 4 | starts (the checkpoint's 2 are kept) |
+| state_partitions_changed | state_partitions 2 -> 4 | starts (the checkpoint's 2 are kept: read
+  back from the restarted query's offset log and state stores) |
 | stateful_added_before | a deduplicate added before the aggregate | fails:
   STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA |
 | dedup_keys_changed | dedup (k, v) -> (k, g) | fails: STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE |
@@ -249,10 +251,29 @@ def dedup_plan(topic: str, keys) -> dict:
 
 
 def _case(name, old, new, spark_did, error_class=None, oracle=None, topic="events",
-          verdicts=None):
+          verdicts=None, after=None):
     return {"name": name, "old": old, "new": new, "outcome": spark_did,
             "error_class": error_class, "oracle": oracle, "topic": topic,
-            "verdicts": verdicts}
+            "verdicts": verdicts, "after": after}
+
+
+def kept_partitions(n: int):
+    """After the restart: the restarted query's own offset log (its last committed batch,
+    one past the old plan's) still pins ``n`` shuffle partitions, and every state store
+    still has ``n`` partitions, whatever the new plan asked for."""
+    def check(old_ck: Path, restarted_ck: Path) -> str | None:
+        from compat.checkpoint import read_checkpoint
+
+        before, after = read_checkpoint(old_ck), read_checkpoint(restarted_ck)
+        if after.last_committed is None or after.last_committed <= before.last_committed:
+            return f"no batch committed after the restart ({after.last_committed})"
+        if after.shuffle_partitions != n:
+            return f"the restarted query pinned {after.shuffle_partitions} partitions"
+        parts = {op.partitions for op in after.operators}
+        if parts != {n}:
+            return f"the restarted query's state stores have {parts} partitions"
+        return None
+    return check
 
 
 def cases(t: dict) -> list[dict]:
@@ -269,7 +290,7 @@ def cases(t: dict) -> list[dict]:
               verdicts={"migrate"}),
         _case("group_key_changed", b,
               plan([source(ev), agg(group=(("g", "g"),)), sink(key=("g",))]),
-              "wrong_state", oracle=oracle_sum_by("g"), verdicts={"migrate", "unsupported"}),
+              "wrong_state", oracle=oracle_sum_by("g"), verdicts={"unsupported"}),
         _case("key_type_widened", plan([source(ev), agg(group=(("n", "n"),)),
                                         sink(key=("n",))]),
               plan([source(ev), agg(group=(("n", "CAST(n AS BIGINT)"),)), sink(key=("n",))]),
@@ -284,7 +305,7 @@ def cases(t: dict) -> list[dict]:
               join_plan(t["orders"], t["pays"], "left"), "starts", oracle=oracle_left_join,
               topic="join", verdicts={"in_place"}),
         _case("state_partitions_changed", b, base(ev, partitions=4), "starts",
-              oracle=oracle_sum_by("k"), verdicts={"in_place"}),
+              oracle=oracle_sum_by("k"), verdicts={"in_place"}, after=kept_partitions(2)),
         _case("stateful_added_before", b, _dedup_before(b), "fails",
               "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
               verdicts={"migrate"}),
@@ -389,9 +410,10 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
                              b if c["topic"] != "join" else orders_b(),
                              kafka.read_all(out))
             did, cls = ("starts" if ok else "wrong_state"), None
+        after = c["after"](old_dir / "ck", case_dir / "ck") if c["after"] else None
         RESULTS.append({"case": c["name"], "predicted": restart["outcome"],
                         "predicted_error": restart["error_class"], "spark": did,
-                        "error": cls, "verdict": report.verdict})
+                        "error": cls, "verdict": report.verdict, "after": after})
     table = "\n".join(f"{r['case']:28} predicted {r['predicted']:11} "
                       f"{r['predicted_error'] or '':55} spark {r['spark']:11} "
                       f"{r['error'] or '':55} verdict {r['verdict']}" for r in RESULTS)
@@ -402,6 +424,7 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
         if c["error_class"] is not None:
             assert r["error"] == c["error_class"], f"{c['name']}: {r}\n{table}"
         assert r["verdict"] in c["verdicts"], f"{c['name']}: {r}\n{table}"
+        assert r["after"] is None, f"{c['name']}: {r['after']}\n{table}"
     wrong = [r for r in RESULTS if r["predicted"] != r["spark"] or
              (r["spark"] == "fails" and r["predicted_error"] != r["error"])]
     assert not wrong, f"the check mispredicted:\n{table}"
