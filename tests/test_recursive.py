@@ -117,6 +117,12 @@ def test_body_paths_say_whether_semi_naive_may_feed_new_rows_only():
         {"id": "both", "step": "union", "version": 1, "inputs": ["up", "r"]}]
     r["body_output"] = "both"
     assert body_paths(load(doc).nodes["closure"]) == {"r": 2, "edges": 1}
+    # under UNION ALL the same body cannot run (semi-naive would count a row by the order
+    # of evaluation): refused when the plan is loaded, not when it is deployed
+    r["union"] = "bag"
+    e = _bad(lambda d: d.update(copy.deepcopy(doc)))
+    assert e.pointer.endswith("/union"), str(e)
+    assert "r (2 paths)" in str(e) and "union 'set'" in str(e)
 
 
 def test_check_does_not_import_spark_for_a_recursive_plan(tmp_path):

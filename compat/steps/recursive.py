@@ -193,6 +193,15 @@ def _check_body(rec: Recursive, ctx: InferContext) -> dict[str, str]:
                             expected="filter, project, explode, union, inner or left_semi "
                             "join", found=repr(n.type if n.step == "join"  # type: ignore
                                                else n.step))
+    if rec.version >= V2 and rec.union == "bag" and any(
+            n > 1 for n in body_paths(rec).values()):
+        # semi-naive evaluation feeds a path only the new rows; under UNION ALL a row
+        # reached along two paths would be counted by the order of evaluation
+        raise ctx.err(rec, "union", "a bag (UNION ALL) recursion needs a body that reads the "
+                      "loop and each further input along one path at most",
+                      expected="a linear body, or union 'set'",
+                      found="an input read along several paths: " + ", ".join(
+                          f"{i} ({n} paths)" for i, n in body_paths(rec).items() if n > 1))
     return inner
 
 
