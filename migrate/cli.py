@@ -171,9 +171,14 @@ def main() -> None:
               show_default=True, help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to a file instead of stdout.")
+@click.option("--kafka-config", "kafka_config", envvar="THESEUS_KAFKA_CONFIG", default=None,
+              metavar="FILE", help="With --query on a Kafka store (kafka://...): the Kafka "
+              "client properties to read it with (default: $THESEUS_KAFKA_CONFIG); a check "
+              "of plans alone reads no file.")
 def check(paths: tuple[str, ...], against: str | None, checkpoint: str | None,
           query: str | None, state: str, require: str, schema_compat: str,
-          allow_migration: bool, fmt: str, output: str | None) -> None:
+          allow_migration: bool, fmt: str, output: str | None,
+          kafka_config: str | None) -> None:
     from compat.check import check_files, parse_require
     from compat.errors import CheckError
     from compat.report import render
@@ -187,6 +192,11 @@ def check(paths: tuple[str, ...], against: str | None, checkpoint: str | None,
                              + (", --against" if against is not None else "")
                              + (", both --checkpoint and --query"
                                 if checkpoint is not None and query is not None else ""))
+        if query is not None:
+            # the store may be a secured Kafka topic (a plan-only check loads no settings)
+            from gates.kafkaconf import use
+
+            use(kafka_config)
         # Only this path imports PySpark (lazily, in migrate.stateops).
         from migrate.ckcheck import check_checkpoint
 
@@ -282,6 +292,7 @@ def plan_compile(path: str, output: str | None) -> None:
                                  "Spark's Kafka sink gives).")
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Ask this broker for partition counts instead of the job's.")
+@kafka_config_option
 def plan_import(target: str, output: str | None, partitions: int | None,
                 delivery: str | None, bootstrap: str | None) -> None:
     """Import a PySpark job: FILE.py is imported and FUNCTION(spark) (default: build)

@@ -221,6 +221,8 @@ def test_cli_errors_are_redacted(tmp_path):
 
 
 @pytest.mark.parametrize("cmd", [["run", "p.json", "--bootstrap", "h:1"],
+                                 ["check", "p.json", "--query", "q"],
+                                 ["plan", "import", "job.py"],
                                  ["migrate", "start", "p.json", "--bootstrap", "h:1"],
                                  ["migrate", "resume", "q"], ["migrate", "abort", "q"],
                                  ["migrate", "status", "q"], ["stop", "q"]])
@@ -345,3 +347,57 @@ def test_the_kafka_store_takes_several_brokers():
     for bad in ("kafka://h1:9092,/st", "kafka://h1/st", "kafka://h1:1,h2/st"):
         with pytest.raises(RuntimeFailure, match="malformed Kafka store address"):
             parse_spec(bad)
+
+
+def test_check_query_reads_a_kafka_store_with_the_settings(tmp_path, monkeypatch):
+    """``check --query NAME --state kafka://...``: the store's clients get --kafka-config
+    (a secured broker answers nothing else); a plan-only check never reads the file."""
+    from compat.checkpoint import CheckpointError
+    from migrate import ckcheck
+
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                   f"sasl.username=alice\nsasl.password={SECRET}\n")
+    seen = {}
+
+    def fake_check(checkpoint, path, **kw):
+        seen["conf"] = kafkaconf.active()
+        raise CheckpointError("stop here", expected="-", found="-")
+
+    monkeypatch.setattr(ckcheck, "check_checkpoint", fake_check)
+    kafkaconf.use(None)
+    r = _cli("check", "--query", "q", "--state", "kafka://h:1/theseus", "--kafka-config",
+             str(cfg), str(ROOT / "fixtures/upgrades/transparent_stream_source_version_bump"
+                                  / "new.json"))
+    assert r.exit_code == 2 and SECRET not in r.output, r.output
+    assert seen["conf"].get("sasl.username") == "alice"
+    kafkaconf.use(None)
+    # a plan-only check with a missing file named in the environment still checks
+    old = ROOT / "fixtures/upgrades/transparent_stream_source_version_bump/old.json"
+    r = _cli("check", str(old), str(old),
+             env={kafkaconf.ENV: str(tmp_path / "absent.properties")})
+    assert r.exit_code == 0, r.output
+
+
+def test_plan_import_asks_the_broker_with_the_settings(tmp_path, monkeypatch):
+    import confluent_kafka.admin as admin_mod
+
+    from migrate import adopt
+
+    got = {}
+
+    class Admin:
+        def __init__(self, conf):
+            got.update(conf)
+            raise RuntimeError("no broker here")
+
+    monkeypatch.setattr(admin_mod, "AdminClient", Admin)
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(f"sasl.username=alice\nsasl.password={SECRET}\n"
+                   "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n")
+    kafkaconf.use(str(cfg))
+    try:
+        assert adopt.topic_partitions("h:1", "t") is None
+    finally:
+        kafkaconf.use(None)
+    assert got["sasl.username"] == "alice" and got["bootstrap.servers"] == "h:1"

@@ -211,8 +211,11 @@ def topic_partitions(bootstrap: str | None, topic: str) -> int | None:
     try:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000,
-                             "log_level": 0, "logger": _Quiet()})
+        from gates.kafkaconf import active
+
+        # the process's Kafka settings (--kafka-config): a secured broker answers only them
+        admin = AdminClient({"bootstrap.servers": bootstrap, **active(),
+                             "socket.timeout.ms": 3000, "log_level": 0, "logger": _Quiet()})
         md = admin.list_topics(topic, timeout=BROKER_TIMEOUT).topics.get(topic)
     except Exception:
         return None
