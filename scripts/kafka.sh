@@ -292,6 +292,9 @@ cmd_start() {
     local first="${KAFKA_BOOTSTRAP%%,*}"
     if kafka_answers "${first%:*}" "${first##*:}"; then
       say "using broker from KAFKA_BOOTSTRAP"
+      local given; given=$(echo "$KAFKA_BOOTSTRAP" | tr ',' '\n' | grep -c .)
+      [ "$N" -le 1 ] || [ "$given" -ge "$N" ] || say "warning: BROKERS=$N asked, but" \
+        "KAFKA_BOOTSTRAP names $given broker(s): that cluster is used as it is"
       echo "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"; return 0
     fi
     say "no broker answers at KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP; starting a local one"
