@@ -665,6 +665,10 @@ def walk(ast: Ast):
     while stack:
         node = stack.pop()
         yield node
+        if node[0] in _NAMES:
+            # a column's or star's name path is names, not sub-trees: a table called `fn`
+            # or `col` would otherwise be read as a call or a column
+            continue
         for part in node[1:]:
             if isinstance(part, tuple) and part:
                 if isinstance(part[0], str) and part[0] in _TAGS:
@@ -679,6 +683,7 @@ def walk(ast: Ast):
                                          and x[0] in _TAGS)
 
 
+_NAMES = frozenset({"col", "star"})
 _TAGS = frozenset({"col", "lit", "fn", "star", "bin", "un", "is", "in", "between", "like",
                    "case", "cast", "index", "field", "lambda", "interval", "typed", "opaque"})
 

@@ -118,3 +118,14 @@ def test_sqlglot_fallback_accepts_valid_spark_outside_the_subset():
     # a FILTER-free aggregate with an ORDER BY inside is outside our parser's subset
     ast = E.parse("array_sort(arr, (l, r) -> CASE WHEN l < r THEN -1 ELSE 1 END)")
     assert ast[0] in ("fn", "opaque")
+
+
+def test_a_qualifier_named_like_an_ast_tag_is_a_name_not_a_call():
+    """An input called ``FN`` (or ``col``): ```FN`.b`` is a column, not a call of b()
+    (found by test_renaming_node_ids_never_changes_signatures drawing the id 'FN')."""
+    from compat import expr as E
+
+    for text, used in (("`AJ`.a > `FN`.b", set()), ("`col`.y + 1", set()),
+                       ("upper(`fn`.b)", {"upper"})):
+        assert E.functions(E.parse(text)) == used, text
+    assert E.analyze("`FN`.b") is not None
