@@ -104,18 +104,23 @@ def test_help_documents_exit_codes():
         assert word in r.output
 
 
-def test_check_imports_no_spark_and_no_kafka_client():
-    old, new = pair("ship_load_capacity_rule_changed")
-    # main() rather than the entry point, whose exit after a check skips the print below
-    code = (f"import sys; sys.argv=['theseus','check',{old!r},{new!r}];\n"
+def _check_in_a_fresh_process(old, new) -> str:
+    """``theseus check OLD NEW`` in a new interpreter (main() rather than the entry point,
+    whose exit after a check skips the prints): its output, then ``EXIT <code>`` and
+    ``LOADED <heavy modules loaded> <sqlglot loaded>``."""
+    code = (f"import sys; sys.argv=['theseus','check',{str(old)!r},{str(new)!r}];\n"
             "from migrate.cli import main\n"
             "try:\n    main()\n"
-            "except SystemExit: pass\n"
+            "except SystemExit as e: print('EXIT', e.code)\n"
             "bad=[m for m in sys.modules if m.split('.')[0] in "
             "('pyspark','confluent_kafka','py4j','pandas','pyarrow')]\n"
-            "print('LOADED', bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout
+            "print('LOADED', bad, 'sqlglot' in sys.modules)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True).stdout
+
+
+def test_check_imports_no_spark_and_no_kafka_client():
+    out = _check_in_a_fresh_process(*pair("ship_load_capacity_rule_changed"))
     assert "LOADED []" in out, out
 
 
@@ -126,15 +131,7 @@ def test_check_of_sql_plans_imports_no_spark_and_no_kafka_client(tmp_path):
     new = tmp_path / "new.sql"
     # a grouping key changed: a real check with findings, not only a parse
     new.write_text(old.read_text().replace("lower(customer)", "upper(customer)"))
-    code = (f"import sys; sys.argv=['theseus','check',{str(old)!r},{str(new)!r}];\n"
-            "from migrate.cli import main\n"
-            "try:\n    main()\n"
-            "except SystemExit as e: print('EXIT', e.code)\n"
-            "bad=[m for m in sys.modules if m.split('.')[0] in "
-            "('pyspark','confluent_kafka','py4j','pandas','pyarrow')]\n"
-            "print('LOADED', bad, 'sqlglot' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout
+    out = _check_in_a_fresh_process(old, new)
     assert "verdict: migrate" in out and "EXIT 1" in out, out
     assert "LOADED [] True" in out, out
 
