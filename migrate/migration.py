@@ -121,6 +121,21 @@ TERMINAL = ("done", "aborted", "refused")
 CUT_POLL = 0.05
 
 
+def trigger_seconds(trigger: str) -> float:
+    """Seconds of a processing-time trigger as ``--trigger`` says it (``1 second``,
+    ``500 milliseconds``, ``2 minutes``); 1.0 when it does not parse."""
+    units = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0,
+             "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+    parts = trigger.strip().lower().split()
+    try:
+        n = float(parts[0])
+    except (IndexError, ValueError):
+        return 1.0
+    unit = parts[1].rstrip("s") if len(parts) > 1 else "s"
+    unit = unit if unit in units else unit + "s" if unit + "s" in units else unit
+    return n * units.get(unit, 1.0)
+
+
 def step_number(kind: str, phase: str) -> int | None:
     """The number of ``phase`` on the path ``kind`` (``shadow``, ``in_place``, or "" while
     undecided), None for a phase that is not a step (``aborted``, ``refused``)."""
@@ -1009,21 +1024,46 @@ class Migrator:
     def catch_up(self) -> None:
         """Step 3 of a cascade's downstream: no pause of its own (its cut is the upstream's,
         propagated); its shadow reads the upstream shadow's side topic: wait until it is near
-        that topic's head, so that it switches quickly at the upstream's hand-over."""
+        that topic's head and keeps the trigger's pace there (``steady_batches`` batches in
+        a row, each planned within 1.3 trigger intervals of the one before), so that it
+        switches quickly at the upstream's hand-over. A shadow fresh from its backfill runs
+        its first batches on a cold JVM, slower than its trigger: cut then, each of its two
+        batches of the hand-over (the side topic's tail, then the topic from the cut) would
+        add to the chain's stall. A shadow that stays near the head but never keeps the pace
+        (a machine too slow for the trigger) is not waited for beyond three times as many
+        batches."""
         from gates.cascade import read_switch
 
         inst = self.m.new_instance
         sw = read_switch(self.store.root, inst) or {}
         side = sw.get("side") or self.upstream().compare_topic()
+        pace = 1.3 * trigger_seconds(self.m.trigger)
+        seen = {"time": None, "paced": 0, "near": 0}
 
         def near() -> bool:
-            done = self.acked(inst).get(side, {})
+            try:
+                entry = read_ack(self.store.root, inst)["topics"].get(side) or {}
+            except GateStateError:
+                entry = {}
+            done = {int(p): int(o) for p, o in (entry.get("offsets") or {}).items()}
             high = self.high_watermarks([side]).get(side, {})
             lag = sum(max(0, h - done.get(p, 0)) for p, h in high.items())
-            self.live(f"  downstream shadow on {side}: lag {lag:,} records", "catch up")
-            return self.running(inst) and lag <= self.lag_threshold
+            at = entry.get("time")
+            if not self.running(inst) or lag > self.lag_threshold:
+                seen.update(paced=0, near=0)
+            elif at is not None and at != seen["time"]:  # a new batch planned
+                if seen["time"] is not None:
+                    seen["near"] += 1
+                    paced = float(at) - float(seen["time"]) <= pace
+                    seen["paced"] = seen["paced"] + 1 if paced else 0
+            seen["time"] = at
+            self.live(f"  downstream shadow on {side}: lag {lag:,} records, "
+                      f"{seen['paced']} of {self.steady_batches} batches at the trigger's "
+                      "pace", "catch up")
+            return seen["paced"] >= self.steady_batches or \
+                seen["near"] >= 3 * self.steady_batches
 
-        self.wait(f"the shadow '{inst}' to catch up with {side}", near, interval=0.5,
+        self.wait(f"the shadow '{inst}' to catch up with {side}", near, interval=0.25,
                   show=False)
         self.m.phase = "cut"
         self.save()

@@ -650,6 +650,48 @@ def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut
     assert db.m.phase == "align"
 
 
+@pytest.mark.parametrize("spacing, batches", [
+    # cold first (2 s a batch under a 1 s trigger), then at the trigger's pace: waited for
+    # until 3 batches in a row keep it
+    ([2.0, 2.0, 1.0, 1.5, 1.0, 1.0, 1.0], 7),
+    # never at the pace: not waited for beyond 3 x 3 batches near the head
+    ([2.0] * 12, 9),
+])
+def test_the_downstream_shadow_is_cut_only_once_it_keeps_the_trigger_pace(
+        tmp_path, monkeypatch, spacing, batches):
+    import migrate.migration as mm
+
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
+                  new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
+                  phase="pause", trigger="1 second")
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 0})
+    mig = Migrator(store, m, echo=lambda s: None, steady_batches=3)
+    times = [100.0]
+    for d in spacing:
+        times.append(times[-1] + d)
+    looks = {"n": 0, "planned": 0}
+
+    def read_ack(root, inst):  # each look sees the next batch planned, at the lag head
+        i = min(looks["n"], len(times) - 1)
+        looks["n"] += 1
+        looks["planned"] = i
+        return {"topics": {"t.shadow": {"offsets": {"0": 500}, "time": times[i]}}}
+
+    monkeypatch.setattr(mm, "read_ack", read_ack)
+    monkeypatch.setattr(Migrator, "running", lambda self, inst: True)
+    monkeypatch.setattr(Migrator, "high_watermarks",
+                        lambda self, topics: {"t.shadow": {0: 600}})
+
+    def wait(self, what, cond, interval=0.2, show=True):
+        while not cond():
+            assert looks["n"] < 50, "never done"
+
+    monkeypatch.setattr(Migrator, "wait", wait)
+    mig.catch_up()
+    assert looks["planned"] == batches and mig.m.phase == "cut"
+
+
 # -- the control records' tombstones ------------------------------------------------------
 
 @pytest.mark.parametrize("role", ["upstream", "middle", "downstream"])
