@@ -10,6 +10,8 @@ occupy an offset); nothing else about them is special.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -147,6 +149,31 @@ def write_control_events(
         return {t: dict(sorted(ps.items())) for t, ps in cut.items()}
     finally:
         producer.flush(0)
+        dispose(producer)
+
+
+#: seconds a producer handed to :func:`dispose` is kept before it is let go
+DISPOSE_AFTER = 1.0
+
+
+def dispose(client: Any) -> threading.Thread:
+    """Let go of a librdkafka client on a daemon thread, once its caller has returned.
+
+    Destroying a producer can take from 100 ms to a second (confluentinc/librdkafka#1690,
+    #1895); when the last reference goes in the caller, that time is spent on the caller's
+    path: in a cascade, between the control events of the propagated cut and the cap on
+    the downstream's old query (measured 0.5 s). The client keeps no work: every delivery
+    was awaited (or given up) before this, and confluent-kafka releases the GIL while it
+    destroys."""
+    box = [client]
+
+    def drop() -> None:
+        time.sleep(DISPOSE_AFTER)  # the caller's frame lets go first
+        box.clear()
+
+    t = threading.Thread(target=drop, daemon=True, name="theseus-dispose")
+    t.start()
+    return t
 
 
 def control_key(migration_id: str) -> bytes:
