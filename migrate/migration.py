@@ -346,6 +346,9 @@ class Migrator:
         #: a cascade's driver hands each downstream its upstream's migrator (one record in
         #: memory per migration: what one writes, the other reads)
         self.up: Migrator | None = None
+        #: a cascade's upstream: the producer of the propagated cut's control events,
+        #: created while the old query finishes (gates.control.control_producer)
+        self.control: Any = None
 
     # -- helpers --------------------------------------------------------------------------
     def resume_hint(self) -> str:
@@ -1162,8 +1165,9 @@ class Migrator:
             from gates.control import write_control_events
 
             topic = self.plans()[1].sink.topic
+            producer, self.control = self.control, None
             out = write_control_events(self.m.bootstrap, [topic], self.m.id,
-                                       deadline=self.deadline)
+                                       deadline=self.deadline, producer=producer)
             self.m.out_cut = _offsets_json(out)
             self.save()
             self.echo(f"  propagated the cut into {topic}: " + json.dumps(self.m.out_cut))
@@ -1301,6 +1305,10 @@ class Migrator:
                 (g_new.mode, g_new.cap, g_new.follow) != (
                     "capped", {t: full[t] for t in per[inst]}, old):
             self.arm(full)  # resumed after a crash in step 4 (or a refused abort)
+        if self.m.feeds and not self.m.out_cut and self.control is None:
+            from gates.control import control_producer
+
+            self.control = control_producer(self.m.bootstrap, deadline=self.deadline)
         for q, ts in per.items():
             if self.m.feeds and q == self.source_gate(inst):
                 continue  # awaited by note_side_end

@@ -692,6 +692,45 @@ def test_the_downstream_shadow_is_cut_only_once_it_keeps_the_trigger_pace(
     assert looks["planned"] == batches and mig.m.phase == "cut"
 
 
+def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_query_finished(
+        tmp_path, monkeypatch):
+    """An idempotent producer sends nothing for its first half second (librdkafka asks for
+    its producer id again 500 ms after it is created): the upstream creates it before it
+    waits for its old query at the cut, and propagates with it."""
+    import gates.control as gc
+
+    store, ua, db = handing_over(tmp_path, monkeypatch)
+    made: list = []
+    monkeypatch.setattr(gc, "control_producer",
+                        lambda bootstrap, deadline: made.append(object()) or made[-1])
+    used: list = []
+
+    def write(bootstrap, topics, mid, deadline, producer=None):
+        used.append(producer)
+        return {"t": {0: 7, 1: 3}}
+
+    monkeypatch.setattr(gc, "write_control_events", write)
+    before = {"made": None}
+
+    def old_reaches_the_cut():  # the old query finishes after the producer exists
+        before["made"] = len(made)
+        write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 1,
+                                                         retire="ma"))
+
+    real_wait = Migrator.wait
+
+    def wait(self, what, cond, interval=0.2, show=True):
+        if what == "'a' to reach the cut":
+            old_reaches_the_cut()
+        return real_wait(self, what, cond, interval, show)
+
+    monkeypatch.setattr(Migrator, "wait", wait)
+    ua.step_align()
+    ua.step_propagate()
+    assert before["made"] == 1 and used == made and ua.control is None
+    assert ua.m.out_cut == {"t": {"0": 7, "1": 3}} and ua.m.phase == "cutover"
+
+
 def test_the_control_events_producer_is_destroyed_off_the_hand_over_path(monkeypatch):
     """librdkafka's destroy can take a second: the client is let go on a daemon thread once
     the caller returned, not on the migrator's."""
