@@ -184,7 +184,8 @@ def dispose(client: Any) -> threading.Thread:
     Destroying a producer can take from 100 ms to a second (confluentinc/librdkafka#1690,
     #1895); when the last reference goes in the caller, that time is spent on the caller's
     path: in a cascade, between the control events of the propagated cut and the cap on
-    the downstream's old query (measured 0.5 s). The client keeps no work: every delivery
+    the downstream's old query. (The 0.5 s measured there first was the producer's start,
+    not its destroy: :func:`control_producer`.) The client keeps no work: every delivery
     was awaited (or given up) before this, and confluent-kafka releases the GIL while it
     destroys."""
     box = [client]
