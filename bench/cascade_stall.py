@@ -14,7 +14,15 @@ not reconcile (``--reconcile off``): this measures the chain's hand-over alone.
   control events to the new upstream's first record after them;
 * **oracle** — every row of O from the new chain has ``ws == 10 * s`` (the new downstream
   over the new upstream over all history) and the last row per key is the new chain over
-  all input.
+  all input;
+* **where the stall goes** (``breakdown_seconds``) — the moments of the hand-over, in
+  seconds after the old upstream's last record in T: Kafka timestamps of the records in T
+  and O, and the migrator's own (the phases and marks in each migration's ``history``:
+  when it saw the old upstream at the cut, capped the old downstream, saw the upstream
+  shadow at the cut and wrote the downstream shadow's switch, saw the old downstream
+  read its cap, released the new upstream).  A moment the migrator does not mark (an
+  older theseus) is taken from the phase it starts, and says so.  Each run is also
+  appended to ``bench/results/cascade_runs.jsonl`` with the commit it measured.
 """
 
 from __future__ import annotations
@@ -125,7 +133,7 @@ def cascade_part(bs: str) -> dict:
     cut_t = {int(p): o for p, o in m_up.out_cut[mid].items()}
     from confluent_kafka import Consumer, TopicPartition
 
-    before_ms, after_ms = [], []
+    before_ms, after_ms, control_ms = [], [], []
     c = Consumer({"bootstrap.servers": bs, "group.id": f"bench-{tag}",
                   "isolation.level": "read_committed", "enable.auto.commit": False})
     for p, o in cut_t.items():
@@ -134,7 +142,11 @@ def cascade_part(bs: str) -> dict:
         deadline = time.monotonic() + 60
         while got < 400 and time.monotonic() < deadline:
             for msg in c.consume(500, timeout=1.0):
-                if msg.error() or is_control(msg.headers()):
+                if msg.error():
+                    continue
+                if is_control(msg.headers()):
+                    if msg.offset() == o:  # the propagated cut's own control event
+                        control_ms.append(msg.timestamp()[1])
                     continue
                 got += 1
                 (before_ms if msg.offset() < o else after_ms).append(
@@ -156,16 +168,87 @@ def cascade_part(bs: str) -> dict:
         bad_ws += d.get("ws") != 10 * d["s"]
         last[d["k"]] = d
     wrong = [k for k, d in last.items() if d["s"] != total[k]]
-    return {"keys": KEYS, "input_rate_per_s": reconcile_stall.RATE,
-            "trigger_seconds": TRIGGER_S, "migration_seconds": round(took, 1),
-            "stall_end_to_end_seconds": round(stall, 2),
-            "stall_end_to_end_trigger_intervals": round(stall / TRIGGER_S, 2),
-            "upstream_stall_seconds": None if up_stall is None else round(up_stall, 2),
-            "target": "the chain's stall at most 2 trigger intervals end to end",
-            "new_rows_without_the_new_upstream_column": bad_ws,
-            "keys_written_after_the_cut_not_the_new_chain_over_all_input": len(wrong),
-            "cut": m_up.cut, "propagated_cut": m_up.out_cut,
-            "downstream_phase": m_down.phase}
+    moments = breakdown(m_up.history, m_down.history,
+                        old_up_last=max((t for _o, t in before_ms), default=None),
+                        control=min(control_ms, default=None),
+                        new_up_first=min((t for _o, t in after_ms), default=None),
+                        old_down_last=max(r[1] for r in rows[:first_new]),
+                        new_down_first=rows[first_new][1])
+    out = {"keys": KEYS, "input_rate_per_s": reconcile_stall.RATE,
+           "trigger_seconds": TRIGGER_S, "migration_seconds": round(took, 1),
+           "stall_end_to_end_seconds": round(stall, 2),
+           "stall_end_to_end_trigger_intervals": round(stall / TRIGGER_S, 2),
+           "upstream_stall_seconds": None if up_stall is None else round(up_stall, 2),
+           "target": "the chain's stall at most 2 trigger intervals end to end",
+           "breakdown_seconds": moments,
+           "new_rows_without_the_new_upstream_column": bad_ws,
+           "keys_written_after_the_cut_not_the_new_chain_over_all_input": len(wrong),
+           "cut": m_up.cut, "propagated_cut": m_up.out_cut,
+           "downstream_phase": m_down.phase}
+    log_run(out)
+    return out
+
+
+#: the moments of the hand-over: (name, migration, mark, phase entered when unmarked)
+MOMENTS = (
+    ("migrator saw the old upstream at the cut", "up", "old_at_cut", "propagate"),
+    ("old downstream capped at the propagated cut", "down", "capped", "cut"),
+    ("upstream shadow at the cut: downstream shadow's switch written", "down", "switch",
+     None),
+    ("old downstream read its cap", "down", "seen", "align"),
+    ("new upstream released", "up", "opened", "cutover"),
+)
+
+
+def first_at(history: list, name: str) -> float | None:
+    return next((float(t) for n, t in history if n == name), None)
+
+
+def breakdown(up_history: list, down_history: list, *, old_up_last: int | None,
+              control: int | None, new_up_first: int | None, old_down_last: int,
+              new_down_first: int) -> dict[str, float | None]:
+    """The moments of the chain's hand-over in seconds after the old upstream's last record
+    in T (Kafka timestamps in ms; the migrator's history in unix seconds, same clock)."""
+    if old_up_last is None:
+        return {}
+    t0 = old_up_last / 1000
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else round(t - t0, 2)
+
+    out: dict[str, float | None] = {"old upstream's last record in T": 0.0}
+    hist = {"up": up_history, "down": down_history}
+    for name, who, mark, phase in MOMENTS:
+        t = first_at(hist[who], mark)
+        if t is None and phase is not None:
+            t = first_at(hist[who], phase)
+            name += f" (unmarked: {who}stream phase '{phase}' entered)"
+        out[name] = rel(t)
+    out["control events in T"] = rel(None if control is None else control / 1000)
+    out["new upstream's first record in T"] = rel(
+        None if new_up_first is None else new_up_first / 1000)
+    out["old downstream's last row in O"] = rel(old_down_last / 1000)
+    out["new downstream's first row in O"] = rel(new_down_first / 1000)
+    return dict(sorted(out.items(), key=lambda kv: (kv[1] is None, kv[1] or 0)))
+
+
+def log_run(result: dict) -> None:
+    """Every run, appended with the commit it measured (the stall varies from run to run:
+    all of them are kept, not the best)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    line = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": commit + ("+changes" if dirty else ""),
+            **{k: result[k] for k in ("stall_end_to_end_seconds", "upstream_stall_seconds",
+                                      "breakdown_seconds",
+                                      "new_rows_without_the_new_upstream_column",
+                                      "keys_written_after_the_cut_not_the_new_chain_over_"
+                                      "all_input")}}
+    path = ROOT / "bench" / "results" / "cascade_runs.jsonl"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":

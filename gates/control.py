@@ -10,6 +10,8 @@ occupy an offset); nothing else about them is special.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -73,6 +75,31 @@ def topic_partitions(client: Any, topic: str, timeout: Deadline | float = 10.0) 
                            partition=e.partition, expected=e.expected, found=e.found) from e
 
 
+WHAT = "the control records' delivery reports"
+
+
+def control_producer(bootstrap: str, *, deadline: Deadline | float = 30.0,
+                     producer_config: Mapping[str, Any] | None = None) -> Any:
+    """The idempotent producer (acks=all) :func:`write_control_events` writes with.
+
+    Created ahead of the moment its records are due, it is ready then: an idempotent
+    producer asks for its producer id as it is created, finds no broker connection up yet,
+    and asks again only 500 ms later (librdkafka's PID timer), and nothing it produces is
+    sent before. In a cascade that half second lay between the old upstream query's
+    last batch and the cap on the downstream's old query."""
+    from confluent_kafka import Producer
+
+    deadline = Deadline.of(deadline)
+    conf = client_conf(bootstrap, **{
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 0,
+        "message.timeout.ms": max(1000, int(deadline.timeout(WHAT) * 1000)),
+    })
+    conf.update(producer_config or {})
+    return Producer(conf)
+
+
 def write_control_events(
     bootstrap: str,
     topics: list[str],
@@ -80,27 +107,24 @@ def write_control_events(
     *,
     deadline: Deadline | float = 30.0,
     producer_config: Mapping[str, Any] | None = None,
+    producer: Any = None,
 ) -> dict[str, dict[int, int]]:
     """Write one control record into every partition of every topic; return the cut vector.
 
-    Uses an idempotent producer (acks=all), waits for every delivery report (within
+    Uses an idempotent producer (acks=all; ``producer``: one of :func:`control_producer`,
+    created ahead, which this call then owns), waits for every delivery report (within
     ``deadline``: a :class:`~gates.deadline.Deadline` or seconds) and returns
     ``C = {topic: {partition: offset of its control record}}``.  Raises
     :class:`~compat.errors.ControlError` naming the topic and partition of any record that
     was not delivered, :class:`~compat.errors.DeadlineExceeded` when the deadline ran out.
     """
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
     deadline = Deadline.of(deadline)
-    what = "the control records' delivery reports"
-    conf = client_conf(bootstrap, **{
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 0,
-        "message.timeout.ms": max(1000, int(deadline.timeout(what) * 1000)),
-    })
-    conf.update(producer_config or {})
-    producer = Producer(conf)
+    what = WHAT
+    if producer is None:
+        producer = control_producer(bootstrap, deadline=deadline,
+                                    producer_config=producer_config)
     try:
         layout = {t: topic_partitions(producer, t, deadline) for t in dict.fromkeys(topics)}
         count = sum(len(ps) for ps in layout.values())
@@ -147,6 +171,32 @@ def write_control_events(
         return {t: dict(sorted(ps.items())) for t, ps in cut.items()}
     finally:
         producer.flush(0)
+        dispose(producer)
+
+
+#: seconds a producer handed to :func:`dispose` is kept before it is let go
+DISPOSE_AFTER = 1.0
+
+
+def dispose(client: Any) -> threading.Thread:
+    """Let go of a librdkafka client on a daemon thread, once its caller has returned.
+
+    Destroying a producer can take from 100 ms to a second (confluentinc/librdkafka#1690,
+    #1895); when the last reference goes in the caller, that time is spent on the caller's
+    path: in a cascade, between the control events of the propagated cut and the cap on
+    the downstream's old query. (The 0.5 s measured there first was the producer's start,
+    not its destroy: :func:`control_producer`.) The client keeps no work: every delivery
+    was awaited (or given up) before this, and confluent-kafka releases the GIL while it
+    destroys."""
+    box = [client]
+
+    def drop() -> None:
+        time.sleep(DISPOSE_AFTER)  # the caller's frame lets go first
+        box.clear()
+
+    t = threading.Thread(target=drop, daemon=True, name="theseus-dispose")
+    t.start()
+    return t
 
 
 def control_key(migration_id: str) -> bytes:

@@ -1011,6 +1011,12 @@ class BackfillStreamReader(TheseusKafkaStreamReader):
             take = spread_limit({p: end[p] - begin.get(p, 0) for p in end},
                                 int(limit.max_rows))
             end = {p: begin.get(p, 0) + take[p] for p in end}
+        if until is not None and at is not None and \
+                all(end.get(p, begin.get(p, 0)) >= o for p, o in until.items()):
+            # This batch reads the side topic's tail: the real topic enters with it, at the
+            # cut, so the next batch already reads the new upstream's output (a batch of its
+            # own for the entry would cost the chain's stall a trigger)
+            return {side: _to_offset(side, end)[side], topic: _to_offset(topic, at)[topic]}
         if end == begin:
             return start
         return _to_offset(side, end)

@@ -102,7 +102,7 @@ class StartGate:
                 said = time.monotonic()
                 print(f"theseus start gate {self.instance}: batch {batch_id} waits for "
                       f"'{follow}' to finish the input before the cut", file=sys.stderr)
-            time.sleep(0.05)
+            time.sleep(0.02)  # two small files a look; the wait is the output's stall
 
     def at_cut(self) -> bool:
         """The batch about to be written starts at the cut and the gate is not open yet:

@@ -13,12 +13,16 @@ logical point:
 3. Pause    the upstream as in a single migration; a downstream has no pause of its own: its
             shadow catches up with the side topic.
 4. Cut      the upstream's control events in its source topics.
-5. Align    the upstream's old and new queries finish the input before the cut; then
+5. Align    the upstream's old query finishes the input before the cut; at once
             (``propagate``) one control event goes into every partition of its output topic:
-            the downstream's cut C, the same logical point in its input.  The downstream's
-            old query is capped at C and its shadow switches at C; the upstream's new query
-            holds its first output from the cut until the old downstream query has seen its
-            cap, so nothing of the new upstream's output reaches the old downstream query.
+            the downstream's cut C, the same logical point in its input (nothing else writes
+            the topic until the cutover).  The downstream's old query is capped at C right
+            away, so the trigger that reads the old upstream's last output usually reads the
+            cap too; its shadow switches at C as soon as the upstream's shadow has finished
+            the input before the cut (where its output before the cut ends in the side
+            topic).  The upstream's new query holds its first output from the cut until the
+            old downstream query has seen its cap, so nothing of the new upstream's output
+            reaches the old downstream query.
 6. Cutover  upstream first, as soon as every downstream of it adopted C (its old query
             capped there and seen to be): its new query writes the topic from the cut
             (after the control events) while the downstreams align; each downstream's new
@@ -228,6 +232,9 @@ class Driver:
         self.deadline = deadline
         self.order = [Migrator(store, Migration.load(store, mid), echo, deadline=deadline,
                                live=live) for mid in c.migrations]
+        by_id = {x.m.id: x for x in self.order}
+        for x in self.order:  # a downstream records in its upstream's migration (side_end)
+            x.up = by_id.get(x.m.cut_from)
 
     def save(self) -> None:
         self.c.save(self.store, self.deadline)
@@ -259,8 +266,9 @@ class Driver:
         # 3. The downstream shadows catch up with the side topics.
         for x in downstream:
             self.advance(x, "cut")
-        # 3-5. Upstream first: pause, cut, align, propagate; a downstream adopts the
-        # propagated cut (its old query capped there and seen to be) and aligns on it.
+        # 3-5. Upstream first: pause, cut, align (its old query), propagate; a downstream
+        # adopts the propagated cut (its old query capped there at once and seen to be, its
+        # shadow switching once the upstream's shadow reached the cut) and aligns on it.
         by_id = {x.m.id: x for x in order}
         for x in order:
             up = by_id.get(x.m.cut_from or "")

@@ -33,6 +33,9 @@ broker that does not answer, a control record not delivered) ends the run with o
              about one batch.  The old query's cap *retires* it: once it acknowledged C
              its sink writes nothing more and its host stops it.
 5. Align     wait until both queries acknowledge C: everything before C is committed.
+             (A cascade's upstream waits for its old query here and propagates its cut
+             into its output at once; its shadow's alignment is awaited before the
+             downstream shadow switches and before its own cutover: ``migrate.cascade``.)
 6. Cutover   wait until the shadow writes; record its gates open; stop the old query.
              A reconciling shadow (``--reconcile``, :mod:`gates.reconcile`) writes, in the
              transaction of its first batch from C, the corrections that make the compacted
@@ -114,6 +117,25 @@ PHASES: dict[str, tuple[int | None, int | None]] = {
     "done": (8, 4),
 }
 TERMINAL = ("done", "aborted", "refused")
+#: seconds between two looks at a query's acknowledgements while the output is handed over
+#: (steps 5 and 6, a cascade's adoption of the propagated cut): each look reads a small file,
+#: and every wait of the hand-over is part of the output's stall
+CUT_POLL = 0.05
+
+
+def trigger_seconds(trigger: str) -> float:
+    """Seconds of a processing-time trigger as ``--trigger`` says it (``1 second``,
+    ``500 milliseconds``, ``2 minutes``); 1.0 when it does not parse."""
+    units = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0,
+             "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+    parts = trigger.strip().lower().split()
+    try:
+        n = float(parts[0])
+    except (IndexError, ValueError):
+        return 1.0
+    unit = parts[1].rstrip("s") if len(parts) > 1 else "s"
+    unit = unit if unit in units else unit + "s" if unit + "s" in units else unit
+    return n * units.get(unit, 1.0)
 
 
 def step_number(kind: str, phase: str) -> int | None:
@@ -323,6 +345,12 @@ class Migrator:
         self.deadline = deadline or Deadline(timeout, hint=self.resume_hint())
         self.lag_threshold = lag_threshold
         self.steady_batches = steady_batches
+        #: a cascade's driver hands each downstream its upstream's migrator (one record in
+        #: memory per migration: what one writes, the other reads)
+        self.up: Migrator | None = None
+        #: a cascade's upstream: the producer of the propagated cut's control events,
+        #: created while the old query finishes (gates.control.control_producer)
+        self.control: Any = None
 
     # -- helpers --------------------------------------------------------------------------
     def resume_hint(self) -> str:
@@ -347,6 +375,11 @@ class Migrator:
         if fault == f"after:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def mark(self, name: str) -> None:
+        """Note in the history (saved with the next record) when a moment of a step that is
+        not a phase happened: where a benchmark finds where the time goes."""
+        self.m.history.append([name, round(time.time(), 3)])
+
     def wait(self, what: str, cond: Callable[[], bool], interval: float = 0.2,
              show: bool = True) -> None:
         """Poll ``cond`` until true; the deadline running out raises DeadlineExceeded.
@@ -359,11 +392,12 @@ class Migrator:
                 self.live(f"  waiting for {what} ({waited:.0f} s)", f"wait {what}")
             self.deadline.sleep(interval, what)
 
-    def check_alive(self) -> None:
+    def check_alive(self, always: bool = False) -> None:
         """A query that failed will never reach H or C: say so now, with its error and log,
-        instead of waiting for the deadline."""
-        if self.m.kind != "shadow" or not self.m.new_instance or self.m.phase not in (
-                "shadow", "pause", "cut", "align", "propagate"):
+        instead of waiting for the deadline. ``always``: whatever the phase (a cascade's
+        upstream past its propagation, whose shadow must still reach the cut)."""
+        if self.m.kind != "shadow" or not self.m.new_instance or (not always and (
+                self.m.phase not in ("shadow", "pause", "cut", "align", "propagate"))):
             return
         from migrate.run import failure_message
 
@@ -446,7 +480,10 @@ class Migrator:
         return proc.pid
 
     def upstream(self) -> Migrator:
-        """The migration of the query that feeds this one in a cascade."""
+        """The migration of the query that feeds this one in a cascade (the driver's own
+        when a driver runs both)."""
+        if self.up is not None and self.up.m.id == self.m.cut_from:
+            return self.up
         return Migrator(self.store, Migration.load(self.store, self.m.cut_from), self.echo,
                         deadline=self.deadline, live=self.live)
 
@@ -1015,21 +1052,46 @@ class Migrator:
     def catch_up(self) -> None:
         """Step 3 of a cascade's downstream: no pause of its own (its cut is the upstream's,
         propagated); its shadow reads the upstream shadow's side topic: wait until it is near
-        that topic's head, so that it switches quickly at the upstream's hand-over."""
+        that topic's head and keeps the trigger's pace there (``steady_batches`` batches in
+        a row, each planned within 1.3 trigger intervals of the one before), so that it
+        switches quickly at the upstream's hand-over. A shadow fresh from its backfill runs
+        its first batches on a cold JVM, slower than its trigger: cut then, each of its two
+        batches of the hand-over (the side topic's tail, then the topic from the cut) would
+        add to the chain's stall. A shadow that stays near the head but never keeps the pace
+        (a machine too slow for the trigger) is not waited for beyond three times as many
+        batches."""
         from gates.cascade import read_switch
 
         inst = self.m.new_instance
         sw = read_switch(self.store.root, inst) or {}
         side = sw.get("side") or self.upstream().compare_topic()
+        pace = 1.3 * trigger_seconds(self.m.trigger)
+        seen = {"time": None, "paced": 0, "near": 0}
 
         def near() -> bool:
-            done = self.acked(inst).get(side, {})
+            try:
+                entry = read_ack(self.store.root, inst)["topics"].get(side) or {}
+            except GateStateError:
+                entry = {}
+            done = {int(p): int(o) for p, o in (entry.get("offsets") or {}).items()}
             high = self.high_watermarks([side]).get(side, {})
             lag = sum(max(0, h - done.get(p, 0)) for p, h in high.items())
-            self.live(f"  downstream shadow on {side}: lag {lag:,} records", "catch up")
-            return self.running(inst) and lag <= self.lag_threshold
+            at = entry.get("time")
+            if not self.running(inst) or lag > self.lag_threshold:
+                seen.update(paced=0, near=0)
+            elif at is not None and at != seen["time"]:  # a new batch planned
+                if seen["time"] is not None:
+                    seen["near"] += 1
+                    paced = float(at) - float(seen["time"]) <= pace
+                    seen["paced"] = seen["paced"] + 1 if paced else 0
+            seen["time"] = at
+            self.live(f"  downstream shadow on {side}: lag {lag:,} records, "
+                      f"{seen['paced']} of {self.steady_batches} batches at the trigger's "
+                      "pace", "catch up")
+            return seen["paced"] >= self.steady_batches or \
+                seen["near"] >= 3 * self.steady_batches
 
-        self.wait(f"the shadow '{inst}' to catch up with {side}", near, interval=0.5,
+        self.wait(f"the shadow '{inst}' to catch up with {side}", near, interval=0.25,
                   show=False)
         self.m.phase = "cut"
         self.save()
@@ -1062,10 +1124,13 @@ class Migrator:
 
     def adopt_cut(self) -> None:
         """Step 4 of a cascade's downstream: its cut C is the control events the upstream's
-        hand-over wrote into its output topic. The old query is capped there; the shadow
-        reads the upstream shadow's side topic to its end, then the topic from C. The old
-        query must have seen its cap before the upstream's new query writes past C (the
-        upstream holds that output until this step is done), so wait for its
+        hand-over wrote into its output topic. The old query is capped there at once (the
+        upstream propagates as soon as its own old query finished: the cap is read by the
+        very trigger that reads the old upstream's last output, or the next). The shadow
+        reads the upstream shadow's side topic to where its output before the cut ends,
+        known once that shadow finished the input before the upstream's cut, then the topic
+        from C. The old query must have seen its cap before the upstream's new query writes
+        past C (the upstream holds that output until this step is done), so wait for its
         acknowledgement under the cap."""
         from gates.cascade import write_switch
 
@@ -1080,11 +1145,6 @@ class Migrator:
         self.save()
         self.echo("  cut C = " + json.dumps(self.m.cut) + f" (propagated by {up.m.id})")
         topic = self.fed_topic()
-        write_switch(self.store.root, self.m.new_instance, topic=topic,
-                     side=up.compare_topic(),
-                     side_from={int(p): o for p, o in up.m.side_from.items()},
-                     side_end={int(p): o for p, o in up.m.side_end.items()}, at=cut[topic])
-        self.flush()
         old = self.m.old_instance
         theirs = {t: cut[t] for t in self.instance_topics()[old]}
         g = read_gate(self.store.root, old)
@@ -1093,6 +1153,15 @@ class Migrator:
         self.arm(cut, old_too=not (g.mode == "capped" and g.cap == theirs and
                                    g.retire == self.m.id))
         capped = read_gate(self.store.root, old).epoch  # acknowledged under this cap
+        self.mark("capped")
+        if not up.m.side_end:
+            up.note_side_end()  # the upstream shadow finished the input before its cut
+        write_switch(self.store.root, self.m.new_instance, topic=topic,
+                     side=up.compare_topic(),
+                     side_from={int(p): o for p, o in up.m.side_from.items()},
+                     side_end={int(p): o for p, o in up.m.side_end.items()}, at=cut[topic])
+        self.flush()
+        self.mark("switch")
 
         def seen() -> bool:
             # It read the cap (it may still have input before C to finish: it plans no
@@ -1104,32 +1173,49 @@ class Migrator:
             return saw_cap(self.store.root, old, theirs, capped) or \
                 handed_over(self.store.root, old, theirs, self.m.id)
 
-        self.wait(f"'{old}' to see the propagated cut", seen)
+        self.wait(f"'{old}' to see the propagated cut", seen, interval=CUT_POLL)
+        self.mark("seen")
         self.m.phase = "align"
         self.save()
 
     def step_propagate(self) -> None:
-        """Step 5 of a cascade's upstream, after its alignment: its old query's output before
-        the cut and its shadow's are committed. Write one control event into every
-        partition of the output topic (the downstream queries' cut) and note where the
-        shadow's output before the cut ends in the side topic (where the downstream shadows
-        switch). Its new query holds its first output until the cutover (``hold``)."""
+        """Step 5 of a cascade's upstream, once its old query's output before the cut is
+        committed: write one control event into every partition of the output topic (the
+        downstream queries' cut). Nothing else writes that topic until the cutover: the old
+        query is retired at C, and the new query holds its first output from the cut
+        (``hold``). Where the shadow's output before the cut ends in the side topic is
+        noted once the shadow finished that input (:meth:`note_side_end`)."""
         self.enter("propagate")
         if not self.m.out_cut:
-            side = self.compare_topic()
-            self.m.side_end = {str(p): o for p, o in
-                               self.high_watermarks([side])[side].items()}
-            self.save()
             from gates.control import write_control_events
 
             topic = self.plans()[1].sink.topic
+            producer, self.control = self.control, None
             out = write_control_events(self.m.bootstrap, [topic], self.m.id,
-                                       deadline=self.deadline)
+                                       deadline=self.deadline, producer=producer)
             self.m.out_cut = _offsets_json(out)
             self.save()
             self.echo(f"  propagated the cut into {topic}: " + json.dumps(self.m.out_cut))
         self.m.phase = "cutover"
         self.save()
+
+    def note_side_end(self) -> None:
+        """A cascade's upstream: wait until the shadow finished the input before its cut
+        (all its output before the cut is committed to the side topic), then record where
+        that output ends (``side_end``: where the downstream shadows switch to the topic)."""
+        inst = self.m.new_instance
+        mine = self.output_cut("new")
+
+        def done() -> bool:
+            self.check_alive(always=True)
+            return is_acked(self.store.root, inst, mine)
+
+        self.wait(f"the shadow '{inst}' to reach the cut", done, interval=CUT_POLL)
+        if not self.m.side_end:
+            side = self.compare_topic()
+            self.m.side_end = {str(p): o for p, o in
+                               self.high_watermarks([side])[side].items()}
+            self.save()
 
     def arm(self, cut: dict[str, dict[int, int]], old_too: bool = True) -> None:
         """Cap both queries at C. The shadow's cap follows the old query: its source passes C
@@ -1223,7 +1309,14 @@ class Migrator:
         self.save()
 
     def step_align(self) -> None:
-        """Step 5. Both queries finish exactly the input before C."""
+        """Step 5. Both queries finish exactly the input before C.
+
+        A cascade's upstream (``feeds``) waits here for its old query only: once that
+        finished the input before C, its output topic T ends where the propagated cut will
+        be (its new query holds its output from C until the cutover), so the control
+        events go into T at once and the downstream's old query is capped there while the
+        shadow is still finishing. The shadow's alignment is awaited where it is needed:
+        the downstream shadow's switch (:meth:`note_side_end`) and this query's cutover."""
         self.enter("align")
         if self.through_loops():
             self.align_loops()
@@ -1237,10 +1330,19 @@ class Migrator:
                 (g_new.mode, g_new.cap, g_new.follow) != (
                     "capped", {t: full[t] for t in per[inst]}, old):
             self.arm(full)  # resumed after a crash in step 4 (or a refused abort)
+        if self.m.feeds and not self.m.out_cut and self.control is None:
+            from gates.control import control_producer
+
+            self.control = control_producer(self.m.bootstrap, deadline=self.deadline)
         for q, ts in per.items():
+            if self.m.feeds and q == self.source_gate(inst):
+                continue  # awaited by note_side_end
             cut = {t: full[t] for t in ts}
             self.wait(f"'{q}' to reach the cut",
-                      lambda q=q, cut=cut: is_acked(self.store.root, q, cut))
+                      lambda q=q, cut=cut: is_acked(self.store.root, q, cut),
+                      interval=CUT_POLL)
+        if self.m.feeds:
+            self.mark("old_at_cut")
         self.m.phase = "propagate" if self.m.feeds else "cutover"
         self.save()
 
@@ -1253,11 +1355,18 @@ class Migrator:
         """
         self.enter("cutover")
         old, inst = self.m.old_instance, self.m.new_instance
-        if not self.m.feeds:  # a cascade's upstream holds its output until opened here
-            self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst))
+        if self.m.feeds:
+            # A cascade's upstream holds its output until opened here; opened before its
+            # shadow finished the input before C, its output before C would go to T too.
+            self.note_side_end()
+        else:
+            self.wait(f"'{inst}' to pass the cut", lambda: self.switched(inst),
+                      interval=CUT_POLL)
         write_start_gate(self.store.root, inst, True, self.m.id,
                          reconcile=self.reconcile_spec())
         self.flush()
+        if self.m.feeds:
+            self.mark("opened")
         self.set_gate(inst, "open")
         # The old query is capped and idle; stopping its JVM now would compete for CPU with
         # the shadow's first batches. Let the shadow commit a batch past the cut first.

@@ -358,12 +358,12 @@ def test_the_downstream_shadow_reads_the_side_topic_then_the_topic_from_the_cut(
     kafka.ends["t.shadow"][0] = 38  # (a later run of the upstream shadow: not ours)
     write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 2},
                  side_end={0: 36}, at={0: 44, 1: 51})
-    tail = reader.latestOffset(end, None)
-    assert tail == {"t.shadow": {"0": 36}}
-    assert not is_acked(tmp_path, "b.g1", {"t": {0: 44, 1: 51}})
-    entry = reader.latestOffset(tail, None)
+    # the batch that reads the side topic's tail enters t at the cut, reading none of it
+    entry = reader.latestOffset(end, None)
     assert entry == {"t.shadow": {"0": 36}, "t": {"0": 44, "1": 51}}
-    assert reader.partitions(tail, entry) == []  # nothing of t before the cut is read
+    assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions(end, entry)] \
+        == [("t.shadow", 0, 30, 36)]  # nothing of t before the cut is read
+    assert not is_acked(tmp_path, "b.g1", {"t": {0: 44, 1: 51}})  # its output: pre-cut
     # from then on the real topic, acknowledged from the cut: the start gate opens there
     nxt = reader.latestOffset(entry, None)
     assert is_acked(tmp_path, "b.g1", {"t": {0: 44, 1: 51}})
@@ -371,11 +371,45 @@ def test_the_downstream_shadow_reads_the_side_topic_then_the_topic_from_the_cut(
     assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions(entry, nxt)] \
         == [("t", 0, 44, 50), ("t", 1, 51, 60)]
     assert reader.latestOffset(nxt, None) is nxt  # nothing new: the same offsets
+    # a reader already at the side topic's end when the switch arrives enters on its own
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 2})
+    again = TheseusKafkaSource({"bootstrap": "x:1", "topic": "t", "format": "json",
+                                "schema": "k STRING, x BIGINT", "store": str(tmp_path),
+                                "query": "b.g1", "node": "in"}).streamReader(None)
+    at_end = {"t.shadow": {"0": 36}}
+    assert again.latestOffset(at_end, None) == {"t.shadow": {"0": 38}}  # not known: reads on
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 2},
+                 side_end={0: 36}, at={0: 44, 1: 51})
+    assert again.latestOffset(at_end, None) == {"t.shadow": {"0": 36},
+                                                "t": {"0": 44, "1": 51}}
     # a query without a switch file reads the topic plainly
     plain = TheseusKafkaSource({"bootstrap": "x:1", "topic": "t", "format": "json",
                                 "schema": "k STRING", "store": str(tmp_path),
                                 "query": "other"}).streamReader(None)
     assert not isinstance(plain, BackfillStreamReader)
+
+
+def test_a_tail_cut_short_by_the_batch_limit_does_not_enter_the_topic_yet(tmp_path,
+                                                                         monkeypatch):
+    """A batch that stops short of where the upstream shadow's output before the cut ends
+    (``maxRecordsPerBatch``) must not enter the real topic: the batch after it would mix
+    input from before and from the cut."""
+    from gates.source import TheseusKafkaSource
+
+    FakeKafka({"t.shadow": {0: 30}, "t": {0: 50, 1: 60}}).install(monkeypatch)
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 0},
+                 side_end={0: 30}, at={0: 44, 1: 51})
+    reader = TheseusKafkaSource({"bootstrap": "x:1", "topic": "t", "format": "json",
+                                 "schema": "k STRING, x BIGINT", "store": str(tmp_path),
+                                 "query": "b.g1", "node": "in",
+                                 "maxRecordsPerBatch": "20"}).streamReader(None)
+    from gates.source import ReadMaxRows
+
+    limit = ReadMaxRows(20)
+    first = reader.latestOffset({"t.shadow": {"0": 0}}, limit)
+    assert first == {"t.shadow": {"0": 20}}
+    assert reader.latestOffset(first, limit) == {"t.shadow": {"0": 30},
+                                                 "t": {"0": 44, "1": 51}}
 
 
 # -- abort -------------------------------------------------------------------------------
@@ -519,6 +553,204 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
     t.join()
     assert mig.m.phase == "align"
     assert not is_acked(tmp_path, "b", {"t": {0: 7, 1: 3}})  # it has not reached C
+
+
+# -- the chain's hand-over: every wait as early as its condition allows ----------------------
+
+def handing_over(tmp_path, monkeypatch):
+    """The upstream 'a' (shadow 'a.g1') cut at C = {s: {0: 10}} and armed, feeding 'b'
+    (shadow 'b.g1') through t; the driver's migrators, linked as the driver links them.
+    No services: t.shadow's end is 36."""
+    from gates.deadline import Deadline
+
+    cut = {"s": {"0": 10}}
+    store = abortable_cascade(tmp_path, "align", a_cut=cut)
+    monkeypatch.setattr(Migrator, "high_watermarks",
+                        lambda self, topics: {t: {0: 36} for t in topics})
+    c = Cascade.load(store, "c1")
+    d = Driver(store, c, lambda s: None, Deadline(5))
+    ua, db = d.order
+    assert db.upstream() is ua  # one record in memory per migration
+    ua.arm(_cut(cut))
+    return store, ua, db
+
+
+def _cut(doc):
+    return {t: {int(p): o for p, o in ps.items()} for t, ps in doc.items()}
+
+
+def test_an_upstream_propagates_once_its_old_query_finished_not_waiting_for_its_shadow(
+        tmp_path, monkeypatch):
+    """Its output topic ends there (the old query retired, the new one holds its output),
+    so the downstream's old query can be capped while the shadow finishes; the shadow's
+    alignment is awaited before its output from the cut may be written."""
+    from compat.errors import DeadlineExceeded
+    from gates.deadline import Deadline
+    from gates.startgate import read_start_gate
+
+    store, ua, db = handing_over(tmp_path, monkeypatch)
+    write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 1,
+                                                     retire="ma"))
+    ua.deadline = Deadline(5)
+    ua.step_align()
+    assert ua.m.phase == "propagate" and "old_at_cut" in [h[0] for h in ua.m.history]
+    assert not is_acked(tmp_path, "a.g1", {"s": {0: 10}})  # the shadow still finishing
+    # the cutover does not open the shadow's output before it finished the input before C
+    ua.m.phase, ua.m.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
+    ua.deadline = Deadline(0.6)
+    with pytest.raises(DeadlineExceeded, match="'a.g1' to reach the cut"):
+        ua.step_cutover()
+    assert read_start_gate(tmp_path, "a.g1")["open"] is False
+    assert not ua.m.side_end
+
+
+def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut(
+        tmp_path, monkeypatch):
+    """The downstream adopts the propagated cut: its old query is capped at once; the
+    shadow's switch (where the upstream shadow's output before the cut ends) is written as
+    soon as that shadow finished the input before C, and recorded in the upstream's
+    migration (the driver's own record of it, so that no later save loses it)."""
+    import threading
+
+    from gates.cascade import read_switch
+    from gates.deadline import Deadline
+    from gates.state import read_gate
+
+    store, ua, db = handing_over(tmp_path, monkeypatch)
+    ua.m.phase, ua.m.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
+    ua.save()
+    db.m.phase = "cut"
+    seen: dict = {}
+
+    def queries():
+        for _ in range(200):  # the old downstream capped, the upstream shadow short of C
+            g = read_gate(tmp_path, "b")
+            if g.mode == "capped":
+                seen["cap"] = (g.cap, g.retire)
+                seen["switch_before"] = read_switch(tmp_path, "b.g1") or {}
+                break
+            threading.Event().wait(0.02)
+        threading.Event().wait(0.2)
+        write_ack(tmp_path, "a.g1", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 2,
+                                                            follow="a"))
+        write_ack(tmp_path, "b", "t", {0: 5, 1: 3}, read_gate(tmp_path, "b"))  # reads it
+
+    t = threading.Thread(target=queries)
+    t.start()
+    db.deadline = ua.deadline = Deadline(5)
+    db.adopt_cut()
+    t.join()
+    assert seen["cap"] == ({"t": {0: 7, 1: 3}}, "mb")
+    assert "side_end" not in seen["switch_before"]  # capped before the shadow was there
+    sw = read_switch(tmp_path, "b.g1")
+    assert (sw["side_end"], sw["at"]) == ({0: 36}, {0: 7, 1: 3})
+    assert ua.m.side_end == {"0": 36} == Migration.load(store, "ma").side_end
+    marks = [h[0] for h in db.m.history]
+    assert marks.index("capped") < marks.index("switch") < marks.index("seen")
+    assert db.m.phase == "align"
+
+
+@pytest.mark.parametrize("spacing, batches", [
+    # cold first (2 s a batch under a 1 s trigger), then at the trigger's pace: waited for
+    # until 3 batches in a row keep it
+    ([2.0, 2.0, 1.0, 1.5, 1.0, 1.0, 1.0], 7),
+    # never at the pace: not waited for beyond 3 x 3 batches near the head
+    ([2.0] * 12, 9),
+])
+def test_the_downstream_shadow_is_cut_only_once_it_keeps_the_trigger_pace(
+        tmp_path, monkeypatch, spacing, batches):
+    import migrate.migration as mm
+
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
+                  new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
+                  phase="pause", trigger="1 second")
+    write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 0})
+    mig = Migrator(store, m, echo=lambda s: None, steady_batches=3)
+    times = [100.0]
+    for d in spacing:
+        times.append(times[-1] + d)
+    looks = {"n": 0, "planned": 0}
+
+    def read_ack(root, inst):  # each look sees the next batch planned, at the lag head
+        i = min(looks["n"], len(times) - 1)
+        looks["n"] += 1
+        looks["planned"] = i
+        return {"topics": {"t.shadow": {"offsets": {"0": 500}, "time": times[i]}}}
+
+    monkeypatch.setattr(mm, "read_ack", read_ack)
+    monkeypatch.setattr(Migrator, "running", lambda self, inst: True)
+    monkeypatch.setattr(Migrator, "high_watermarks",
+                        lambda self, topics: {"t.shadow": {0: 600}})
+
+    def wait(self, what, cond, interval=0.2, show=True):
+        while not cond():
+            assert looks["n"] < 50, "never done"
+
+    monkeypatch.setattr(Migrator, "wait", wait)
+    mig.catch_up()
+    assert looks["planned"] == batches and mig.m.phase == "cut"
+
+
+def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_query_finished(
+        tmp_path, monkeypatch):
+    """An idempotent producer sends nothing for its first half second (librdkafka asks for
+    its producer id again 500 ms after it is created): the upstream creates it before it
+    waits for its old query at the cut, and propagates with it."""
+    import gates.control as gc
+
+    store, ua, db = handing_over(tmp_path, monkeypatch)
+    made: list = []
+    monkeypatch.setattr(gc, "control_producer",
+                        lambda bootstrap, deadline: made.append(object()) or made[-1])
+    used: list = []
+
+    def write(bootstrap, topics, mid, deadline, producer=None):
+        used.append(producer)
+        return {"t": {0: 7, 1: 3}}
+
+    monkeypatch.setattr(gc, "write_control_events", write)
+    before = {"made": None}
+
+    def old_reaches_the_cut():  # the old query finishes after the producer exists
+        before["made"] = len(made)
+        write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 1,
+                                                         retire="ma"))
+
+    real_wait = Migrator.wait
+
+    def wait(self, what, cond, interval=0.2, show=True):
+        if what == "'a' to reach the cut":
+            old_reaches_the_cut()
+        return real_wait(self, what, cond, interval, show)
+
+    monkeypatch.setattr(Migrator, "wait", wait)
+    ua.step_align()
+    ua.step_propagate()
+    assert before["made"] == 1 and used == made and ua.control is None
+    assert ua.m.out_cut == {"t": {"0": 7, "1": 3}} and ua.m.phase == "cutover"
+
+
+def test_the_control_events_producer_is_destroyed_off_the_hand_over_path(monkeypatch):
+    """librdkafka's destroy can take a second: the client is let go on a daemon thread once
+    the caller returned, not on the migrator's."""
+    import threading
+
+    import gates.control as gc
+
+    monkeypatch.setattr(gc, "DISPOSE_AFTER", 0.05)
+    where: list[str] = []
+
+    class Client:
+        def __del__(self):
+            where.append(threading.current_thread().name)
+
+    c = Client()
+    t = gc.dispose(c)
+    del c
+    assert where == []  # still held
+    t.join(5)
+    assert where == ["theseus-dispose"]
 
 
 # -- the control records' tombstones ------------------------------------------------------
