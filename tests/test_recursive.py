@@ -219,6 +219,37 @@ def test_with_recursive_errors_point_at_the_sql(sql, words):
     assert words in str(e.value) and "q.sql:" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("member,step,column", [
+    ("SELECT DISTINCT e.parent, c.node FROM closure c JOIN edges e ON c.anc = e.child",
+     "deduplicate", 19),  # DISTINCT: at the SELECT list it applies to
+    ("SELECT e.parent, max(c.node) FROM closure c JOIN edges e ON c.anc = e.child "
+     "GROUP BY e.parent", "aggregate", None),
+])
+def test_a_body_step_the_loop_cannot_run_is_reported_at_the_members_line(member, step,
+                                                                        column):
+    """The refusal of a body step points at the recursive member that wrote it (line 7),
+    not at the CREATE TABLE line of the query (line 3), and names the recursive step."""
+    from compat.errors import SqlError
+    from compat.sql import compile_sql
+
+    sql = EDGES + f"""WITH RECURSIVE closure(anc, node) AS (
+  SELECT parent, child FROM edges
+  UNION
+  {member}
+)
+SELECT anc AS node, count(node) AS descendants FROM closure GROUP BY anc;
+"""
+    with pytest.raises(SqlError) as e:
+        compile_sql(sql, "q.sql")
+    msg = str(e.value)
+    assert f"{step} '" in msg and "in the body of recursive 'closure_1'" in msg, msg
+    assert f"an {step} step cannot be" in msg or f"a {step} step cannot be" in msg, msg
+    where = msg.split(": ", 1)[0]
+    assert where.startswith("q.sql:7:"), msg
+    if column is not None:
+        assert where == f"q.sql:7:{column}", msg
+
+
 def test_a_live_migration_of_an_unrecorded_loop_is_refused_before_anything_starts(tmp_path):
     """A changed body (migrate) goes through a shadow, whose cut passes through the old
     query's loop (its gate and internal topic, recorded by its host): an old query whose

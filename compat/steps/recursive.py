@@ -185,7 +185,7 @@ def _check_body(rec: Recursive, ctx: InferContext) -> dict[str, str]:
         if rec.version >= V2 and (n.step not in MONOTONE_STEPS or (
                 n.step == "join" and n.type not in MONOTONE_JOINS)):  # type: ignore[attr-defined]
             what = f"a {n.type} join" if n.step == "join" else \
-                f"a {n.step} step"  # type: ignore[attr-defined]
+                f"{'an' if n.step[0] in 'aeiou' else 'a'} {n.step} step"  # type: ignore
             field = "/type" if n.step == "join" else "/step"
             raise PlanError(f"{what} cannot be inside a recursive body: rows derived once "
                             "must stay derived (aggregates sit after the recursion)",
