@@ -92,6 +92,37 @@ def test_version_2_refuses_bodies_it_cannot_run(change, pointer, words):
     assert words in str(e)
 
 
+def _semi(r: dict, union: str) -> None:
+    """The descendants body with its join made a left-semi join (keeps r's columns)."""
+    r["union"] = union
+    r["body"][0]["type"] = "left_semi"
+    r["body"][1]["columns"] = [{"name": "anc", "expr": "anc"}, {"name": "node", "expr": "node"}]
+
+
+def test_a_bag_recursion_refuses_a_left_semi_join_reading_new_rows_on_its_right():
+    """Semi-naive evaluation feeds a stream's new rows apart from its old ones: a left row
+    matched by an old and by a new edge would come out twice under UNION ALL."""
+    e = _bad(lambda d: _semi(rec_doc(d), "bag"))
+    assert e.pointer == "/nodes/2/body/0/inputs/1", str(e)
+    assert "the stream 'edges'" in str(e) and "a table on the right" in str(e)
+    load(_doc(lambda d: _semi(rec_doc(d), "set")))  # set semantics keep a row once anyway
+    table = _doc(lambda d: _semi(rec_doc(d), "bag"))
+    edges = next(n for n in table["nodes"] if n["id"] == "edges")
+    edges.update(role="table", key_columns=["child"])
+    base = next(n for n in table["nodes"] if n["id"] == "base")
+    table["nodes"].append({**edges, "id": "edge_stream", "topic": "edge_stream",
+                           "role": "stream"})
+    del table["nodes"][-1]["key_columns"]
+    base["inputs"] = ["edge_stream"]
+    load(table)  # a table is read whole at each batch: no new rows on the right
+
+
+def _doc(change) -> dict:
+    doc = copy.deepcopy(V2)
+    change(doc)
+    return doc
+
+
 def test_the_cli_reports_a_bad_recursive_step_in_one_line_with_exit_2(tmp_path):
     doc = copy.deepcopy(V2)
     rec_doc(doc)["body"][0]["type"] = "left_anti"
@@ -217,6 +248,37 @@ def test_with_recursive_errors_point_at_the_sql(sql, words):
     with pytest.raises(SqlError) as e:
         compile_sql(sql, "q.sql")
     assert words in str(e.value) and "q.sql:" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("member,step,column", [
+    ("SELECT DISTINCT e.parent, c.node FROM closure c JOIN edges e ON c.anc = e.child",
+     "deduplicate", 19),  # DISTINCT: at the SELECT list it applies to
+    ("SELECT e.parent, max(c.node) FROM closure c JOIN edges e ON c.anc = e.child "
+     "GROUP BY e.parent", "aggregate", None),
+])
+def test_a_body_step_the_loop_cannot_run_is_reported_at_the_members_line(member, step,
+                                                                        column):
+    """The refusal of a body step points at the recursive member that wrote it (line 7),
+    not at the CREATE TABLE line of the query (line 3), and names the recursive step."""
+    from compat.errors import SqlError
+    from compat.sql import compile_sql
+
+    sql = EDGES + f"""WITH RECURSIVE closure(anc, node) AS (
+  SELECT parent, child FROM edges
+  UNION
+  {member}
+)
+SELECT anc AS node, count(node) AS descendants FROM closure GROUP BY anc;
+"""
+    with pytest.raises(SqlError) as e:
+        compile_sql(sql, "q.sql")
+    msg = str(e.value)
+    assert f"{step} '" in msg and "in the body of recursive 'closure_1'" in msg, msg
+    assert f"an {step} step cannot be" in msg or f"a {step} step cannot be" in msg, msg
+    where = msg.split(": ", 1)[0]
+    assert where.startswith("q.sql:7:"), msg
+    if column is not None:
+        assert where == f"q.sql:7:{column}", msg
 
 
 def test_a_live_migration_of_an_unrecorded_loop_is_refused_before_anything_starts(tmp_path):

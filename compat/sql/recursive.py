@@ -165,6 +165,7 @@ def _build(tr: Any, rc: RecursiveCte) -> Any:
         for i in n.inputs:
             if i not in ids and i != loop and i not in further:
                 further.append(i)
+    origins = {n.id: tr.graph.origins[n.id] for n in nodes if n.id in tr.graph.origins}
     for n in nodes:
         tr.graph.remove(n.id)
     tr.graph.remove(loop)
@@ -173,5 +174,9 @@ def _build(tr: Any, rc: RecursiveCte) -> Any:
                            body_input=loop, body_output=out,
                            union="bag" if body.args.get("distinct") is False else "set",
                            max_iterations=limit, on_limit=on_limit), span_of(cte))
+    # the body's steps keep their place in the member: by id (a refused body step's error
+    # names it; ids come from counters, never reused) and by the plan's pointer key
+    for bid, span in origins.items():
+        tr.graph.origins[bid] = tr.graph.origins[f"{rid}/{bid}"] = span
     tr.group_keys, tr.missing_keys = None, []
     return Rel(rid, [ScopeCol(None, c, c) for c in cols])

@@ -622,7 +622,8 @@ class Translator:
         keys = tuple(self.graph.columns(rel.id))
         self.graph.add(Deduplicate(id=sid, inputs=(rel.id,), keys=keys,
                                    within=hints.dedup_within),
-                       span_of(where) or hints.span)
+                       # DISTINCT's keyword has no position: then the SELECT list's
+                       span_of(where) or hints.span or self.graph.origins.get(rel.id))
         return Rel(sid, rel.cols)
 
     # -- GROUP BY -------------------------------------------------------------------------
@@ -1245,6 +1246,12 @@ def plan_error(src: SqlText, script: Script, graph: ir.Graph, e: PlanError) -> S
     """A step the plan's validation refuses, reported at the SQL that produced it."""
     step = graph.steps.get(e.node or "")
     what = f"{step.step} '{step.id}'" if step else "the plan"
+    if step is None and e.node:  # a step inside a recursive step's body
+        for rec in graph.steps.values():
+            inner = next((b for b in getattr(rec, "body", ()) if b.id == e.node), None)
+            if inner is not None:
+                what = f"{inner.step} '{inner.id}' in the body of recursive '{rec.id}'"
+                break
     text = e.message
     if e.expected is not None or e.found is not None:
         text += f" (expected {e.expected}, found {e.found})"

@@ -185,7 +185,7 @@ def _check_body(rec: Recursive, ctx: InferContext) -> dict[str, str]:
         if rec.version >= V2 and (n.step not in MONOTONE_STEPS or (
                 n.step == "join" and n.type not in MONOTONE_JOINS)):  # type: ignore[attr-defined]
             what = f"a {n.type} join" if n.step == "join" else \
-                f"a {n.step} step"  # type: ignore[attr-defined]
+                f"{'an' if n.step[0] in 'aeiou' else 'a'} {n.step} step"  # type: ignore
             field = "/type" if n.step == "join" else "/step"
             raise PlanError(f"{what} cannot be inside a recursive body: rows derived once "
                             "must stay derived (aggregates sit after the recursion)",
@@ -215,6 +215,8 @@ def _infer(node: Recursive, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         if info.mode != INSERT and (i == 0 or info.stream):
             raise ctx.err(node, f"inputs/{i}", "recursion needs insert-only inputs",
                           expected="[I]", found=f"[{info.mode}]")
+    if node.version >= V2 and node.union == "bag":
+        _check_bag_semi_joins(node, ctx, ins, pointers)
     infos = body_infos(node, ins, InferContext(ctx.file, {b.id: b for b in node.body},
                                                pointers, "append"))
     out = infos[node.body_output]
@@ -228,6 +230,34 @@ def _infer(node: Recursive, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
               if k != node.body_input and k not in node.further_inputs)
     stream = any(i.stream for i in ins)
     return NodeInfo(src.columns, INSERT, stream, True, src.watermarks, det, src.names)
+
+
+def _check_bag_semi_joins(rec: Recursive, ctx: InferContext, ins: list[NodeInfo],
+                          pointers: dict[str, str]) -> None:
+    """Under bag semantics a left-semi join may read new rows on its right only from tables.
+    It keeps a left row once however many right rows match, so it is not linear in its
+    right input: semi-naive evaluation, feeding the right side's new rows apart from its old
+    ones, would derive a left row again for each batch that brings another match (the loop,
+    or a stream, on the right).  A table is read whole at each batch, never as new rows."""
+    body = {b.id: b for b in rec.body}
+    streams = {fid for fid, info in zip(rec.further_inputs, ins[1:]) if info.stream}
+    reads: dict[str, set[str]] = {rec.body_input: {rec.body_input},
+                                  **{f: {f} for f in rec.further_inputs}}
+    for bid in _body_order(rec):
+        reads[bid] = set().union(*(reads[i] for i in body[bid].inputs))
+    for b in rec.body:
+        if b.step == "join" and b.type == "left_semi":  # type: ignore[attr-defined]
+            fed = sorted(reads[b.inputs[1]] & ({rec.body_input} | streams))
+            if fed:
+                raise PlanError("a left_semi join in a bag (UNION ALL) recursion reads new "
+                                "rows on its right: it keeps a left row once however many "
+                                "right rows match, so semi-naive evaluation would derive "
+                                "the row again for every batch that brings another match",
+                                file=ctx.file, node=b.id, pointer=pointers[b.id] + "/inputs/1",
+                                expected="a table on the right (or union 'set')",
+                                found="the right side reads " + ", ".join(
+                                    f"the loop ('{f}')" if f == rec.body_input else
+                                    f"the stream '{f}'" for f in fed))
 
 
 def body_infos(node: Recursive, ins: list[NodeInfo], sub: InferContext
