@@ -180,9 +180,12 @@ def check_feed_counts(k: KafkaHelper, src: str, out: str) -> int:
 
 
 def spark_events(events_dir: Path) -> list[dict]:
-    """Every event of the Spark event logs in ``events_dir`` (uncompressed JSON lines)."""
+    """Every event of the Spark event logs in ``events_dir`` (uncompressed JSON lines;
+    Spark 4 rolls them: ``eventlog_v2_<app>/events_<n>_<app>``)."""
     out = []
-    for f in sorted(events_dir.iterdir()):
+    for f in sorted(events_dir.rglob("*"), key=lambda f: (f.parent.name, f.name)):
+        if not f.is_file() or f.name.startswith(".") or f.name.startswith("appstatus"):
+            continue
         for line in f.read_text(errors="replace").splitlines():
             try:
                 out.append(json.loads(line))
