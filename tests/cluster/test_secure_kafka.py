@@ -198,6 +198,7 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
         assert secret.encode() not in (tmp_path / "old.log").read_bytes()
 
 
+@pytest.mark.cluster_ci
 def test_migration_refused_when_the_new_query_cannot_write_the_output(secure_kafka, tmp_path):
     """dave may write the source topics (the control events) but not the output: a
     migration started as dave is refused before its shadow starts or a control event is

@@ -217,7 +217,8 @@ def executor_loss(events: list[dict], killed_ms: int) -> dict:
             "executors_after": sorted({e["Task Info"]["Executor ID"] for e in after})}
 
 
-@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+@pytest.mark.parametrize("stateful", [False, pytest.param(True, marks=pytest.mark.cluster_ci)],
+                         ids=["stateless", "stateful"])
 def test_worker_killed_at_steady_state_output_stays_exact(kafka3, spark_cluster, tmp_path,
                                                           stateful):
     """Fault 3: a worker SIGKILLed while the query runs on both workers; Spark removes its
