@@ -13,9 +13,10 @@ For the gated sink it also splits each batch's sink time three ways:
 * ``sink_executors_job``: the Spark job(s) the sink's encode started, from Spark's own job
   submission and completion times (the driver's status store): the executors read the
   source, filter, project and encode the batch, and ship their results to the driver's JVM;
-* ``sink_driver_collect``: the rest of the sink's encode (``KafkaSink.last_stats``'
-  ``encode_seconds`` less the jobs): the driver turning the collected Arrow batches into
-  Python lists, plus the scheduling between the jobs;
+* ``sink_driver_collect``: the rest of the sink's time before producing
+  (``KafkaSink.last_stats``' ``encode_seconds``, from the sink's call, less the jobs): the
+  driver turning the collected Arrow batches into Python lists; for exactly once also the
+  transactional producer's start and the committed-batch lookup (a query's first batch);
 * ``sink_produce_on_driver``: the driver alone producing the rows and committing the
   transaction (``produce_seconds``).
 
