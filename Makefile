@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-cluster demo kafka kafka-stop cluster cluster-stop bench bench-run \
+.PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
 	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables lint clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
@@ -42,7 +42,15 @@ cluster-stop:
 # Brokers with SASL/SCRAM and ACLs, three brokers, a Spark cluster, faults: tests/cluster/.
 # They start and stop what they need on ports of their own (29092+, 27077).
 test-cluster: $(STAMP)
-	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly tests/cluster
+	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly --durations=0 tests/cluster
+
+# A small, robust subset of test-cluster (marker cluster_ci), a candidate for .ci/run: the
+# secured broker's refusals (a run, a migration) and exact run, a run on the Spark cluster
+# and three brokers with the Kafka store, and a worker killed under a stateful query. Its brokers' jars are kafka.sh's (fetched once with Maven into
+# .cache/kafka/libs, as for make test's broker).
+test-cluster-ci: $(STAMP)
+	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly --durations=0 -m cluster_ci \
+	  tests/cluster
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q matplotlib >/dev/null 2>&1 || \

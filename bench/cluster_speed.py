@@ -8,17 +8,28 @@ For each run it records the input rate and where the time of the micro-batches w
 the batch itself, which for the gated sink includes collecting the encoded rows to the
 driver and producing them there).
 
-For the gated sink it also records, per batch, what the sink itself measures
-(``KafkaSink.last_stats``): ``encode_seconds``, the Spark job that reads, filters and encodes
-the batch on the executors and collects it to the driver as Arrow, and ``produce_seconds``,
-the driver alone producing the rows and committing the transaction: the driver's share of
-the data path.
+For the gated sink it also splits each batch's sink time three ways:
 
-Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), SPARK_MASTER
-(default: start scripts/spark_cluster.sh, stopped at the end), CLUSTER_BOOTSTRAP (default:
-start the three-node cluster of ``make kafka BROKERS=3``, stopped at the end; never
-$KAFKA_BOOTSTRAP, the one-broker default of the other benchmarks).  ``--quick``: 100000
-rows, and the gated exactly-once sink against the connector only (no at-least-once runs).
+* ``sink_executors_job``: the Spark job(s) the sink's encode started, from Spark's own job
+  submission and completion times (the driver's status store): the executors read the
+  source, filter, project and encode the batch, and ship their results to the driver's JVM;
+* ``sink_driver_collect``: the rest of the sink's time before producing
+  (``KafkaSink.last_stats``' ``encode_seconds``, from the sink's call, less the jobs): the
+  driver turning the collected Arrow batches into Python lists; for exactly once also the
+  transactional producer's start and the committed-batch lookup (a query's first batch);
+* ``sink_produce_on_driver``: the driver alone producing the rows and committing the
+  transaction (``produce_seconds``).
+
+Every session first runs each path once, untimed, on a small topic (class loading, the
+connector's first metadata requests, our producers' start), then each configuration
+``BENCH_REPEATS`` times, the paths interleaved; it reports every run and the median.
+
+Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), BENCH_REPEATS (3),
+SPARK_MASTER (default: start scripts/spark_cluster.sh, stopped at the end),
+CLUSTER_BOOTSTRAP (default: start the three-node cluster of ``make kafka BROKERS=3``,
+stopped at the end; never $KAFKA_BOOTSTRAP, the one-broker default of the other
+benchmarks).  ``--quick``: 100000 rows, one repeat, and the gated exactly-once sink against
+the connector only (no at-least-once runs).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 QUICK = "--quick" in sys.argv[1:]
 ROWS = int(os.environ.get("BENCH_ROWS", "100000" if QUICK else "200000"))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "1" if QUICK else "3"))
 
 from run_speed import connector_query, plan_doc  # noqa: E402
 
@@ -44,16 +56,52 @@ from run_speed import connector_query, plan_doc  # noqa: E402
 SINK_STATS: list[dict] = []
 
 
-def record_sink_stats() -> None:
-    from gates.sink import KafkaSink
+def jobs_since(spark, job_id: int) -> list[tuple[int, float]]:
+    """(job id, seconds from submission to completion) of the driver's jobs above
+    ``job_id``, from Spark's status store (kept with the UI off too).  The store is fed by
+    the listener bus, asynchronously: drained first."""
+    jsc = spark.sparkContext._jsc.sc()
+    try:
+        jsc.listenerBus().waitUntilEmpty()
+    except Exception:  # noqa: BLE001 (private in Spark: then poll below)
+        pass
+    for _ in range(50):
+        jobs = jsc.statusStore().jobsList(None)
+        mine = [jobs.apply(i) for i in range(jobs.size()) if jobs.apply(i).jobId() > job_id]
+        if all(j.completionTime().isDefined() for j in mine):
+            return [(j.jobId(), (j.completionTime().get().getTime()
+                                 - j.submissionTime().get().getTime()) / 1000) for j in mine]
+        time.sleep(0.1)
+    raise RuntimeError(f"Spark's status store has jobs after {job_id} not completed")
 
-    call = KafkaSink.__call__
+
+def last_job(spark) -> int:
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    return max((jobs.apply(i).jobId() for i in range(jobs.size())), default=-1)
+
+
+def record_sink_stats() -> None:
+    """Wrap the gated sink: every batch's own stats, and the Spark jobs its encode ran
+    (looked up after the batch, so that the lookup is in none of the sink's timings)."""
+    import gates.sink as sink
+
+    call, encode = sink.KafkaSink.__call__, sink.encode_batch
+    marks: dict = {}
+
+    def encode_marked(df, key_columns):
+        marks.setdefault("before", last_job(df.sparkSession))
+        return encode(df, key_columns)
 
     def measured(self, df, batch_id):
+        marks.clear()
         call(self, df, batch_id)
-        SINK_STATS.append(dict(self.last_stats))
+        job = 0.0
+        if "before" in marks:
+            job = sum(s for _, s in jobs_since(df.sparkSession, marks["before"]))
+        SINK_STATS.append({**self.last_stats, "executors_job_seconds": job})
 
-    KafkaSink.__call__ = measured
+    sink.encode_batch = encode_marked
+    sink.KafkaSink.__call__ = measured
 
 
 def last_line(args: list[str], env: dict) -> str:
@@ -121,8 +169,10 @@ def run_theseus(spark, bs, src, parts, delivery, tmp):
     assert q.exception() is None, q.exception()
     ph = phases(q)
     written = [b for b in SINK_STATS if not b.get("skipped")]
-    ph["sink_encode_and_collect"] = round(1000 * sum(b.get("encode_seconds", 0)
-                                                      for b in written))
+    encode = sum(b.get("encode_seconds", 0) for b in written)
+    job = sum(b.get("executors_job_seconds", 0) for b in written)
+    ph["sink_executors_job"] = round(1000 * job)
+    ph["sink_driver_collect"] = round(1000 * (encode - job))
     ph["sink_produce_on_driver"] = round(1000 * sum(b.get("produce_seconds", 0)
                                                      for b in written))
     ph["rows_collected_to_driver"] = sum(b.get("rows", 0) for b in written)
@@ -154,26 +204,60 @@ def session(master: str, cores: int, jars: list[str]):
     return s
 
 
-def summary(runs: list[dict]) -> list[str]:
-    """One line per executors x partitions: each path's rows/s against the connector's, and
-    the share of the gated sink's batch time spent producing on the driver."""
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def configurations(runs: list[dict]) -> list[dict]:
+    """One entry per path x executors x partitions: the median of its runs (rows/s and each
+    phase of durationMs) and every run's rows/s."""
+    out = []
+    keys = sorted({(r["executors"], r["partitions"], r["path"]) for r in runs})
+    for cores, parts, path in keys:
+        mine = [r for r in runs if (r["executors"], r["partitions"], r["path"])
+                == (cores, parts, path) and "error" not in r]
+        errors = [r["error"] for r in runs if (r["executors"], r["partitions"], r["path"])
+                  == (cores, parts, path) and "error" in r]
+        c: dict = {"path": path, "executors": cores, "partitions": parts,
+                   "runs": len(mine), "errors": errors}
+        if mine:
+            c["rows_per_s_median"] = round(median([r["rows_per_s"] for r in mine]))
+            c["rows_per_s_all"] = [r["rows_per_s"] for r in mine]
+            c["seconds_median"] = round(median([r["seconds"] for r in mine]), 2)
+            phases = sorted({k for r in mine for k in r["durationMs"]})
+            c["durationMs_median"] = {k: round(median([r["durationMs"].get(k, 0)
+                                                       for r in mine])) for k in phases}
+        out.append(c)
+    return out
+
+
+def summary(configs: list[dict]) -> list[str]:
+    """One line per executors x partitions: each path's median rows/s (all runs) against the
+    connector's, and where the gated sink's batch time went."""
     lines = []
-    cells = sorted({(r["executors"], r["partitions"]) for r in runs})
-    for cores, parts in cells:
-        here = {r["path"]: r for r in runs if (r["executors"], r["partitions"]) == (cores, parts)
-                and "error" not in r}
+    for cores, parts in sorted({(c["executors"], c["partitions"]) for c in configs}):
+        here = {c["path"]: c for c in configs
+                if (c["executors"], c["partitions"]) == (cores, parts) and c["runs"]}
         conn = here.get("spark_connector")
         words = [f"{cores} executor(s), {parts} partitions:"]
-        for name, r in here.items():
-            words.append(f"{name} {r['rows_per_s']:,} rows/s")
+        for name, c in here.items():
+            words.append(f"{name} {c['rows_per_s_median']:,} rows/s (median of "
+                         f"{', '.join(f'{x:,}' for x in c['rows_per_s_all'])})")
             if conn is not None and name != "spark_connector":
-                words.append(f"({r['rows_per_s'] / conn['rows_per_s']:.2f}x the connector)")
-            d = r["durationMs"]
+                words.append(f"= {c['rows_per_s_median'] / conn['rows_per_s_median']:.2f}x "
+                             "the connector")
+            d = c["durationMs_median"]
             if d.get("triggerExecution") and "sink_produce_on_driver" in d:
-                words.append(f"[driver producing {d['sink_produce_on_driver'] / 1000:.1f} s = "
-                             f"{d['sink_produce_on_driver'] / d['triggerExecution']:.0%} of "
-                             f"the batches' time; executors' job + collect "
-                             f"{d['sink_encode_and_collect'] / 1000:.1f} s]")
+                t = d["triggerExecution"]
+                words.append(
+                    f"[batches {t / 1000:.2f} s: executors' job "
+                    f"{d['sink_executors_job'] / 1000:.2f} s ({d['sink_executors_job'] / t:.0%}),"
+                    f" driver collect {d['sink_driver_collect'] / 1000:.2f} s "
+                    f"({d['sink_driver_collect'] / t:.0%}), driver producing "
+                    f"{d['sink_produce_on_driver'] / 1000:.2f} s "
+                    f"({d['sink_produce_on_driver'] / t:.0%})]")
         lines.append(" ".join(words))
     return lines
 
@@ -205,6 +289,12 @@ def main() -> int:
                            capture_output=True)
 
 
+def one_run(spark, bs, name, topic, parts, tmp) -> tuple[float, dict]:
+    if name == "spark_connector":
+        return run_connector(spark, bs, topic, tmp)
+    return run_theseus(spark, bs, topic, parts, name.removeprefix("theseus_"), tmp)
+
+
 def measure(master: str, bs: str, jars: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-cl-"))
     sizes = (6, 24)
@@ -214,34 +304,38 @@ def measure(master: str, bs: str, jars: list[str]) -> int:
     for parts in sizes:
         topics[parts] = f"bench-cl-in{parts}-{uuid.uuid4().hex[:6]}"
         produce(bs, topics[parts], parts, ROWS)
-    result: dict = {"rows": ROWS, "quick": QUICK, "master": master, "bootstrap": bs,
+    warm = f"bench-cl-warm-{uuid.uuid4().hex[:6]}"
+    produce(bs, warm, 6, max(ROWS // 10, 10_000))
+    result: dict = {"rows": ROWS, "repeats": REPEATS, "quick": QUICK, "master": master,
+                    "bootstrap": bs,
                     "machine": f"{os.cpu_count()} cores shared by master, 2 workers, 3 "
                                "brokers and the driver", "runs": []}
+    t_all = time.perf_counter()
     for cores in (1, 2):
         spark = session(master, cores, jars)
         try:
-            run_theseus(spark, bs, topics[6], 6, "at_least_once", tmp)  # warm-up
-            for parts in sizes:
-                for name in paths:
-                    try:
-                        if name == "spark_connector":
-                            elapsed, ph = run_connector(spark, bs, topics[parts], tmp)
-                        else:
-                            elapsed, ph = run_theseus(spark, bs, topics[parts], parts,
-                                                      name.removeprefix("theseus_"), tmp)
-                    except Exception as e:  # noqa: BLE001 (recorded, the others still run)
-                        result["runs"].append({"path": name, "executors": cores,
-                                               "partitions": parts,
-                                               "error": str(e).splitlines()[0][:300]})
-                        continue
-                    row = {"path": name, "executors": cores, "partitions": parts,
-                           "seconds": round(elapsed, 2),
-                           "rows_per_s": round(ROWS / elapsed), "durationMs": ph}
-                    result["runs"].append(row)
-                    print(json.dumps(row), flush=True)
+            for name in paths:  # warm-up, untimed: class loading, first metadata, producers
+                one_run(spark, bs, name, warm, 6, tmp)
+            for rep in range(REPEATS):
+                for parts in sizes:
+                    for name in paths:
+                        try:
+                            elapsed, ph = one_run(spark, bs, name, topics[parts], parts, tmp)
+                        except Exception as e:  # noqa: BLE001 (recorded, the others run)
+                            result["runs"].append({"path": name, "executors": cores,
+                                                   "partitions": parts, "repeat": rep,
+                                                   "error": str(e).splitlines()[0][:300]})
+                            continue
+                        row = {"path": name, "executors": cores, "partitions": parts,
+                               "repeat": rep, "seconds": round(elapsed, 2),
+                               "rows_per_s": round(ROWS / elapsed), "durationMs": ph}
+                        result["runs"].append(row)
+                        print(json.dumps(row), flush=True)
         finally:
             spark.stop()
-    result["summary"] = summary(result["runs"])
+    result["measured_seconds"] = round(time.perf_counter() - t_all)
+    result["configurations"] = configurations(result["runs"])
+    result["summary"] = summary(result["configurations"])
     for line in result["summary"]:
         print(line)
     out = ROOT / "bench" / "results" / "cluster_speed.json"

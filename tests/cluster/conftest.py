@@ -5,7 +5,9 @@
   ``KAFKA_SASL_USERS``), on ports 29095/29105, state in ``.cache/kafka-sasl``.  Users:
   ``admin`` (super user), ``alice`` (everything on topics, groups and transactional ids),
   ``bob`` (reads topics, writes none), ``carol`` (reads every topic, writes only topics
-  whose name starts with ``it-sec-out``).  Each has a librdkafka properties file.
+  whose name starts with ``it-sec-out``), ``dave`` (reads every topic, writes only topics
+  whose name starts with ``it-sec-in``: the sources, where control events go, not the
+  outputs).  Each has a librdkafka properties file.
   Stopped at the end of the session.
 
 These tests use ports and state of their own: never the shared broker on 19092.
@@ -23,12 +25,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SH = ROOT / "scripts" / "kafka.sh"
-PASSWORDS = {u: f"{u}-{uuid.uuid4().hex[:12]}-pw" for u in ("admin", "alice", "bob", "carol")}
+PASSWORDS = {u: f"{u}-{uuid.uuid4().hex[:12]}-pw" for u in ("admin", "alice", "bob", "carol",
+                                                           "dave")}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: starts brokers or a Spark cluster of its own")
     config.addinivalue_line("markers", "own_jvm: runs a Spark driver in a subprocess")
+    config.addinivalue_line("markers", "cluster_ci: the small subset of `make test-cluster` "
+                            "that `make test-cluster-ci` runs (a CI candidate)")
 
 
 def kafka_sh(args: list[str], env: dict, timeout: float = 300) -> str:
@@ -86,10 +91,11 @@ def secure_kafka(tmp_path_factory):
             AclOperation.DESCRIBE
         bindings = [allow("alice", T, "*", A), allow("alice", G, "*", A),
                     allow("alice", X, "*", A)]
-        for u in ("bob", "carol"):
+        for u in ("bob", "carol", "dave"):
             bindings += [allow(u, T, "*", R), allow(u, T, "*", D), allow(u, G, "*", A),
                          allow(u, X, "*", A)]
         bindings.append(allow("carol", T, "it-sec-out", W, ResourcePatternType.PREFIXED))
+        bindings.append(allow("dave", T, "it-sec-in", W, ResourcePatternType.PREFIXED))
         _acls(admin, bindings)
         secrets = tmp_path_factory.mktemp("secrets")
         files = {}

@@ -3,9 +3,10 @@
 * With a user allowed everything, ``theseus run`` and ``theseus migrate`` pass their exact
   output oracles; every Kafka client (the gated source on Spark's executors included) logs
   in with ``--kafka-config``.
-* A user without WRITE on the output topic is refused before anything is written; a user
-  without WRITE on a source topic cannot write the migration's control events: the
-  migration is refused before it writes any, and the old query keeps running.
+* A user without WRITE on the output topic is refused before anything is written (a run; a
+  migration whose new query could not write the output); a user without WRITE on a source
+  topic cannot write the migration's control events: the migration is refused before it
+  writes any, and the old query keeps running.
 * The password appears in none of: the store (plans, status, gate state, migration
   records, logs of the spawned queries), the checkpoints, the plans, the commands' output.
 """
@@ -77,6 +78,7 @@ class Feeder(threading.Thread):
         self.join(60)
 
 
+@pytest.mark.cluster_ci
 def test_run_refused_without_write_then_exact_with_the_right_user(secure_kafka, tmp_path):
     sk = secure_kafka
     k = helper(sk)
@@ -194,3 +196,77 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
         assert files_containing(state, secret) == []  # store, checkpoints, logs
         assert files_containing(plans, secret) == []
         assert secret.encode() not in (tmp_path / "old.log").read_bytes()
+
+
+@pytest.mark.cluster_ci
+def test_migration_refused_when_the_new_query_cannot_write_the_output(secure_kafka, tmp_path):
+    """dave may write the source topics (the control events) but not the output: a
+    migration started as dave is refused before its shadow starts or a control event is
+    written, with one error naming the output topic and the missing WRITE; the old query
+    (carol's) keeps running and its output stays exact over all input."""
+    sk = secure_kafka
+    k = helper(sk)
+    src, out = k.topic("sec-in", 3), k.topic("sec-out", 1)
+    query = f"so{tmp_path.name[-6:]}".replace("-", "_")
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    old_p, new_p = plans / "v1.json", plans / "v2.json"
+    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
+    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
+    state = tmp_path / "state"
+    feeder = Feeder(sk.conf("admin"), src)
+    feeder.start()
+    log = open(tmp_path / "old.log", "ab")
+    old = subprocess.Popen([sys.executable, "-m", "migrate.cli", "run", str(old_p),
+                            "--bootstrap", sk.bootstrap, "--state", str(state),
+                            "--kafka-config", str(sk.files["carol"])],
+                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        from migrate import migration
+        from migrate.store import DirectoryStore
+
+        store = DirectoryStore(state)
+        wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
+        wait_for(lambda: k.end_offsets(out, settle=0)[0] > 0, 120, "old query output")
+        r = theseus("migrate", "start", new_p, "--bootstrap", sk.bootstrap, "--state", state,
+                    "--strategy", "shadow", "--timeout", "120", "--kafka-config",
+                    sk.files["dave"])
+        assert r.returncode == 5, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        err = [ln for ln in r.stderr.splitlines() if ln.startswith("theseus: error")]
+        assert len(err) == 1, r.stderr
+        assert f"topic '{out}'" in err[0] and "no WRITE permission" in err[0], err[0]
+        assert "dave" in err[0] and src not in err[0], err[0]
+        assert sk.passwords["dave"] not in r.stdout + r.stderr
+        m = migration.current(store, query)
+        assert m.phase == "refused"
+        # nothing written: no control event in any source partition, no shadow started
+        from gates.control import is_control
+
+        assert not [x for x in k.read_all(src) if is_control(x.headers)]
+        assert store.status(f"{query}.g1") == {}, store.status(f"{query}.g1")
+        before = k.end_offsets(out, settle=0)[0]
+        wait_for(lambda: k.end_offsets(out, settle=0)[0] > before, 60,
+                 "the old query keeps writing after the refusal")
+        assert old.poll() is None and store.status(query).get("status") == "running"
+        time.sleep(2)
+        feeder.stop()
+        from gates.state import is_acked
+
+        high = {src: k.end_offsets(src)}
+        wait_for(lambda: is_acked(state, query, high), 180, "the old query drains the input")
+        s = theseus("stop", query, "--state", state, "--kafka-config", sk.files["carol"])
+        assert s.returncode == 0, s.stderr
+        old.wait(60)
+    finally:
+        feeder.stop()
+        if old.poll() is None:
+            old.kill()
+        log.close()
+    got = Counter(json.dumps(x.json(), sort_keys=True) for x in k.read_all(out))
+    want = oracle(input_records(k, src), {"0": 1 << 62, "1": 1 << 62, "2": 1 << 62})
+    assert sum(want.values()) > 0
+    assert got == want, (f"missing {sum((want - got).values())}, "
+                         f"extra {sum((got - want).values())}")
+    assert {json.loads(x)["tag"] for x in got} == {"old"}
+    assert files_containing(state, sk.passwords["dave"]) == []

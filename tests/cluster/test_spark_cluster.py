@@ -86,6 +86,7 @@ def check_counts(k: KafkaHelper, src: str, out: str) -> None:
         assert vals[-1] == (want_n[key], want_s[key]), key
 
 
+@pytest.mark.cluster_ci
 def test_run_on_the_cluster_with_the_kafka_store_is_exact(kafka3, spark_cluster, tmp_path):
     k = KafkaHelper(kafka3.bootstrap, replication=-1)
     src, out = k.topic("cl-in", 3), k.topic("cl-out", 2)
@@ -137,26 +138,120 @@ class Feeder(threading.Thread):
         self.join(90)
 
 
-def test_worker_killed_at_steady_state_output_stays_exact(kafka3, spark_cluster, tmp_path):
-    """Fault 3: a worker SIGKILLed while the query runs; Spark reschedules its tasks on the
-    other worker; the worker comes back after 10 s.  Nothing lost, nothing twice."""
+def feed_count_plan(query: str, src: str, out: str) -> dict:
+    """The stateful plan over the feeder's records: per ``id % 17``, count and sum of ids,
+    update mode, exactly once (its state lives in the executors' state stores)."""
+    return {
+        "format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
+        "nodes": [
+            {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
+             "format": "json", "role": "stream",
+             "schema": [{"name": "id", "type": "bigint"}, {"name": "v", "type": "string"}]},
+            {"id": "agg", "step": "aggregate", "version": 1, "inputs": ["events"],
+             "group_by": [{"name": "k", "expr": "id % 17"}],
+             "aggregates": [{"name": "n", "function": "count", "args": ["*"]},
+                            {"name": "s", "function": "sum", "args": ["id"]}]},
+            {"id": "out", "step": "sink", "version": 1, "inputs": ["agg"], "topic": out,
+             "format": "json", "key_columns": ["k"], "mode": "update",
+             "delivery": "exactly_once"}]}
+
+
+def check_feed_counts(k: KafkaHelper, src: str, out: str) -> int:
+    """:func:`check_counts` for :func:`feed_count_plan`: per key the counts written only
+    grow (no batch written twice, no state lost and recounted), and the last value is the
+    count and sum over every input record.  Returns the number of input records."""
+    want_n: Counter = Counter()
+    want_s: Counter = Counter()
+    inputs = input_records(k, src)
+    for r in inputs:
+        v = r.json()
+        want_n[v["id"] % 17] += 1
+        want_s[v["id"] % 17] += v["id"]
+    seen = defaultdict(list)
+    for r in k.read_all(out):
+        v = r.json()
+        seen[v["k"]].append((v["n"], v["s"]))
+    assert set(seen) == set(want_n)
+    for key, vals in seen.items():
+        ns = [n for n, _ in vals]
+        assert ns == sorted(set(ns)), f"key {key}: a count written twice or going back {ns}"
+        assert vals[-1] == (want_n[key], want_s[key]), key
+    return len(inputs)
+
+
+def spark_events(events_dir: Path) -> list[dict]:
+    """Every event of the Spark event logs in ``events_dir`` (uncompressed JSON lines;
+    Spark 4 rolls them: ``eventlog_v2_<app>/events_<n>_<app>``)."""
+    out = []
+    for f in sorted(events_dir.rglob("*"), key=lambda f: (f.parent.name, f.name)):
+        if not f.is_file() or f.name.startswith(".") or f.name.startswith("appstatus"):
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # the last line of a log still being written
+                pass
+    return out
+
+
+def executor_loss(events: list[dict], killed_ms: int) -> dict:
+    """What the driver saw of a worker killed at ``killed_ms`` (epoch ms): the executors it
+    removed then, the executors added after, the tasks that failed with a lost executor,
+    and the tasks that succeeded on another executor after the removal."""
+    removed = [e for e in events if e.get("Event") == "SparkListenerExecutorRemoved"
+               and e["Timestamp"] >= killed_ms - 1000]
+    lost = {e["Executor ID"] for e in removed}
+    gone_at = max((e["Timestamp"] for e in removed), default=killed_ms)
+    added = [e for e in events if e.get("Event") == "SparkListenerExecutorAdded"
+             and e["Timestamp"] > killed_ms]
+    ends = [e for e in events if e.get("Event") == "SparkListenerTaskEnd"]
+    failed = [e for e in ends if e["Task End Reason"]["Reason"] != "Success"]
+    after = [e for e in ends if e["Task End Reason"]["Reason"] == "Success"
+             and e["Task Info"]["Executor ID"] not in lost
+             and e["Task Info"]["Finish Time"] > gone_at]
+    return {"removed": [(e["Executor ID"], e.get("Removed Reason", "")) for e in removed],
+            "added": [e["Executor ID"] for e in added],
+            "failed": [(e["Task Info"]["Executor ID"], e["Task End Reason"]["Reason"])
+                       for e in failed],
+            "tasks_after": len(after),
+            "executors_after": sorted({e["Task Info"]["Executor ID"] for e in after})}
+
+
+@pytest.mark.parametrize("stateful", [False, pytest.param(True, marks=pytest.mark.cluster_ci)],
+                         ids=["stateless", "stateful"])
+def test_worker_killed_at_steady_state_output_stays_exact(kafka3, spark_cluster, tmp_path,
+                                                          stateful):
+    """Fault 3: a worker SIGKILLed while the query runs on both workers; Spark removes its
+    executor and runs the query's tasks on the other; the worker comes back after 10 s and
+    gets a new executor.  Asserted from the driver's Spark event log (executor removed,
+    tasks succeeding on another executor after the removal, an executor added), then the
+    exact oracle: the projection's records each once; the aggregate's (its state in the
+    executors' state stores, reloaded from the checkpoint elsewhere) counts only growing
+    and ending at the count and sum over every input record."""
     k = KafkaHelper(kafka3.bootstrap, replication=-1)
     src, out = k.topic("w-in", 3), k.topic("w-out", 1)
     query = f"wk{uuid.uuid4().hex[:6]}"
     p = tmp_path / "plan.json"
-    p.write_text(json.dumps(plan(query, src, out, "old", False)))
+    p.write_text(json.dumps(feed_count_plan(query, src, out) if stateful
+                            else plan(query, src, out, "old", False)))
     state = tmp_path / "state"
+    events_dir = tmp_path / "spark-events"
+    events_dir.mkdir()
+    env = driver_env(THESEUS_SPARK_CONF=f"spark.eventLog.enabled=true;spark.eventLog.dir="
+                                        f"file://{events_dir};spark.eventLog.compress=false")
     feeder = Feeder(kafka3.bootstrap, src)
     feeder.start()
     host = spawn("run", p, "--bootstrap", kafka3.bootstrap, "--state", state,
                  "--master", spark_cluster.master, cwd=tmp_path / "host",
-                 log=tmp_path / "host.log")
+                 log=tmp_path / "host.log", env=env)
     try:
         from migrate.store import DirectoryStore
 
         store = DirectoryStore(state)
         wait_for(lambda: store.status(query).get("status") == "running", 240, "query up")
-        wait_for(lambda: k.end_offsets(out, settle=0)[0] > 100, 120, "steady output")
+        wait_for(lambda: k.end_offsets(out, settle=0)[0] > (20 if stateful else 100), 120,
+                 "steady output")
+        killed_ms = int(time.time() * 1000)
         spark_cluster.kill(1)
         time.sleep(10)
         spark_cluster.restart(1)
@@ -174,6 +269,17 @@ def test_worker_killed_at_steady_state_output_stays_exact(kafka3, spark_cluster,
         feeder.stop()
         if host.poll() is None:
             host.kill()
+    loss = executor_loss(spark_events(events_dir), killed_ms)
+    print(f"worker 1 killed: executors removed {loss['removed']}, added after "
+          f"{loss['added']}, failed tasks {loss['failed']}, {loss['tasks_after']} tasks "
+          f"succeeded after the removal on executors {loss['executors_after']}")
+    assert loss["removed"], "the driver never lost an executor: the kill hit no executor"
+    assert loss["tasks_after"] > 0, "no task ran on another executor after the loss"
+    assert loss["added"], "the restarted worker got no executor"
+    if stateful:
+        n = check_feed_counts(k, src, out)
+        assert n > 300
+        return
     got = Counter(json.dumps(r.json(), sort_keys=True) for r in k.read_all(out))
     want = oracle(input_records(k, src), {"0": 1 << 62, "1": 1 << 62, "2": 1 << 62})
     assert sum(want.values()) > 300
@@ -233,6 +339,7 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
     ctx = SimpleNamespace(k=k, src=src, query=query, host=start_host(), start_host=start_host,
                           store_topic=store_topic, t0=None, events=[], fired_in=None,
                           fired_at=None)
+    local_dir = os.environ.get("THESEUS_LOCAL_DIR")
     if kafka_store:
         os.environ["THESEUS_LOCAL_DIR"] = str(tmp_path / "test" / ".theseus")
     store = ctx.store = open_store(state)
@@ -300,6 +407,10 @@ def migrate_with_fault(kafka3, spark_cluster, tmp_path, when, fault, *,
         feeder.stop()
         if ctx.host.poll() is None:
             ctx.host.kill()
+        if local_dir is None:
+            os.environ.pop("THESEUS_LOCAL_DIR", None)
+        else:
+            os.environ["THESEUS_LOCAL_DIR"] = local_dir
         for inst in list((store.root / "queries").glob("*")):
             pid = store.status(inst.name).get("pid")
             if pid and inst.name != query:
@@ -359,9 +470,22 @@ def test_broker_killed_during_the_shadow_backfill(kafka3, spark_cluster, tmp_pat
 
 def test_broker_killed_between_the_cut_and_the_hand_over(kafka3, spark_cluster, tmp_path):
     """Fault 2: a broker SIGKILLed once the control events are written (phase align), while
-    both queries run up to the cut and the acknowledgements decide the hand-over."""
-    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"),
-                       _kill_source_leader_for_10s(kafka3), expect_phase=("align",))
+    both queries run up to the cut and the acknowledgements decide the hand-over.  On the
+    Kafka store: the acknowledgements, the gate state and the migration record then cross
+    the failure too (the store topic has a replica on every broker of three: the killed one
+    led it, or its ISR shrinks and the store's acks=all writes wait for the controller to
+    fence the dead broker)."""
+    def fault(ctx) -> None:
+        node, store_leader = leader_of(ctx.k, ctx.src, 0), leader_of(ctx.k, ctx.store_topic)
+        kafka3.kill(node)
+        ctx.events.append(f"broker {node} (the store topic's leader: {store_leader}) killed "
+                          f"in {phase_of(ctx)}")
+        time.sleep(10)
+        ctx.events.append(f"restarted in {phase_of(ctx)}")
+        kafka3.restart(node)
+
+    migrate_with_fault(kafka3, spark_cluster, tmp_path, _phase("align"), fault,
+                       kafka_store=True, expect_phase=("align",))
 
 
 def test_old_driver_killed_during_align_restarts_on_its_checkpoint(kafka3, spark_cluster,
@@ -381,12 +505,19 @@ def test_old_driver_killed_during_align_restarts_on_its_checkpoint(kafka3, spark
                        expect_phase=("align",))
 
 
+def _caught_up(ctx) -> bool:
+    """The shadow has caught up with the head: from here to the hand-over the migrator
+    writes the gates' caps and reads the queries' acknowledgements through the store."""
+    return phase_of(ctx) in ("pause (caught up)", "cut", "cut (caught up)",
+                             "align", "align (caught up)")
+
+
 def test_store_leader_killed_mid_migration_with_the_kafka_store(kafka3, spark_cluster,
                                                                 tmp_path):
     """Fault 5: migrator and query host in two working directories sharing only the brokers
-    (the Kafka store); the store topic's leader SIGKILLed 5 s into the migration, restarted
-    after 10 s."""
-    migrate_with_fault(kafka3, spark_cluster, tmp_path,
-                       lambda ctx: time.monotonic() - ctx.t0 > 5,
+    (the Kafka store); the store topic's leader SIGKILLed once the shadow has caught up
+    (pause, or cut/align if the watcher sees it late), restarted after 10 s: the caps, the
+    cut and the acknowledgements go through a store whose leader is moving."""
+    migrate_with_fault(kafka3, spark_cluster, tmp_path, _caught_up,
                        _kill_leader_for_10s(kafka3, lambda ctx: ctx.store_topic),
-                       kafka_store=True)
+                       kafka_store=True, expect_phase=("pause", "cut", "align"))
