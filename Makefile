@@ -44,10 +44,11 @@ cluster-stop:
 test-cluster: $(STAMP)
 	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly --durations=0 tests/cluster
 
-# A small, robust subset of test-cluster (marker cluster_ci), a candidate for .ci/run: the
-# secured broker's refusals (a run, a migration) and exact run, a run on the Spark cluster
-# and three brokers with the Kafka store, and a worker killed under a stateful query. Its brokers' jars are kafka.sh's (fetched once with Maven into
-# .cache/kafka/libs, as for make test's broker).
+# A small, robust subset of test-cluster (marker cluster_ci), run by .ci/run after make test:
+# the secured broker's refusals (a run, a migration) and exact run, a run on the Spark
+# cluster and three brokers with the Kafka store, and a worker killed under a stateful query.
+# Its brokers' jars are kafka.sh's (fetched once with Maven into .cache/kafka/libs, as for
+# make test's broker).
 test-cluster-ci: $(STAMP)
 	THESEUS_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:randomly --durations=0 -m cluster_ci \
 	  tests/cluster
