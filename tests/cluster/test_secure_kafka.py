@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -78,6 +80,42 @@ class Feeder(threading.Thread):
         self.join(60)
 
 
+@contextlib.contextmanager
+def old_query_running(sk, tmp_path: Path, prefix: str):
+    """A source fed as admin, the old plan (v1) run as carol until it writes output, and
+    the new plan (v2: the same query, ``upper(v)``, tag new) beside it in ``plans``.
+    Yields them as a namespace; stops the feeder and kills the old query at the end."""
+    from migrate.store import DirectoryStore
+
+    k = helper(sk)
+    src, out = k.topic("sec-in", 3), k.topic("sec-out", 1)
+    query = f"{prefix}{tmp_path.name[-6:]}".replace("-", "_")
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    old_p, new_p = plans / "v1.json", plans / "v2.json"
+    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
+    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
+    state = tmp_path / "state"
+    feeder = Feeder(sk.conf("admin"), src)
+    feeder.start()
+    log = open(tmp_path / "old.log", "ab")
+    old = subprocess.Popen([sys.executable, "-m", "migrate.cli", "run", str(old_p),
+                            "--bootstrap", sk.bootstrap, "--state", str(state),
+                            "--kafka-config", str(sk.files["carol"])],
+                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        store = DirectoryStore(state)
+        wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
+        wait_for(lambda: k.end_offsets(out, settle=0)[0] > 0, 120, "old query output")
+        yield SimpleNamespace(k=k, src=src, out=out, query=query, plans=plans, old_p=old_p,
+                              new_p=new_p, state=state, store=store, feeder=feeder, old=old)
+    finally:
+        feeder.stop()
+        if old.poll() is None:
+            old.kill()
+        log.close()
+
+
 @pytest.mark.cluster_ci
 def test_run_refused_without_write_then_exact_with_the_right_user(secure_kafka, tmp_path):
     sk = secure_kafka
@@ -116,31 +154,9 @@ def test_run_refused_without_write_then_exact_with_the_right_user(secure_kafka, 
 
 def test_migration_refused_without_control_event_write_then_exact(secure_kafka, tmp_path):
     sk = secure_kafka
-    k = helper(sk)
-    src, out = k.topic("sec-in", 3), k.topic("sec-out", 1)
-    query = f"sm{tmp_path.name[-6:]}".replace("-", "_")
-    plans = tmp_path / "plans"
-    plans.mkdir()
-    old_p, new_p = plans / "v1.json", plans / "v2.json"
-    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
-    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
-    state = tmp_path / "state"
-    admin = sk.conf("admin")
-    feeder = Feeder(admin, src)
-    feeder.start()
-    log = open(tmp_path / "old.log", "ab")
-    old = subprocess.Popen([sys.executable, "-m", "migrate.cli", "run", str(old_p),
-                            "--bootstrap", sk.bootstrap, "--state", str(state),
-                            "--kafka-config", str(sk.files["carol"])],
-                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     outputs = []
-    try:
-        from migrate.store import DirectoryStore
-
-        store = DirectoryStore(state)
-        wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
-        wait_for(lambda: k.end_offsets(out, settle=0)[0] > 0, 120, "old query output")
-
+    with old_query_running(sk, tmp_path, "sm") as q:
+        k, src, state, store, new_p = q.k, q.src, q.state, q.store, q.new_p
         # carol may write the output but not the source topics: no control events, refused
         r = theseus("migrate", "start", new_p, "--bootstrap", sk.bootstrap, "--state", state,
                     "--strategy", "shadow", "--timeout", "120", "--kafka-config",
@@ -152,14 +168,14 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
         assert "no WRITE permission" in err[0] and "control events" in err[0]
         from migrate import migration
 
-        assert migration.current(store, query).phase == "refused"
+        assert migration.current(store, q.query).phase == "refused"
         from gates.control import is_control
 
         assert not [x for x in k.read_all(src) if is_control(x.headers)]
-        before = k.end_offsets(out, settle=0)[0]
-        wait_for(lambda: k.end_offsets(out, settle=0)[0] > before, 60,
+        before = k.end_offsets(q.out, settle=0)[0]
+        wait_for(lambda: k.end_offsets(q.out, settle=0)[0] > before, 60,
                  "the old query keeps writing after the refusal")
-        assert old.poll() is None and store.status(query).get("status") == "running"
+        assert q.old.poll() is None and store.status(q.query).get("status") == "running"
 
         # alice: the migration runs (its shadow, spawned by the migrator, logs in as alice)
         r = theseus("migrate", "start", new_p, "--bootstrap", sk.bootstrap, "--state", state,
@@ -167,26 +183,21 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
                     sk.files["alice"])
         outputs.append(r.stdout + r.stderr)
         assert r.returncode == 0, r.stdout + r.stderr
-        m = migration.current(store, query)
+        m = migration.current(store, q.query)
         assert m.phase == "done"
         time.sleep(3)
-        feeder.stop()
-        live = store.live_instance(query)
+        q.feeder.stop()
+        live = store.live_instance(q.query)
         from gates.state import is_acked
 
         high = {src: k.end_offsets(src)}
         wait_for(lambda: is_acked(state, live, high), 180, "the new query drains the input")
-        r = theseus("stop", query, "--state", state, "--kafka-config", sk.files["alice"])
+        r = theseus("stop", q.query, "--state", state, "--kafka-config", sk.files["alice"])
         outputs.append(r.stdout + r.stderr)
         assert r.returncode == 0, r.stderr
         wait_for(lambda: store.status(live).get("status") == "stopped", 120, "new stops")
-        old.wait(60)
-    finally:
-        feeder.stop()
-        if old.poll() is None:
-            old.kill()
-        log.close()
-    got = Counter(json.dumps(x.json(), sort_keys=True) for x in k.read_all(out))
+        q.old.wait(60)
+    got = Counter(json.dumps(x.json(), sort_keys=True) for x in k.read_all(q.out))
     want = oracle(input_records(k, src), m.cut[src])
     assert got == want, (f"missing {sum((want - got).values())}, "
                          f"extra {sum((got - want).values())}")
@@ -194,7 +205,7 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
     for secret in (sk.passwords["alice"], sk.passwords["carol"]):
         assert not any(secret in o for o in outputs)
         assert files_containing(state, secret) == []  # store, checkpoints, logs
-        assert files_containing(plans, secret) == []
+        assert files_containing(q.plans, secret) == []
         assert secret.encode() not in (tmp_path / "old.log").read_bytes()
 
 
@@ -205,31 +216,12 @@ def test_migration_refused_when_the_new_query_cannot_write_the_output(secure_kaf
     written, with one error naming the output topic and the missing WRITE; the old query
     (carol's) keeps running and its output stays exact over all input."""
     sk = secure_kafka
-    k = helper(sk)
-    src, out = k.topic("sec-in", 3), k.topic("sec-out", 1)
-    query = f"so{tmp_path.name[-6:]}".replace("-", "_")
-    plans = tmp_path / "plans"
-    plans.mkdir()
-    old_p, new_p = plans / "v1.json", plans / "v2.json"
-    old_p.write_text(json.dumps(plan(query, src, out, "old", False)))
-    new_p.write_text(json.dumps(plan(query, src, out, "new", True)))
-    state = tmp_path / "state"
-    feeder = Feeder(sk.conf("admin"), src)
-    feeder.start()
-    log = open(tmp_path / "old.log", "ab")
-    old = subprocess.Popen([sys.executable, "-m", "migrate.cli", "run", str(old_p),
-                            "--bootstrap", sk.bootstrap, "--state", str(state),
-                            "--kafka-config", str(sk.files["carol"])],
-                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with old_query_running(sk, tmp_path, "so") as q:
+        k, src, out, state, store = q.k, q.src, q.out, q.state, q.store
         from migrate import migration
-        from migrate.store import DirectoryStore
 
-        store = DirectoryStore(state)
-        wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
-        wait_for(lambda: k.end_offsets(out, settle=0)[0] > 0, 120, "old query output")
-        r = theseus("migrate", "start", new_p, "--bootstrap", sk.bootstrap, "--state", state,
-                    "--strategy", "shadow", "--timeout", "120", "--kafka-config",
+        r = theseus("migrate", "start", q.new_p, "--bootstrap", sk.bootstrap, "--state",
+                    state, "--strategy", "shadow", "--timeout", "120", "--kafka-config",
                     sk.files["dave"])
         assert r.returncode == 5, r.stdout + r.stderr
         assert "Traceback" not in r.stderr
@@ -238,31 +230,26 @@ def test_migration_refused_when_the_new_query_cannot_write_the_output(secure_kaf
         assert f"topic '{out}'" in err[0] and "no WRITE permission" in err[0], err[0]
         assert "dave" in err[0] and src not in err[0], err[0]
         assert sk.passwords["dave"] not in r.stdout + r.stderr
-        m = migration.current(store, query)
+        m = migration.current(store, q.query)
         assert m.phase == "refused"
         # nothing written: no control event in any source partition, no shadow started
         from gates.control import is_control
 
         assert not [x for x in k.read_all(src) if is_control(x.headers)]
-        assert store.status(f"{query}.g1") == {}, store.status(f"{query}.g1")
+        assert store.status(f"{q.query}.g1") == {}, store.status(f"{q.query}.g1")
         before = k.end_offsets(out, settle=0)[0]
         wait_for(lambda: k.end_offsets(out, settle=0)[0] > before, 60,
                  "the old query keeps writing after the refusal")
-        assert old.poll() is None and store.status(query).get("status") == "running"
+        assert q.old.poll() is None and store.status(q.query).get("status") == "running"
         time.sleep(2)
-        feeder.stop()
+        q.feeder.stop()
         from gates.state import is_acked
 
         high = {src: k.end_offsets(src)}
-        wait_for(lambda: is_acked(state, query, high), 180, "the old query drains the input")
-        s = theseus("stop", query, "--state", state, "--kafka-config", sk.files["carol"])
+        wait_for(lambda: is_acked(state, q.query, high), 180, "the old query drains the input")
+        s = theseus("stop", q.query, "--state", state, "--kafka-config", sk.files["carol"])
         assert s.returncode == 0, s.stderr
-        old.wait(60)
-    finally:
-        feeder.stop()
-        if old.poll() is None:
-            old.kill()
-        log.close()
+        q.old.wait(60)
     got = Counter(json.dumps(x.json(), sort_keys=True) for x in k.read_all(out))
     want = oracle(input_records(k, src), {"0": 1 << 62, "1": 1 << 62, "2": 1 << 62})
     assert sum(want.values()) > 0

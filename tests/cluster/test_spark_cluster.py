@@ -24,17 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.cluster]
 
 
-def count_plan(query: str, src: str, out: str) -> dict:
+def count_plan(query: str, src: str, out: str, *, schema=(("k", "string"), ("x", "bigint")),
+               key: str = "k", summed: str = "x") -> dict:
+    """Per ``key`` (an expression over ``schema``), the count and the sum of ``summed``;
+    update mode, exactly once (its state lives in the executors' state stores)."""
     return {
         "format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
         "nodes": [
             {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
              "format": "json", "role": "stream",
-             "schema": [{"name": "k", "type": "string"}, {"name": "x", "type": "bigint"}]},
+             "schema": [{"name": n, "type": t} for n, t in schema]},
             {"id": "agg", "step": "aggregate", "version": 1, "inputs": ["events"],
-             "group_by": [{"name": "k", "expr": "k"}],
+             "group_by": [{"name": "k", "expr": key}],
              "aggregates": [{"name": "n", "function": "count", "args": ["*"]},
-                            {"name": "s", "function": "sum", "args": ["x"]}]},
+                            {"name": "s", "function": "sum", "args": [summed]}]},
             {"id": "out", "step": "sink", "version": 1, "inputs": ["agg"], "topic": out,
              "format": "json", "key_columns": ["k"], "mode": "update",
              "delivery": "exactly_once"}]}
@@ -66,24 +69,28 @@ def replicas(k: KafkaHelper, topic: str) -> set[int]:
     return {len(p.replicas) for p in md.partitions.values()}
 
 
-def check_counts(k: KafkaHelper, src: str, out: str) -> None:
-    """Update-mode counts: per key, the values written are increasing (no batch written
-    twice), and the last one is the count and the sum over the whole input."""
+def check_counts(k: KafkaHelper, src: str, out: str, key=lambda v: v["k"],
+                 value=lambda v: v["x"]) -> int:
+    """Update-mode counts: per key, the counts written only grow (no batch written twice, no
+    state lost and recounted), and the last value is the count and the sum over every input
+    record.  Returns the number of input records."""
     want_n: Counter = Counter()
     want_s: Counter = Counter()
-    for r in input_records(k, src):
+    inputs = input_records(k, src)
+    for r in inputs:
         v = r.json()
-        want_n[v["k"]] += 1
-        want_s[v["k"]] += v["x"]
+        want_n[key(v)] += 1
+        want_s[key(v)] += value(v)
     seen = defaultdict(list)
     for r in k.read_all(out):
         v = r.json()
         seen[v["k"]].append((v["n"], v["s"]))
     assert set(seen) == set(want_n)
-    for key, vals in seen.items():
+    for k_, vals in seen.items():
         ns = [n for n, _ in vals]
-        assert ns == sorted(set(ns)), f"key {key}: a count written twice or going back {ns}"
-        assert vals[-1] == (want_n[key], want_s[key]), key
+        assert ns == sorted(set(ns)), f"key {k_}: a count written twice or going back {ns}"
+        assert vals[-1] == (want_n[k_], want_s[k_]), k_
+    return len(inputs)
 
 
 @pytest.mark.cluster_ci
@@ -139,44 +146,14 @@ class Feeder(threading.Thread):
 
 
 def feed_count_plan(query: str, src: str, out: str) -> dict:
-    """The stateful plan over the feeder's records: per ``id % 17``, count and sum of ids,
-    update mode, exactly once (its state lives in the executors' state stores)."""
-    return {
-        "format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
-        "nodes": [
-            {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
-             "format": "json", "role": "stream",
-             "schema": [{"name": "id", "type": "bigint"}, {"name": "v", "type": "string"}]},
-            {"id": "agg", "step": "aggregate", "version": 1, "inputs": ["events"],
-             "group_by": [{"name": "k", "expr": "id % 17"}],
-             "aggregates": [{"name": "n", "function": "count", "args": ["*"]},
-                            {"name": "s", "function": "sum", "args": ["id"]}]},
-            {"id": "out", "step": "sink", "version": 1, "inputs": ["agg"], "topic": out,
-             "format": "json", "key_columns": ["k"], "mode": "update",
-             "delivery": "exactly_once"}]}
+    """The stateful plan over the feeder's records: per ``id % 17``, count and sum of ids."""
+    return count_plan(query, src, out, schema=(("id", "bigint"), ("v", "string")),
+                      key="id % 17", summed="id")
 
 
 def check_feed_counts(k: KafkaHelper, src: str, out: str) -> int:
-    """:func:`check_counts` for :func:`feed_count_plan`: per key the counts written only
-    grow (no batch written twice, no state lost and recounted), and the last value is the
-    count and sum over every input record.  Returns the number of input records."""
-    want_n: Counter = Counter()
-    want_s: Counter = Counter()
-    inputs = input_records(k, src)
-    for r in inputs:
-        v = r.json()
-        want_n[v["id"] % 17] += 1
-        want_s[v["id"] % 17] += v["id"]
-    seen = defaultdict(list)
-    for r in k.read_all(out):
-        v = r.json()
-        seen[v["k"]].append((v["n"], v["s"]))
-    assert set(seen) == set(want_n)
-    for key, vals in seen.items():
-        ns = [n for n, _ in vals]
-        assert ns == sorted(set(ns)), f"key {key}: a count written twice or going back {ns}"
-        assert vals[-1] == (want_n[key], want_s[key]), key
-    return len(inputs)
+    """:func:`check_counts` for :func:`feed_count_plan`."""
+    return check_counts(k, src, out, key=lambda v: v["id"] % 17, value=lambda v: v["id"])
 
 
 def spark_events(events_dir: Path) -> list[dict]:
