@@ -280,6 +280,9 @@ class Plan:
     #: ``/nodes/<i>``, some of its fields, ``/config/<key>``, ``/query``; ``""`` is the
     #: query): reports point there instead of at the compiled JSON.  Empty for a JSON plan.
     positions: dict[str, Position] = field(default_factory=dict, repr=False)
+    #: what analyses derive from the plan once it is inferred, by name (``compat.demand``:
+    #: the columns demanded of every node), computed on first use
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def state_partitions(self) -> int | None:

@@ -28,30 +28,14 @@ changed upstream:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import singledispatch
 
-from compat import expr as E
 from compat import types as T
+from compat.demand import demanded
 from compat.findings import Finding, finding, register_codes
 from compat.infer import INSERT, MODE_RANK, RETRACT, UPSERT, NodeInfo
-from compat.model import Node, Plan
-from compat.steps import (
-    Aggregate,
-    Deduplicate,
-    Explode,
-    Filter,
-    Join,
-    Project,
-    Sink,
-    Source,
-    StartGate,
-    StopGate,
-    TopN,
-    Union,
-)
-from compat.steps.join import join_output
+from compat.model import Plan
+from compat.steps import Sink, Source
 from compat.steps.sink import written_key
 
 MODE_NAMES = {INSERT: "inserts only [I]", UPSERT: "upserts [I,UA]",
@@ -195,170 +179,6 @@ def usage(plan: Plan, node: str) -> Usage:
                  tuple(src.key_columns), src.format, src.role, frozenset(readers),
                  src.role == "stream",
                  tuple(sorted((n, tuple(sorted(w))) for n, w in readers.items())))
-
-
-# -- which columns a plan reads: demand, from the sink back to the sources ------------------
-
-#: per output column (lower-case), the ids of the steps that read it downstream
-Demand = dict[str, set[str]]
-
-
-def demanded(plan: Plan) -> dict[str, Demand]:
-    """For every node, the output columns that something downstream reads, each with the
-    steps that read it.  The sink reads every column it writes (the topic's readers may
-    need any of them); each step says what its inputs must provide for what is demanded of
-    it (``needs``), plus what it reads itself (predicates, keys, group keys, aggregate
-    arguments, join conditions, windows...)."""
-    out: dict[str, Demand] = {nid: {} for nid in plan.nodes}
-    for nid in reversed(list(plan.nodes)):
-        node = plan.nodes[nid]
-        if not node.inputs:
-            continue
-        ins = [plan.info[i] for i in node.inputs]
-        for i, need in zip(node.inputs, needs(node, out[nid], ins)):
-            acc = out[i]
-            for col, who in need.items():
-                acc.setdefault(col, set()).update(who)
-    return out
-
-
-def _cols(info: NodeInfo) -> list[str]:
-    return [c[0] for c in info.columns]
-
-
-def _refs(text: str, cols: Iterable[str]) -> set[str]:
-    """The input columns (lower-case) that an expression reads: ``a`` and ``a.f`` (a field
-    of ``a``) read ``a``; ``x.a`` (qualified by an input's id) reads ``a``."""
-    try:
-        refs = E.analyze(text).columns
-    except Exception:  # noqa: BLE001 - a validated plan parses; be safe: read everything
-        return set(cols)
-    names = set(cols)
-    got = set()
-    for parts in refs:
-        if parts[0] in names:
-            got.add(parts[0])
-        elif len(parts) > 1 and parts[1] in names:
-            got.add(parts[1])
-    return got
-
-
-def _own(node: Node, cols: Iterable[str]) -> Demand:
-    return {c: {node.id} for c in cols}
-
-
-def _merge(*ds: Demand) -> Demand:
-    out: Demand = {}
-    for d in ds:
-        for c, who in d.items():
-            out.setdefault(c, set()).update(who)
-    return out
-
-
-@singledispatch
-def needs(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    """What each input of ``node`` must provide for ``demand`` on its output.  A step type
-    without a registration (a recursive step) is taken to read every input column."""
-    return [_own(node, _cols(i)) for i in ins]
-
-
-@needs.register
-def _sink(node: Sink, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    return [_own(node, _cols(ins[0]))]
-
-
-@needs.register(Filter)
-def _filter(node: Filter, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    return [_merge(demand, _own(node, _refs(node.predicate, _cols(ins[0]))))]
-
-
-@needs.register(StopGate)
-@needs.register(StartGate)
-@needs.register(Union)
-def _passthrough(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    # A union's inputs have the same column names, in the same order.
-    return [dict(demand) for _ in ins]
-
-
-@needs.register
-def _project(node: Project, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    cols = _cols(ins[0])
-    out: Demand = {}
-    for c in node.columns:
-        who = demand.get(c.name.lower())
-        if who:
-            for r in _refs(c.expr, cols):
-                out.setdefault(r, set()).update(who)
-    return [out]
-
-
-@needs.register
-def _explode(node: Explode, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    # Explode decides how many rows there are: its expression is read whatever is demanded.
-    passed = {c: w for c, w in demand.items() if c != node.alias.lower()}
-    return [_merge(passed, _own(node, _refs(node.expr, _cols(ins[0]))))]
-
-
-@needs.register
-def _deduplicate(node: Deduplicate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    cols = set(_cols(ins[0]))
-    return [_merge(demand, _own(node, {k.lower() for k in node.keys} & cols))]
-
-
-@needs.register
-def _top_n(node: TopN, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    cols = _cols(ins[0])
-    read: set[str] = set()
-    for text in (*node.partition_by, *(o.expr for o in node.order_by)):
-        read |= _refs(text, cols)
-    return [_merge(demand, _own(node, read))]
-
-
-@needs.register
-def _aggregate(node: Aggregate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    # Group keys and the window decide which rows meet; aggregate arguments are read for
-    # every aggregate (state holds them whether or not its output is read downstream).
-    cols = _cols(ins[0])
-    read: set[str] = set()
-    for g in node.group_by:
-        read |= _refs(g.expr, cols)
-    for a in node.aggregates:
-        for arg in a.args:
-            read |= _refs(arg, cols)
-    if node.window is not None:
-        read |= _refs(node.window.column, cols)
-    return [_own(node, read)]
-
-
-@needs.register
-def _join(node: Join, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
-    left, right = ins
-    lcols, rcols = _cols(left), _cols(right)
-    lid, rid = (i.lower() for i in node.inputs)
-    lneed: Demand = {}
-    rneed: Demand = {}
-    lnames = left.names or tuple(lcols)
-    rnames = right.names or tuple(rcols)
-    for name, side, src in join_output(node, lnames, rnames):
-        who = demand.get(name.lower())
-        if who:
-            (lneed if side == "left" else rneed).setdefault(src.lower(), set()).update(who)
-    lread = set().union(*(_refs(k, lcols) for k in node.left_keys))
-    rread = set().union(*(_refs(k, rcols) for k in node.right_keys))
-    for text in (node.condition, node.time_bound):
-        if not text:
-            continue
-        for parts in E.analyze(text).columns:
-            if parts[0] == lid and len(parts) > 1:
-                lread.add(parts[1])
-            elif parts[0] == rid and len(parts) > 1:
-                rread.add(parts[1])
-            elif parts[0] in lcols:
-                lread.add(parts[0])
-            elif parts[0] in rcols:
-                rread.add(parts[0])
-    return [_merge(lneed, _own(node, lread & set(lcols))),
-            _merge(rneed, _own(node, rread & set(rcols)))]
 
 
 # -- impacts across one edge -----------------------------------------------------------------
@@ -588,5 +408,4 @@ class _Edge:
                      "read as nulls", type_ptr)
 
 
-__all__ = ["MODE_NAMES", "Contract", "Usage", "demanded", "impacts", "needs", "produced",
-           "readable", "usage"]
+__all__ = ["MODE_NAMES", "Contract", "Usage", "impacts", "produced", "readable", "usage"]

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
+from compat.demand import Demand, columns, own, reads, refs
 from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
@@ -193,6 +194,22 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         keys = (tuple(g.name.lower() for g in node.group_by),)  # one row per group
     return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
                     tuple(names), changelog=src.changelog, keys=keys)
+
+
+@reads.register
+def _reads(node: Aggregate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    # Group keys and the window decide which rows meet; aggregate arguments are read for
+    # every aggregate (state holds them whether or not its output is read downstream).
+    cols = columns(ins[0])
+    read: set[str] = set()
+    for g in node.group_by:
+        read |= refs(g.expr, cols)
+    for a in node.aggregates:
+        for arg in a.args:
+            read |= refs(arg, cols)
+    if node.window is not None:
+        read |= refs(node.window.column, cols)
+    return [own(node, read)]
 
 
 @compare.register

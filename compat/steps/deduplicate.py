@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from compat.demand import Demand, columns, merge, own, reads
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
 from compat.model import DURATION, ENFORCING, NAME, Node, prop
@@ -49,6 +50,14 @@ def _infer(node: Deduplicate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInf
                           "on the input", expected="an event_time upstream", found="none")
     return NodeInfo(src.columns, INSERT, src.stream, src.stream, src.watermarks, True,
                     src.names)
+
+
+@reads.register
+def _reads(node: Deduplicate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    # Spark keeps the keys in state (and the rows' event time, within a time): the rest
+    # of the row passes through only where it is read above.
+    cols = set(columns(ins[0]))
+    return [merge(demand, own(node, {k.lower() for k in node.keys} & cols))]
 
 
 @compare.register

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
+from compat.demand import Demand, columns, merge, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import EXPR, NAME, Node, prop
@@ -54,6 +55,13 @@ def _infer(node: Explode, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     return NodeInfo(src.columns + ((node.alias.lower(), elem),), src.mode, src.stream, False,
                     src.watermarks, deterministic(node.expr), src.names + (node.alias,),
                     changelog=src.changelog)
+
+
+@reads.register
+def _reads(node: Explode, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    # Explode decides how many rows there are: its expression is read whatever is demanded.
+    passed = {c: w for c, w in demand.items() if c != node.alias.lower()}
+    return [merge(passed, own(node, refs(node.expr, columns(ins[0]))))]
 
 
 @compare.register

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
+from compat.demand import Demand, columns, merge, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
 from compat.model import EXPR, Node, prop
@@ -44,6 +45,11 @@ def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     mode = RETRACT if src.mode != INSERT else INSERT
     return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, info.deterministic,
                     src.names, changelog=src.changelog, keys=src.keys)
+
+
+@reads.register
+def _reads(node: Filter, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    return [merge(demand, own(node, refs(node.predicate, columns(ins[0]))))]
 
 
 @compare.register

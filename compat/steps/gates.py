@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from compat.demand import Demand, reads
 from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
 from compat.model import Node, prop
@@ -35,6 +36,12 @@ def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
     return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names,
                     changelog=src.changelog, keys=src.keys)
+
+
+@reads.register(StopGate)
+@reads.register(StartGate)
+def _reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    return [dict(demand)]  # a gate changes when rows flow, not what they are
 
 
 @compare.register(StopGate)

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
+from compat.demand import Demand, columns, merge, own, reads, refs
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import (
     INSERT,
@@ -234,6 +235,52 @@ def _joined_keys(node: Join, left: NodeInfo, right: NodeInfo,
                 found.append(rout)
             found.append(tuple(dict.fromkeys(lout + rout)))
     return tuple(dict.fromkeys(found))
+
+
+@reads.register
+def _reads(node: Join, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    left, right = ins
+    lcols, rcols = columns(left), columns(right)
+    lneed: Demand = {}
+    rneed: Demand = {}
+    out = join_output(node, left.names or tuple(lcols), right.names or tuple(rcols))
+    # A right or full join writes a paired key from the right row when the left one is
+    # padded (``coalesce``): the left key's column reads the right key too.
+    coalesced = paired_keys(node) if node.type in ("right", "full") else set()
+    for name, side, src in out:
+        who = demand.get(name.lower())
+        if who:
+            (lneed if side == "left" else rneed).setdefault(src.lower(), set()).update(who)
+            if side == "left" and src.lower() in coalesced:
+                rneed.setdefault(src.lower(), set()).update(who)
+    lread = set().union(*(refs(k, lcols) for k in node.left_keys))
+    rread = set().union(*(refs(k, rcols) for k in node.right_keys))
+    for text in (node.condition, node.time_bound):
+        if text:
+            a, b = _sides(node, text, lcols, rcols)
+            lread |= a
+            rread |= b
+    return [merge(lneed, own(node, lread)), merge(rneed, own(node, rread))]
+
+
+def _sides(node: Join, text: str, lcols: list[str], rcols: list[str]
+           ) -> tuple[set[str], set[str]]:
+    """The left and the right input columns an expression over both inputs reads
+    (qualified by an input's id, or bare where the name is one side's only)."""
+    lid, rid = (i.lower() for i in node.inputs)
+    lset, rset = set(lcols), set(rcols)
+    lread: set[str] = set()
+    rread: set[str] = set()
+    for parts in E.analyze(text).columns:
+        if parts[0] == lid and len(parts) > 1 and parts[1] in lset:
+            lread.add(parts[1])
+        elif parts[0] == rid and len(parts) > 1 and parts[1] in rset:
+            rread.add(parts[1])
+        elif parts[0] in lset:
+            lread.add(parts[0])
+        elif parts[0] in rset:
+            rread.add(parts[0])
+    return lread, rread
 
 
 @compare.register

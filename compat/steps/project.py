@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import expr as E
+from compat.demand import Demand, columns, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
 from compat.model import NamedExpr, Node, prop
@@ -81,6 +82,18 @@ def _kept_keys(node: Project, src: NodeInfo) -> tuple[tuple[str, ...], ...]:
             # a key column output under two names is a key under either
             out.extend(itertools.islice(itertools.product(*(renamed[k] for k in key)), 16))
     return tuple(dict.fromkeys(out))
+
+
+@reads.register
+def _reads(node: Project, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    cols = columns(ins[0])
+    out: Demand = {}
+    for c in node.columns:
+        who = demand.get(c.name.lower())
+        if who:
+            for r in refs(c.expr, cols):
+                out.setdefault(r, set()).update(who)
+    return [out]
 
 
 @compare.register

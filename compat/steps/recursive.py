@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
+from compat.demand import Demand, everything, reads
 from compat.errors import PlanError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, infer_step
@@ -301,6 +302,13 @@ def body_paths(rec: Recursive) -> dict[str, int]:
             paths[bid] = sum(paths.get(i, 0) for i in body[bid].inputs)
         out[start] = paths.get(rec.body_output, 0)
     return out
+
+
+@reads.register
+def _reads(node: Recursive, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    # The loop keeps whole rows of every input in its state (the derived rows and the
+    # history of the streams its body reads).
+    return everything(node, ins)
 
 
 @compare.register

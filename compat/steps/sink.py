@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
+from compat.demand import Demand, everything, reads
 from compat.findings import NEW_OUTPUT, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
@@ -175,6 +176,11 @@ def _aggregates_upstream(ctx: InferContext, node: Node) -> bool:
             return True
         stack.extend(n.inputs)
     return False
+
+
+@reads.register
+def _reads(node: Sink, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    return everything(node, ins)  # the topic's readers may need any column it writes
 
 
 @compare.register

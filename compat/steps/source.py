@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
+from compat.demand import Demand, reads
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, UPSERT, InferContext, NodeInfo, infer_step
 from compat.model import (
@@ -153,6 +154,11 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                         keys=(tuple(k.lower() for k in node.key_columns),))
     mode = UPSERT if node.role == "table" else INSERT
     return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True, names)
+
+
+@reads.register
+def _reads(node: Source, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    return []  # no inputs: what it reads is its schema
 
 
 @compare.register

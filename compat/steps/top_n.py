@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
+from compat.demand import Demand, columns, merge, own, reads, refs
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, prop
@@ -56,6 +57,15 @@ def _infer(node: TopN, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       "cannot feed an append sink", expected="sink mode 'update' with "
                       "key_columns", found="mode 'append'", ptr=ctx.pointer(node.id))
     return NodeInfo(src.columns, RETRACT, src.stream, src.stream, frozenset(), det, src.names)
+
+
+@reads.register
+def _reads(node: TopN, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    cols = columns(ins[0])
+    read: set[str] = set()
+    for text in (*node.partition_by, *(o.expr for o in node.order_by)):
+        read |= refs(text, cols)
+    return [merge(demand, own(node, read))]
 
 
 @compare.register

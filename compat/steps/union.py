@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
+from compat.demand import Demand, reads
 from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
 from compat.model import Node
@@ -52,6 +53,13 @@ def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     marks = frozenset.intersection(*(i.watermarks for i in ins))
     return NodeInfo(tuple(cols), mode, any(i.stream for i in ins), False, marks, True,
                     first.names, changelog=first.changelog)
+
+
+@reads.register
+def _reads(node: Union, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    # Inputs line up by name (the same names in the same order): each gives what is
+    # demanded of the union.
+    return [dict(demand) for _ in ins]
 
 
 @compare.register

@@ -1,0 +1,126 @@
+"""Column demand: which columns of its inputs each step reads, from the sink back to the
+sources.
+
+The sink reads every column it writes; every other step says, through its ``reads``
+registration (in its own module under ``compat/steps/``), which columns of each input it
+needs for the columns demanded of its output, plus what it reads itself (predicates, keys,
+group keys, aggregate arguments, join conditions, windows...).  Spark's optimizer computes
+the same thing (``ColumnPruning``) and carries nothing else: a column that nothing above a
+step reads never reaches it.  Three users share this one statement of it:
+
+- the SQL compiler's ``prune_columns`` rule, which rewrites a plan to read only what it
+  uses;
+- the fleet's contract across a topic (``compat.fleet.contract``): which declared columns
+  a consumer really reads;
+- the state rules: the columns a stateful step receives, and so keeps in state, are the
+  ones demanded of its inputs (``state_inputs``), never the declared source schema.
+
+A demand maps a lower-case column name to the ids of the steps that read it (for
+messages: "read by 'f', 'agg'").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import singledispatch
+
+from compat import expr as E
+from compat.infer import NodeInfo
+from compat.model import Node, Plan
+
+#: per output column (lower-case), the ids of the steps that read it downstream
+Demand = dict[str, set[str]]
+
+
+@singledispatch
+def reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
+    """What each input of ``node`` must provide for ``demand`` on its output: one demand
+    per input, in input order.  Every step type registers its own (``@reads.register``
+    in its module); ``tests/test_steps.py`` fails for a step without one."""
+    raise NotImplementedError(f"no column demand is registered for step '{node.step}'")
+
+
+# -- helpers for the registrations -----------------------------------------------------------
+
+
+def columns(info: NodeInfo) -> list[str]:
+    return [c[0] for c in info.columns]
+
+
+def refs(text: str, cols: Iterable[str]) -> set[str]:
+    """The input columns (lower-case) that an expression reads: ``a`` and ``a.f`` (a field
+    of ``a``) read ``a``; ``x.a`` (qualified by an input's id) reads ``a``."""
+    try:
+        found = E.analyze(text).columns
+    except Exception:  # noqa: BLE001 - a validated plan parses; be safe: read everything
+        return set(cols)
+    names = set(cols)
+    got = set()
+    for parts in found:
+        if parts[0] in names:
+            got.add(parts[0])
+        elif len(parts) > 1 and parts[1] in names:
+            got.add(parts[1])
+    return got
+
+
+def own(node: Node, cols: Iterable[str]) -> Demand:
+    """``cols`` read by ``node`` itself."""
+    return {c: {node.id} for c in cols}
+
+
+def merge(*ds: Demand) -> Demand:
+    out: Demand = {}
+    for d in ds:
+        for c, who in d.items():
+            out.setdefault(c, set()).update(who)
+    return out
+
+
+def everything(node: Node, ins: list[NodeInfo]) -> list[Demand]:
+    """Every column of every input, read by ``node`` (a sink; a step that passes whole
+    rows to a function of its own)."""
+    return [own(node, columns(i)) for i in ins]
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+def propagate(order: list[str], nodes: Mapping[str, Node], info: Callable[[str], NodeInfo],
+              adjust: Callable[[str, Demand], Demand] | None = None,
+              widen: Callable[[str, list[Demand], list[NodeInfo]], list[Demand]] | None = None
+              ) -> dict[str, Demand]:
+    """The demand on every node's output, for nodes in ``order`` (inputs first): each node,
+    consumers before their inputs, adds what its ``reads`` says to its inputs' demands.
+    A rewrite that keeps more than is read says so: ``adjust`` may change the demand on a
+    node before its ``reads`` is asked, ``widen`` what it then asks of its inputs."""
+    out: dict[str, Demand] = {nid: {} for nid in order}
+    for nid in reversed(order):
+        node = nodes[nid]
+        if not node.inputs:
+            continue
+        if adjust is not None:
+            out[nid] = adjust(nid, out[nid])
+        ins = [info(i) for i in node.inputs]
+        needs = reads(node, out[nid], ins)
+        if widen is not None:
+            needs = widen(nid, needs, ins)
+        for i, need in zip(node.inputs, needs):
+            acc = out[i]
+            for col, who in need.items():
+                acc.setdefault(col, set()).update(who)
+    return out
+
+
+def demanded(plan: Plan) -> dict[str, Demand]:
+    """For every node of ``plan``, the output columns that something downstream reads,
+    each with the steps that read it (computed once per plan)."""
+    cached = plan.derived.get("demand")
+    if cached is None:
+        cached = plan.derived["demand"] = propagate(list(plan.nodes), plan.nodes,
+                                                    plan.info.__getitem__)
+    return cached
+
+
+__all__ = ["Demand", "columns", "demanded", "everything", "merge", "own", "propagate",
+           "reads", "refs"]
