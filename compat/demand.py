@@ -17,11 +17,19 @@ step reads never reaches it.  Three users share this one statement of it:
 
 A demand maps a lower-case column name to the ids of the steps that read it (for
 messages: "read by 'f', 'agg'").
+
+Spark also moves filters down before it prunes (``PushDownPredicates``,
+``PushPredicateThroughJoin``): a deterministic conjunct of a filter above a join that reads
+one side's columns only is evaluated below the join, so the columns only it reads never
+reach the join's state.  Each step says, through its ``moves_filter`` registration, whether
+and where Spark moves such a conjunct through it; ``demand_at`` is the demand on a step's
+output with the conjuncts Spark evaluates below the step left out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from functools import singledispatch
 
 from compat import expr as E
@@ -38,6 +46,16 @@ def reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     per input, in input order.  Every step type registers its own (``@reads.register``
     in its module); ``tests/test_steps.py`` fails for a step without one."""
     raise NotImplementedError(f"no column demand is registered for step '{node.step}'")
+
+
+@singledispatch
+def moves_filter(node: Node, cols: frozenset[str], ins: list[NodeInfo]
+                 ) -> list[tuple[int, frozenset[str]]] | None:
+    """Where Spark's optimizer moves a deterministic filter conjunct that reads ``cols``
+    (lower-case) of ``node``'s output: the inputs it goes into, each with the columns of
+    that input it then reads; None when it stays above ``node``.  Every step type
+    registers its own (``@moves_filter.register``)."""
+    raise NotImplementedError(f"no filter movement is registered for step '{node.step}'")
 
 
 # -- helpers for the registrations -----------------------------------------------------------
@@ -122,5 +140,58 @@ def demanded(plan: Plan) -> dict[str, Demand]:
     return cached
 
 
-__all__ = ["Demand", "columns", "demanded", "everything", "merge", "own", "propagate",
-           "reads", "refs"]
+def demand_at(plan: Plan, nid: str) -> Demand:
+    """The demand on ``nid``'s output as Spark plans the query: the filter conjuncts that
+    Spark's optimizer moves below ``nid`` (``moves_filter``) are evaluated there, so the
+    columns only they read are not carried up through ``nid``."""
+    moved = _moved_below(plan, nid)
+    if not moved:
+        return demanded(plan)[nid]
+    nodes = dict(plan.nodes)
+    for fid, gone in moved.items():
+        f = nodes[fid]
+        kept = [c for i, c in enumerate(E.conjuncts(f.row_predicate() or "true"))
+                if i not in gone]
+        # (the step that keeps rows by a predicate is a filter: its field is ``predicate``)
+        nodes[fid] = replace(f, predicate=" AND ".join(  # type: ignore[call-arg]
+            f"({c})" for c in kept) or "true")
+    return propagate(list(plan.nodes), nodes, plan.info.__getitem__)[nid]
+
+
+def _moved_below(plan: Plan, nid: str) -> dict[str, set[int]]:
+    """The filters' conjuncts (filter id -> conjunct indexes) that Spark moves below
+    ``nid``: each deterministic conjunct is followed down from its filter, step by step,
+    as far as ``moves_filter`` takes it."""
+    out: dict[str, set[int]] = {}
+    for fid, f in plan.nodes.items():
+        pred = f.row_predicate()
+        if pred is None:
+            continue
+        src = columns(plan.info[f.inputs[0]])
+        for i, c in enumerate(E.conjuncts(pred)):
+            if not E.analyze(c).deterministic:
+                continue
+            cols = frozenset(refs(c, src))
+            if _reaches_below(plan, f.inputs[0], cols, nid):
+                out.setdefault(fid, set()).add(i)
+    return out
+
+
+def _reaches_below(plan: Plan, start: str, cols: frozenset[str], target: str) -> bool:
+    """A conjunct reading ``cols`` of ``start``'s output, moved down from there as Spark
+    does, passes below ``target``."""
+    todo = [(start, cols)]
+    while todo:
+        nid, read = todo.pop()
+        node = plan.nodes[nid]
+        moves = moves_filter(node, read, [plan.info[i] for i in node.inputs])
+        if moves is None:
+            continue
+        if nid == target:
+            return True
+        todo += [(node.inputs[i], c) for i, c in moves]
+    return False
+
+
+__all__ = ["Demand", "columns", "demand_at", "demanded", "everything", "merge",
+           "moves_filter", "own", "propagate", "reads", "refs"]

@@ -776,6 +776,20 @@ def _columns(ast: Ast, bound: frozenset[str], out: set[tuple[str, ...]]) -> None
                                     _columns(x, bound, out)
 
 
+def conjuncts(text: str) -> list[str]:
+    """The conjuncts of a condition, each as text: ``a AND (b AND c)`` gives ``a``, ``b``
+    and ``c``, in the order written."""
+    out: list[str] = []
+    todo = [parse(text)]
+    while todo:
+        a = todo.pop()
+        if a[0] == "bin" and a[1] == "and":
+            todo += [a[3], a[2]]
+        else:
+            out.append(render(a))
+    return out
+
+
 def is_deterministic(ast: Ast) -> bool:
     return not (functions(ast) & NONDETERMINISTIC_FUNCTIONS)
 

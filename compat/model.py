@@ -210,6 +210,19 @@ class Node:
         expressions compare them in canonical form: ``a+b`` equals ``A + b``)."""
         return (self.step, self.content())
 
+    def row_predicate(self) -> str | None:
+        """The condition this step keeps rows by, if that is all it does (a filter's
+        predicate): Spark's optimizer moves such conditions down the query
+        (``compat.demand``)."""
+        return None
+
+    def kept_state(self, plan: Plan) -> Any:
+        """What this step keeps in state that depends on the rest of ``plan`` rather than on
+        the step and the steps under it (a stream-stream join keeps only the columns read
+        above it: ``compat.steps.join``); None for every other step.  The walk compares it
+        where two subtrees are identical: what is read above them may still differ."""
+        return None
+
     def traits(self) -> frozenset[str]:
         """What this step adds to the query characteristics of the upgrade taxonomy
         (``windowed``, ``joined``, ``recursive``)."""

@@ -148,6 +148,7 @@ class Walk:
         self.alignment.append((o.id, n.id, n.step if o.step == n.step else
                                f"{o.step}->{n.step}"))
         if self.ho[o.id] == self.hn[n.id]:
+            self._identical_state(o, n)
             yield self._align_identical(o, n)
             return
         stateful = self.old.info[o.id].stateful or self.new.info[n.id].stateful
@@ -200,7 +201,19 @@ class Walk:
                 if k not in self._seen:
                     self._seen.add(k)
                     self.alignment.append((eo, en, self.new.nodes[en].step))
+                    self._identical_state(self.old.nodes[eo], self.new.nodes[en])
                     yield self._align_identical(self.old.nodes[eo], self.new.nodes[en])
+
+    def _identical_state(self, o: Node, n: Node) -> None:
+        """Two identical subtrees compute the same, but what a stateful step of theirs keeps
+        in state may depend on what is read above it (Spark prunes the rest): where it
+        differs, the step's rule says how."""
+        if not (self.old.info[o.id].stateful and self.new.info[n.id].stateful):
+            return
+        if o.kept_state(self.old) == n.kept_state(self.new):
+            return
+        for rule in self.rules.get(n.step, ()):
+            self.findings.extend(rule(o, n, self.ctx))
 
     def pair_frontiers(self, o: Node, n: Node, idx: int, fo: list[tuple[str, list[str]]],
                        fn: list[tuple[str, list[str]]], state: Pair | None) -> Steps:

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from compat import schema_check, serde
+from compat.demand import moves_filter, reads
 from compat.infer import infer_step
 from compat.model import (
     DURATION,
@@ -105,6 +106,8 @@ def test_every_step_has_inference_rule_and_builder(name):
     assert cls in infer_step.registry, f"no @infer_step.register for {name}"
     assert cls in compare.registry, f"no @compare.register for {name}"
     assert cls in build_step.registry, f"no @build_step.register for {name}"
+    assert cls in reads.registry, f"no @reads.register (column demand) for {name}"
+    assert cls in moves_filter.registry, f"no @moves_filter.register for {name}"
     assert cls.__doc__, f"step {name} needs a docstring: the plan schema describes it with it"
 
 

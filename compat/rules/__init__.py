@@ -40,6 +40,12 @@ class RuleContext:
     def ni(self, node: Node) -> NodeInfo:
         return self.new.info[node.id]
 
+    def oi_input(self, node: Node, i: int = 0) -> NodeInfo:
+        return self.old.info[node.inputs[i]]
+
+    def ni_input(self, node: Node, i: int = 0) -> NodeInfo:
+        return self.new.info[node.inputs[i]]
+
     def f(self, code: str, message: str, old: Node | None, new: Node | None,
           old_field: str | None = None, new_field: str | None = None,
           **kw: Any) -> Finding:

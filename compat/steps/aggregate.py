@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, own, reads, refs
+from compat.demand import Demand, columns, moves_filter, own, reads, refs
 from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
@@ -210,6 +210,14 @@ def _reads(node: Aggregate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]
     if node.window is not None:
         read |= refs(node.window.column, cols)
     return [own(node, read)]
+
+
+@moves_filter.register
+def _moves(node: Aggregate, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    # Spark moves a condition on group keys below the aggregate, but the aggregate reads
+    # those columns anyway: nothing it or the steps below it carry changes.
+    return None
 
 
 @compare.register

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from compat.demand import Demand, columns, merge, own, reads
+from compat import types as T
+from compat.demand import Demand, columns, merge, moves_filter, own, reads
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
 from compat.model import DURATION, ENFORCING, NAME, Node, prop
@@ -30,6 +31,7 @@ register_codes({
     "dedup-within-changed": ("in_place", "warning", "data_selection",
                              "Rows are remembered for the new duration from the restart on."),
     "dedup-within-toggled": ("migrate", "error", "topology", MIGRATE),
+    "dedup-state-schema-changed": ("migrate", "error", "schema_evolution", MIGRATE),
 })
 
 
@@ -60,12 +62,26 @@ def _reads(node: Deduplicate, demand: Demand, ins: list[NodeInfo]) -> list[Deman
     return [merge(demand, own(node, {k.lower() for k in node.keys} & cols))]
 
 
+@moves_filter.register
+def _moves(node: Deduplicate, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # Spark keeps a filter above a deduplication
+
+
 @compare.register
 def _compare(old: Deduplicate, new: Deduplicate, ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     if [k.lower() for k in old.keys] != [k.lower() for k in new.keys]:
         out.append(ctx.f("dedup-keys-changed", f"deduplicate '{new.id}' keys change from "
                          f"{list(old.keys)} to {list(new.keys)}", old, new, "keys"))
+    else:
+        a = [ctx.oi_input(old).types.get(k.lower(), T.UNKNOWN) for k in old.keys]
+        b = [ctx.ni_input(new).types.get(k.lower(), T.UNKNOWN) for k in new.keys]
+        if not all(T.same_layout(x, y) for x, y in zip(a, b)):
+            out.append(ctx.f("dedup-state-schema-changed", f"deduplicate '{new.id}' keys its "
+                             f"state by ({', '.join(b)}), was ({', '.join(a)}): Spark keeps "
+                             "the keys in state and refuses the old ones "
+                             "(STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)", old, new, "keys"))
     if (old.within is None) != (new.within is None):
         out.append(ctx.f("dedup-within-toggled", f"deduplicate '{new.id}' "
                          f"{'now' if new.within else 'no longer'} forgets keys after a "

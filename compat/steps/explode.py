@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, merge, own, reads, refs
+from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import EXPR, NAME, Node, prop
@@ -62,6 +62,12 @@ def _reads(node: Explode, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     # Explode decides how many rows there are: its expression is read whatever is demanded.
     passed = {c: w for c, w in demand.items() if c != node.alias.lower()}
     return [merge(passed, own(node, refs(node.expr, columns(ins[0]))))]
+
+
+@moves_filter.register
+def _moves(node: Explode, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # taken as staying above the generator (the safe side for state)
 
 
 @compare.register

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, merge, own, reads, refs
+from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
 from compat.model import EXPR, Node, prop
@@ -28,6 +28,9 @@ class Filter(Node):
 
     def canonical(self) -> tuple:
         return ("filter", E.canonical(self.predicate))
+
+    def row_predicate(self) -> str | None:
+        return self.predicate
 
 
 register_codes({"filter-changed": ("in_place", "info", "data_selection", RESTART)})
@@ -50,6 +53,12 @@ def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
 @reads.register
 def _reads(node: Filter, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     return [merge(demand, own(node, refs(node.predicate, columns(ins[0]))))]
+
+
+@moves_filter.register
+def _moves(node: Filter, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return [(0, cols)]  # adjacent filters are one (CombineFilters)
 
 
 @compare.register

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from compat.demand import Demand, reads
+from compat.demand import Demand, moves_filter, reads
 from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
 from compat.model import Node, prop
@@ -42,6 +42,13 @@ def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
 @reads.register(StartGate)
 def _reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     return [dict(demand)]  # a gate changes when rows flow, not what they are
+
+
+@moves_filter.register(StopGate)
+@moves_filter.register(StartGate)
+def _moves(node: Node, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return [(0, cols)]  # no operator in Spark's plan: the gates work in the source and sink
 
 
 @compare.register(StopGate)

@@ -12,11 +12,20 @@ columns of the left row: it is the same join, its output keyed by the left table
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, merge, own, reads, refs
+from compat.demand import (
+    Demand,
+    columns,
+    demand_at,
+    merge,
+    moves_filter,
+    own,
+    reads,
+    refs,
+)
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import (
     INSERT,
@@ -28,10 +37,16 @@ from compat.infer import (
     plain_column,
     scope,
 )
-from compat.model import ENFORCING, EXPR, Node, enum, prop
+from compat.model import ENFORCING, EXPR, Node, Plan, enum, prop
 from compat.rules import RuleContext, canon, canon_list, compare
 
 JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
+#: the sides (0 left, 1 right) into which Spark moves a condition on one side's columns:
+#: from a filter above the join, and from the join's own condition
+_FILTER_SIDES = {"inner": (0, 1), "left": (0,), "right": (1,), "full": (),
+                 "left_semi": (0,), "left_anti": (0,)}
+_CONDITION_SIDES = {"inner": (0, 1), "left": (1,), "right": (0,), "full": (),
+                    "left_semi": (0, 1), "left_anti": (1,)}
 #: the join types of two tables read as changelogs
 TABLE_TABLE_TYPES = ("inner", "left")
 
@@ -55,6 +70,9 @@ class Join(Node):
 
     def traits(self) -> frozenset[str]:
         return frozenset({"joined"})
+
+    def kept_state(self, plan: Plan) -> Any:
+        return state_rows(self, plan) if plan.info[self.id].stateful else None
 
 
 register_codes({
@@ -283,6 +301,108 @@ def _sides(node: Join, text: str, lcols: list[str], rcols: list[str]
     return lread, rread
 
 
+@moves_filter.register
+def _moves(node: Join, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    # PushPredicateThroughJoin: a conjunct above the join that reads one side only goes
+    # into that side when the join keeps that side's rows as they are (never into the
+    # null-padded side of an outer join).
+    left, right = ins
+    out = join_output(node, left.names or tuple(columns(left)),
+                      right.names or tuple(columns(right)))
+    origin = {name.lower(): (0 if side == "left" else 1, src.lower())
+              for name, side, src in out}
+    sides = {origin[c][0] for c in cols if c in origin}
+    if not cols or len(sides) != 1 or not cols <= set(origin):
+        return None
+    (side,) = sides
+    if side not in _FILTER_SIDES[node.type]:
+        return None
+    return [(side, frozenset(origin[c][1] for c in cols))]
+
+
+def state_rows(node: Join, plan: Plan) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The columns (lower-case name, type) of each input that a stateful join keeps in its
+    state, left then right, in input order.
+
+    A table-table join (Theseus' own operator) keeps its inputs' whole rows.  A
+    stream-stream join is Spark's: its optimizer carries into the join only the columns
+    something above it reads (``compat.demand``; a filter conjunct on one side's columns is
+    moved below the join and reads them there) and the columns its condition and time
+    bound read where they stay in the join (a condition on one side's columns is moved
+    below it too, into a side whose rows the join keeps as they are).  The join keys are
+    not counted here: the builder computes them into columns of their own
+    (``migrate.build.join``), and ``join-keys-changed`` compares them."""
+    ins = [plan.info[i] for i in node.inputs]
+    if plan.info[node.id].changelog:
+        return tuple(tuple(i.columns) for i in ins)
+    left, right = ins
+    lcols, rcols = columns(left), columns(right)
+    demand = demand_at(plan, node.id)
+    kept: tuple[set[str], set[str]] = (set(), set())
+    coalesced = paired_keys(node) if node.type in ("right", "full") else set()
+    for name, side, src in join_output(node, left.names or tuple(lcols),
+                                       right.names or tuple(rcols)):
+        if demand.get(name.lower()):
+            kept[0 if side == "left" else 1].add(src.lower())
+            if side == "left" and src.lower() in coalesced:
+                kept[1].add(src.lower())
+    for text in (node.condition, node.time_bound):
+        if not text:
+            continue
+        for conj in E.conjuncts(text):
+            a, b = _sides(node, conj, lcols, rcols)
+            moved = E.analyze(conj).deterministic and (
+                (a and not b and 0 in _CONDITION_SIDES[node.type]) or
+                (b and not a and 1 in _CONDITION_SIDES[node.type]))
+            if not moved:
+                kept[0].update(a)
+                kept[1].update(b)
+    return tuple(tuple(c for c in info.columns if c[0] in k) for info, k in zip(ins, kept))
+
+
+def _state_findings(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    # Spark compares the state's key schema first, then its value schema.
+    for side, field in ((0, "left_keys"), (1, "right_keys")):
+        a = _key_types(old, ctx.old, side)
+        b = _key_types(new, ctx.new, side)
+        if len(a) == len(b) and not all(T.same_layout(x, y) for x, y in zip(a, b)):
+            out.append(ctx.f("join-state-schema-changed", f"join '{new.id}' keys its state "
+                             f"by ({', '.join(b)}), was ({', '.join(a)}): Spark refuses the "
+                             "old state (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)", old, new,
+                             field))
+    before, after = state_rows(old, ctx.old), state_rows(new, ctx.new)
+    for side, (a, b) in enumerate(zip(before, after)):
+        if len(a) == len(b) and all(T.same_layout(x[1], y[1]) for x, y in zip(a, b)):
+            continue
+        which = "left" if side == 0 else "right"
+        why = "the join keeps whole rows of its inputs" if ctx.ni(new).changelog else \
+            "Spark keeps only the columns read above the join or by its condition"
+        out.append(ctx.f("join-state-schema-changed", f"the {which} input of stateful join "
+                         f"'{new.id}' now keeps ({_show(b)}) in state, was ({_show(a)}): "
+                         f"{why}, and the old state does not fit "
+                         "(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)", old, new,
+                         f"inputs/{side}"))
+    return out
+
+
+def _show(cols: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{n} {t}" for n, t in cols) or "no columns"
+
+
+def _key_types(node: Join, plan: Plan, side: int) -> list[str]:
+    keys = node.left_keys if side == 0 else node.right_keys
+    sc = scope(plan.info[node.inputs[side]])
+    out = []
+    for k in keys:
+        try:
+            out.append(E.type_of(E.analyze(k), sc, k))
+        except Exception:  # noqa: BLE001 - a validated plan types; never fail the check here
+            out.append(T.UNKNOWN)
+    return out
+
+
 @compare.register
 def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
@@ -315,16 +435,7 @@ def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
                      f"{old.condition or 'none'} to {new.condition or 'none'}", old, new,
                      "condition", **soft))
     if n_state:
-        for side in (0, 1):
-            a = ctx.old.info[old.inputs[side]].columns
-            b = ctx.new.info[new.inputs[side]].columns
-            if len(a) != len(b) or not all(T.same_layout(x[1], y[1]) for x, y in zip(a, b)):
-                which = "left" if side == 0 else "right"
-                out.append(f("join-state-schema-changed", f"the {which} input of stateful "
-                             f"join '{new.id}' now has columns "
-                             f"({', '.join(n + ' ' + t for n, t in b)}), was "
-                             f"({', '.join(n + ' ' + t for n, t in a)}); Spark keeps these "
-                             "rows in state", old, new, f"inputs/{side}"))
+        out += _state_findings(old, new, ctx)
     return out
 
 

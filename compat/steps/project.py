@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import expr as E
-from compat.demand import Demand, columns, reads, refs
+from compat.demand import Demand, columns, moves_filter, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
 from compat.model import NamedExpr, Node, prop
@@ -94,6 +94,21 @@ def _reads(node: Project, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
             for r in refs(c.expr, cols):
                 out.setdefault(r, set()).update(who)
     return [out]
+
+
+@moves_filter.register
+def _moves(node: Project, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    # Through a projection of deterministic columns, the conjunct reading the columns'
+    # expressions instead.
+    if not all(E.analyze(c.expr).deterministic for c in node.columns):
+        return None
+    src = columns(ins[0])
+    exprs = {c.name.lower(): c.expr for c in node.columns}
+    read: set[str] = set()
+    for c in cols:
+        read |= refs(exprs[c], src) if c in exprs else set()
+    return [(0, frozenset(read))]
 
 
 @compare.register

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
-from compat.demand import Demand, everything, reads
+from compat.demand import Demand, everything, moves_filter, reads
 from compat.errors import PlanError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, infer_step
@@ -309,6 +309,12 @@ def _reads(node: Recursive, demand: Demand, ins: list[NodeInfo]) -> list[Demand]
     # The loop keeps whole rows of every input in its state (the derived rows and the
     # history of the streams its body reads).
     return everything(node, ins)
+
+
+@moves_filter.register
+def _moves(node: Recursive, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # a loop of Theseus' own: Spark moves nothing into it
 
 
 @compare.register

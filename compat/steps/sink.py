@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
-from compat.demand import Demand, everything, reads
+from compat.demand import Demand, everything, moves_filter, reads
 from compat.findings import NEW_OUTPUT, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
@@ -181,6 +181,12 @@ def _aggregates_upstream(ctx: InferContext, node: Node) -> bool:
 @reads.register
 def _reads(node: Sink, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     return everything(node, ins)  # the topic's readers may need any column it writes
+
+
+@moves_filter.register
+def _moves(node: Sink, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # nothing is above a sink
 
 
 @compare.register

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
-from compat.demand import Demand, reads
+from compat.demand import Demand, moves_filter, reads
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, UPSERT, InferContext, NodeInfo, infer_step
 from compat.model import (
@@ -159,6 +159,12 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
 @reads.register
 def _reads(node: Source, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     return []  # no inputs: what it reads is its schema
+
+
+@moves_filter.register
+def _moves(node: Source, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # the bottom of the query
 
 
 @compare.register

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
-from compat.demand import Demand, columns, merge, own, reads, refs
+from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, prop
@@ -66,6 +66,12 @@ def _reads(node: TopN, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     for text in (*node.partition_by, *(o.expr for o in node.order_by)):
         read |= refs(text, cols)
     return [merge(demand, own(node, read))]
+
+
+@moves_filter.register
+def _moves(node: TopN, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return None  # a function of Theseus' own: Spark moves nothing into it
 
 
 @compare.register

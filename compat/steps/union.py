@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from compat import types as T
-from compat.demand import Demand, reads
+from compat.demand import Demand, moves_filter, reads
 from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
 from compat.model import Node
@@ -60,6 +60,12 @@ def _reads(node: Union, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     # Inputs line up by name (the same names in the same order): each gives what is
     # demanded of the union.
     return [dict(demand) for _ in ins]
+
+
+@moves_filter.register
+def _moves(node: Union, cols: frozenset[str], ins: list[NodeInfo]
+           ) -> list[tuple[int, frozenset[str]]] | None:
+    return [(i, cols) for i in range(len(ins))]  # into every input
 
 
 @compare.register

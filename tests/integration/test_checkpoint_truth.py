@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.check import load_plan
+from compat.check import check_plans, load_plan
 from compat.serde import dumps
 
 pytestmark = pytest.mark.integration
@@ -226,6 +226,46 @@ def oracle_left_join(a, b, records):
     return got == new_pairs | unmatched
 
 
+#: what the output reads through the join in the pruning cases (oid twice: paired keys)
+JOINED = ["oid", "pid", "ts", "pts"]
+AMOUNT_FILTER = {"id": "big", "step": "filter", "version": 1, "predicate": "amount >= 0"}
+
+
+def oracle_inner_join(a, b, records):
+    """The inner join's rows after the restart: every pair with a side in B."""
+    orders = orders_a() + orders_b()
+    pays = pays_a() + pays_b()
+    want = {(o["oid"], p["pid"]) for o in orders for p in pays
+            if o["oid"] == p["poid"] and (o in orders_b() or p in pays_b())}
+    return {(r.json()["oid"], r.json()["pid"]) for r in records} == want
+
+
+def picked_join(orders: str, pays: str, columns, schema=ORDER_SCHEMA,
+                above: dict | None = None) -> dict:
+    """``join_plan``'s inner join, then a projection of ``columns`` (what the output reads
+    through the join: Spark prunes the rest before the join keeps its rows in state);
+    ``above``, a step between the join and the projection."""
+    p = join_plan(orders, pays, "inner")
+    p["nodes"][0]["schema"] = schema
+    top = "j"
+    if above is not None:
+        p["nodes"].insert(3, {**above, "inputs": ["j"]})
+        top = above["id"]
+    p["nodes"].insert(len(p["nodes"]) - 1, {
+        "id": "pick", "step": "project", "version": 1, "inputs": [top],
+        "columns": [{"name": c, "expr": c} for c in columns]})
+    p["nodes"][-1]["inputs"] = ["pick"]
+    return p
+
+
+def oracle_dedup_project(keys):
+    check = oracle_dedup(keys)
+
+    def run(a, b, records):
+        return check(a, b, records) and all("g" in r.json() for r in records)
+    return run
+
+
 # -- the cases ------------------------------------------------------------------------------
 
 def _filter_before(p: dict) -> dict:
@@ -251,10 +291,12 @@ def dedup_plan(topic: str, keys) -> dict:
 
 
 def _case(name, old, new, spark_did, error_class=None, oracle=None, topic="events",
-          verdicts=None, after=None):
+          verdicts=None, after=None, plan_verdict=None):
+    """``verdicts``: what the check against the checkpoint may say; ``plan_verdict``: what
+    the plan check alone (old plan against new, no checkpoint) must say, where it can tell."""
     return {"name": name, "old": old, "new": new, "outcome": spark_did,
             "error_class": error_class, "oracle": oracle, "topic": topic,
-            "verdicts": verdicts, "after": after}
+            "verdicts": verdicts, "after": after, "plan_verdict": plan_verdict}
 
 
 def kept_partitions(n: int):
@@ -316,6 +358,41 @@ def cases(t: dict) -> list[dict]:
               oracle=oracle_sum_by("k"), topic="grow", verdicts={"in_place"}),
         _case("output_key_changed", b, plan([source(ev), agg(), sink(key=("k", "total"))]),
               "starts", oracle=oracle_sum_by("k"), verdicts={"unsupported"}),
+        # State as Spark keeps it: the optimizer prunes what nothing above reads before the
+        # join keeps its rows, so reading a column through the join changes the state.
+        _case("join_column_newly_read", picked_join(t["orders"], t["pays"], JOINED),
+              picked_join(t["orders"], t["pays"], JOINED + ["amount"]), "fails",
+              "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", topic="join", verdicts={"migrate"},
+              plan_verdict="migrate"),
+        _case("join_source_column_added_unread",
+              picked_join(t["orders"], t["pays"], JOINED),
+              picked_join(t["orders"], t["pays"], JOINED,
+                          schema=ORDER_SCHEMA + [{"name": "note", "type": "string"}]),
+              "starts", oracle=oracle_inner_join, topic="join", verdicts={"in_place"},
+              plan_verdict="in_place"),
+        # A filter above the join on one side's column: Spark pushes it below the join, so
+        # the column it reads is not kept in state; output reading it then is a change.
+        _case("join_filter_column_newly_output",
+              picked_join(t["orders"], t["pays"], JOINED, above=AMOUNT_FILTER),
+              picked_join(t["orders"], t["pays"], JOINED + ["amount"], above=AMOUNT_FILTER),
+              "fails", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", topic="join",
+              verdicts={"migrate"}, plan_verdict="migrate"),
+        # Deduplication keeps its keys in state, not the rows: a column newly read through
+        # it changes nothing Spark keeps.
+        _case("dedup_column_newly_read",
+              plan([source(ev), {"id": "d", "step": "deduplicate", "version": 1,
+                                 "inputs": ["events"], "keys": ["k", "v"]},
+                    {"id": "pick", "step": "project", "version": 1, "inputs": ["d"],
+                     "columns": [{"name": "k", "expr": "k"}, {"name": "v", "expr": "v"}]},
+                    sink("pick", mode="append")]),
+              plan([source(ev), {"id": "d", "step": "deduplicate", "version": 1,
+                                 "inputs": ["events"], "keys": ["k", "v"]},
+                    {"id": "pick", "step": "project", "version": 1, "inputs": ["d"],
+                     "columns": [{"name": "k", "expr": "k"}, {"name": "v", "expr": "v"},
+                                 {"name": "g", "expr": "g"}]},
+                    sink("pick", mode="append")]),
+              "starts", oracle=oracle_dedup_project(["k", "v"]), verdicts={"in_place"},
+              plan_verdict="in_place"),
     ]
 
 
@@ -411,12 +488,16 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
                              kafka.read_all(out))
             did, cls = ("starts" if ok else "wrong_state"), None
         after = c["after"](old_dir / "ck", case_dir / "ck") if c["after"] else None
+        plan_only = check_plans(load_plan(str(old_dir / "plan.json")),
+                                load_plan(str(new_path))).verdict
         RESULTS.append({"case": c["name"], "predicted": restart["outcome"],
                         "predicted_error": restart["error_class"], "spark": did,
-                        "error": cls, "verdict": report.verdict, "after": after})
+                        "error": cls, "verdict": report.verdict, "after": after,
+                        "plan_verdict": plan_only})
     table = "\n".join(f"{r['case']:28} predicted {r['predicted']:11} "
                       f"{r['predicted_error'] or '':55} spark {r['spark']:11} "
-                      f"{r['error'] or '':55} verdict {r['verdict']}" for r in RESULTS)
+                      f"{r['error'] or '':55} verdict {r['verdict']:11} plan {r['plan_verdict']}"
+                      for r in RESULTS)
     print(f"\n{table}\n({time.monotonic() - started:.0f} s)")
     for c, r in zip(all_cases, RESULTS):
         # the case's expectation is what Spark did (measured, then fixed here)
@@ -425,6 +506,8 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
             assert r["error"] == c["error_class"], f"{c['name']}: {r}\n{table}"
         assert r["verdict"] in c["verdicts"], f"{c['name']}: {r}\n{table}"
         assert r["after"] is None, f"{c['name']}: {r['after']}\n{table}"
+        if c["plan_verdict"] is not None:
+            assert r["plan_verdict"] == c["plan_verdict"], f"{c['name']}: {r}\n{table}"
     wrong = [r for r in RESULTS if r["predicted"] != r["spark"] or
              (r["spark"] == "fails" and r["predicted_error"] != r["error"])]
     assert not wrong, f"the check mispredicted:\n{table}"
