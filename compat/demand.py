@@ -28,7 +28,7 @@ output with the conjuncts Spark evaluates below the step left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import singledispatch
 
@@ -49,12 +49,18 @@ def reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @singledispatch
-def moves_filter(node: Node, cols: frozenset[str], ins: list[NodeInfo]
-                 ) -> list[tuple[int, frozenset[str]]] | None:
-    """Where Spark's optimizer moves a deterministic filter conjunct that reads ``cols``
-    (lower-case) of ``node``'s output: the inputs it goes into, each with the columns of
-    that input it then reads; None when it stays above ``node``.  Every step type
-    registers its own (``@moves_filter.register``)."""
+def moves_filter(node: Node, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+                 ) -> list[tuple[int, str]] | None:
+    """Where Spark's optimizer moves a deterministic filter ``conjunct`` (text over
+    ``node``'s output) sitting on ``node``: the inputs it goes into, each with the conjunct
+    rewritten over that input's columns; None when it stays above ``node``.  ``above`` are
+    all the conjuncts that sit directly on ``node`` (they may change it: an outer join whose
+    null-padded side they reject is an inner one to Spark).  Every step type registers its
+    own (``@moves_filter.register``).
+
+    This is what Spark does to the query Theseus builds, to know which columns reach its
+    stateful operators; ``compat.pushdown.push_through`` is what the SQL compiler may do to
+    a plan it writes (a stricter rule: it moves nothing that would change a state)."""
     raise NotImplementedError(f"no filter movement is registered for step '{node.step}'")
 
 
@@ -160,37 +166,47 @@ def demand_at(plan: Plan, nid: str) -> Demand:
 
 def _moved_below(plan: Plan, nid: str) -> dict[str, set[int]]:
     """The filters' conjuncts (filter id -> conjunct indexes) that Spark moves below
-    ``nid``: each deterministic conjunct is followed down from its filter, step by step,
-    as far as ``moves_filter`` takes it."""
-    out: dict[str, set[int]] = {}
+    ``nid``: each deterministic conjunct is followed down from its filter, step by step, as
+    far as ``moves_filter`` takes it; where conjuncts come to rest decides how far others
+    go (an outer join they turn inner), so the walk is repeated until that settles."""
+    start: list[tuple[str, int, str]] = []
     for fid, f in plan.nodes.items():
         pred = f.row_predicate()
-        if pred is None:
-            continue
-        src = columns(plan.info[f.inputs[0]])
-        for i, c in enumerate(E.conjuncts(pred)):
-            if not E.analyze(c).deterministic:
-                continue
-            cols = frozenset(refs(c, src))
-            if _reaches_below(plan, f.inputs[0], cols, nid):
-                out.setdefault(fid, set()).add(i)
+        if pred is not None:
+            start += [(fid, i, c) for i, c in enumerate(E.conjuncts(pred))
+                      if E.analyze(c).deterministic]
+    if not start:
+        return {}
+    above: dict[str, list[str]] = {}
+    crossed: dict[tuple[str, int], set[str]] = {}
+    for _ in range(len(plan.nodes) + 1):
+        crossed = {}
+        rest: dict[str, list[str]] = {}
+        for fid, i, text in start:
+            passed = crossed.setdefault((fid, i), set())
+            todo = [(plan.nodes[fid].inputs[0], text)]
+            while todo:
+                at, conj = todo.pop()
+                node = plan.nodes[at]
+                moves = moves_filter(node, conj, [plan.info[x] for x in node.inputs],
+                                     above.get(at, ()))
+                if moves is None:
+                    rest.setdefault(at, []).append(conj)
+                    continue
+                passed.add(at)
+                todo += [(node.inputs[k], c) for k, c in moves]
+        # What rested on a step once changed it for good (Spark rewrote the join): the
+        # conjuncts on a step only grow, so this settles.
+        grown = {at: sorted(set(above.get(at, ())) | set(cs)) for at, cs in rest.items()}
+        grown = {**above, **grown}
+        if grown == above:
+            break
+        above = grown
+    out: dict[str, set[int]] = {}
+    for (fid, i), passed in crossed.items():
+        if nid in passed:
+            out.setdefault(fid, set()).add(i)
     return out
-
-
-def _reaches_below(plan: Plan, start: str, cols: frozenset[str], target: str) -> bool:
-    """A conjunct reading ``cols`` of ``start``'s output, moved down from there as Spark
-    does, passes below ``target``."""
-    todo = [(start, cols)]
-    while todo:
-        nid, read = todo.pop()
-        node = plan.nodes[nid]
-        moves = moves_filter(node, read, [plan.info[i] for i in node.inputs])
-        if moves is None:
-            continue
-        if nid == target:
-            return True
-        todo += [(node.inputs[i], c) for i, c in moves]
-    return False
 
 
 __all__ = ["Demand", "columns", "demand_at", "demanded", "everything", "merge",

@@ -790,6 +790,107 @@ def conjuncts(text: str) -> list[str]:
     return out
 
 
+def substitute(text: str, exprs: dict[str, str]) -> str:
+    """``text`` with every column named in ``exprs`` (lower-case, the first part of a
+    reference) replaced by that expression; a field of it stays a field (``a.f``)."""
+    repl = {k: parse(v) for k, v in exprs.items()}
+
+    def sub(ast: Ast, bound: frozenset[str]) -> Ast:
+        tag = ast[0]
+        if tag == "col":
+            parts = ast[1]
+            if parts[0] in bound or parts[0] not in repl:
+                return ast
+            out = repl[parts[0]]
+            for f in parts[1:]:
+                out = ("field", out, f)
+            return out
+        if tag == "lambda":
+            return ("lambda", ast[1], sub(ast[2], bound | frozenset(ast[1])))
+        return tuple(sub_part(p, bound) for p in ast)
+
+    def sub_part(part: Any, bound: frozenset[str]) -> Any:
+        if isinstance(part, tuple) and part:
+            if isinstance(part[0], str):
+                return sub(part, bound) if part[0] in _TAGS else part
+            return tuple(sub_part(p, bound) for p in part)
+        return part
+
+    return render(sub(parse(text), frozenset()))
+
+
+#: functions that return null when an argument is null (Spark's NullIntolerant ones met in
+#: filters); any other function is taken as able to turn a null into a value
+_NULL_INTOLERANT = frozenset({
+    "abs", "upper", "lower", "ucase", "lcase", "length", "char_length", "trim", "ltrim",
+    "rtrim", "substring", "substr", "round", "floor", "ceil", "ceiling", "year", "month",
+    "day", "dayofmonth", "hour", "minute", "second", "to_date", "date_trunc", "sqrt", "exp",
+    "ln", "log10", "sign", "signum", "size", "lpad", "rpad", "reverse", "initcap"})
+_COMPARISONS = frozenset({"=", "==", "!=", "<>", "<", ">", "<=", ">="})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "div", "||", "&", "|", "^"})
+
+
+def rejects_nulls(text: str) -> bool:
+    """The condition is null or false when every column it reads is null (Spark's
+    ``canFilterOutNull``): a filter of it drops the null-padded rows of an outer join, which
+    is why Spark's optimizer turns such a join into an inner one (``EliminateOuterJoin``).
+    Where a function could turn a null into a value, it is taken as not rejecting."""
+    ast = parse(text)
+    if not is_deterministic(ast):
+        return False
+    return _null_eval(ast) in (None, False)
+
+
+_VALUE = "value"  # some non-null value
+_UNKNOWN = "unknown"  # cannot tell without the data
+
+
+def _null_eval(ast: Ast) -> Any:
+    """The value of ``ast`` with every column null: None (null), True, False, _VALUE or
+    _UNKNOWN (three-valued logic where it can tell)."""
+    tag = ast[0]
+    if tag == "col":
+        return None
+    if tag == "lit":
+        if ast[1] == "boolean":
+            return str(ast[2]).upper() == "TRUE"
+        return None if ast[1] in ("null", "void") else _VALUE
+    if tag == "bin":
+        op, a, b = ast[1], _null_eval(ast[2]), _null_eval(ast[3])
+        if op == "and":
+            if a is False or b is False:
+                return False
+            if a is True and b is True:
+                return True
+            return None if None in (a, b) and _UNKNOWN not in (a, b) else _UNKNOWN
+        if op == "or":
+            if a is True or b is True:
+                return True
+            if a is False and b is False:
+                return False
+            return None if None in (a, b) and _UNKNOWN not in (a, b) else _UNKNOWN
+        if op in _COMPARISONS or op in _ARITHMETIC:
+            return None if None in (a, b) else _UNKNOWN
+        return _UNKNOWN
+    if tag == "un":
+        v = _null_eval(ast[2])
+        if ast[1] == "not":
+            return (not v) if isinstance(v, bool) else v
+        return None if v is None else _UNKNOWN
+    if tag == "is" and ast[2] == "null":
+        v = _null_eval(ast[1])
+        if v is None:
+            return not ast[3]
+        return ast[3] if v in (True, False, _VALUE) else _UNKNOWN
+    if tag in ("in", "between", "like", "cast", "field", "index"):
+        v = _null_eval(ast[2] if tag == "like" else ast[1])
+        return None if v is None else _UNKNOWN
+    if tag == "fn" and ast[1] in _NULL_INTOLERANT:
+        args = [_null_eval(a) for a in ast[2]]
+        return None if None in args else _UNKNOWN
+    return _UNKNOWN
+
+
 def is_deterministic(ast: Ast) -> bool:
     return not (functions(ast) & NONDETERMINISTIC_FUNCTIONS)
 

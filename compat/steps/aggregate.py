@@ -10,6 +10,7 @@ the old way.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -213,8 +214,8 @@ def _reads(node: Aggregate, demand: Demand, ins: list[NodeInfo]) -> list[Demand]
 
 
 @moves_filter.register
-def _moves(node: Aggregate, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
+def _moves(node: Aggregate, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
     # Spark moves a condition on group keys below the aggregate, but the aggregate reads
     # those columns anyway: nothing it or the steps below it carry changes.
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -65,9 +66,12 @@ def _reads(node: Explode, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: Explode, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    return None  # taken as staying above the generator (the safe side for state)
+def _moves(node: Explode, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    # below the generator, unless it reads the generated column
+    if node.alias.lower() in refs(conjunct, [*columns(ins[0]), node.alias.lower()]):
+        return None
+    return [(0, conjunct)]
 
 
 @compare.register

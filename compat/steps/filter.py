@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -56,9 +57,9 @@ def _reads(node: Filter, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: Filter, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    return [(0, cols)]  # adjacent filters are one (CombineFilters)
+def _moves(node: Filter, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    return [(0, conjunct)]  # adjacent filters are one (CombineFilters)
 
 
 @compare.register

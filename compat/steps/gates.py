@@ -4,6 +4,7 @@ the query admits), the start gate in the gated sink (it holds output until the c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -46,9 +47,9 @@ def _reads(node: Node, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 @moves_filter.register(StopGate)
 @moves_filter.register(StartGate)
-def _moves(node: Node, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    return [(0, cols)]  # no operator in Spark's plan: the gates work in the source and sink
+def _moves(node: Node, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    return [(0, conjunct)]  # no operator in Spark's plan: the gates work in the source and sink
 
 
 @compare.register(StopGate)

@@ -11,6 +11,7 @@ columns of the left row: it is the same join, its output keyed by the left table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -302,23 +303,43 @@ def _sides(node: Join, text: str, lcols: list[str], rcols: list[str]
 
 
 @moves_filter.register
-def _moves(node: Join, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    # PushPredicateThroughJoin: a conjunct above the join that reads one side only goes
-    # into that side when the join keeps that side's rows as they are (never into the
-    # null-padded side of an outer join).
+def _moves(node: Join, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    # PushPredicateThroughJoin: a conjunct on one side's columns goes into that side when
+    # the join keeps that side's rows as they are, never into the null-padded side of an
+    # outer join.  But a conjunct on the padded side that drops nulls sitting on the join
+    # makes it an inner one first (EliminateOuterJoin).
     left, right = ins
     out = join_output(node, left.names or tuple(columns(left)),
                       right.names or tuple(columns(right)))
     origin = {name.lower(): (0 if side == "left" else 1, src.lower())
               for name, side, src in out}
-    sides = {origin[c][0] for c in cols if c in origin}
-    if not cols or len(sides) != 1 or not cols <= set(origin):
+    used = refs(conjunct, origin)
+    sides = {origin[c][0] for c in used}
+    if len(sides) != 1:
         return None
     (side,) = sides
-    if side not in _FILTER_SIDES[node.type]:
+    if side not in _FILTER_SIDES[_effective_type(node, above, origin)]:
         return None
-    return [(side, frozenset(origin[c][1] for c in cols))]
+    renames = {c: origin[c][1] for c in used if origin[c][1] != c}
+    return [(side, E.substitute(conjunct, renames) if renames else conjunct)]
+
+
+def _effective_type(node: Join, above: Sequence[str],
+                    origin: dict[str, tuple[int, str]]) -> str:
+    """The join type Spark runs, given the conjuncts sitting on the join: an outer join
+    is inner on a side whose padded rows one of them drops (``EliminateOuterJoin``)."""
+    if node.type not in ("left", "right", "full"):
+        return node.type
+    rejects = set()
+    for c in above:
+        sides = {origin[x][0] for x in refs(c, origin)}
+        if len(sides) == 1 and E.rejects_nulls(c):
+            rejects |= sides
+    left_padded = node.type in ("right", "full") and 0 not in rejects
+    right_padded = node.type in ("left", "full") and 1 not in rejects
+    return {(False, False): "inner", (False, True): "left", (True, False): "right",
+            (True, True): "full"}[(left_padded, right_padded)]
 
 
 def state_rows(node: Join, plan: Plan) -> tuple[tuple[tuple[str, str], ...], ...]:

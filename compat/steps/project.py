@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -97,18 +98,12 @@ def _reads(node: Project, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: Project, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    # Through a projection of deterministic columns, the conjunct reading the columns'
-    # expressions instead.
+def _moves(node: Project, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    # Through a projection of deterministic columns, over the columns' expressions.
     if not all(E.analyze(c.expr).deterministic for c in node.columns):
         return None
-    src = columns(ins[0])
-    exprs = {c.name.lower(): c.expr for c in node.columns}
-    read: set[str] = set()
-    for c in cols:
-        read |= refs(exprs[c], src) if c in exprs else set()
-    return [(0, frozenset(read))]
+    return [(0, E.substitute(conjunct, {c.name.lower(): c.expr for c in node.columns}))]
 
 
 @compare.register

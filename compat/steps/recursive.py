@@ -15,6 +15,7 @@ Versions (old versions stay buildable and keep their meaning):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -312,8 +313,8 @@ def _reads(node: Recursive, demand: Demand, ins: list[NodeInfo]) -> list[Demand]
 
 
 @moves_filter.register
-def _moves(node: Recursive, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
+def _moves(node: Recursive, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
     return None  # a loop of Theseus' own: Spark moves nothing into it
 
 

@@ -15,6 +15,7 @@ Versions (old versions stay buildable and keep their meaning):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -162,8 +163,8 @@ def _reads(node: Source, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: Source, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
+def _moves(node: Source, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
     return None  # the bottom of the query
 
 

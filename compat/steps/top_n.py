@@ -4,6 +4,7 @@ smaller N does not."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -69,8 +70,8 @@ def _reads(node: TopN, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: TopN, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
+def _moves(node: TopN, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
     return None  # a function of Theseus' own: Spark moves nothing into it
 
 

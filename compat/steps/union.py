@@ -3,6 +3,7 @@ Passive."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -63,9 +64,9 @@ def _reads(node: Union, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
 
 
 @moves_filter.register
-def _moves(node: Union, cols: frozenset[str], ins: list[NodeInfo]
-           ) -> list[tuple[int, frozenset[str]]] | None:
-    return [(i, cols) for i in range(len(ins))]  # into every input
+def _moves(node: Union, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
+           ) -> list[tuple[int, str]] | None:
+    return [(i, conjunct) for i in range(len(ins))]  # into every input
 
 
 @compare.register
