@@ -30,8 +30,18 @@ from compat.infer import (
     infer_step,
     scope,
 )
-from compat.model import ENFORCING, AggCall, NamedExpr, Node, Window, prop
+from compat.model import ENFORCING, AggCall, NamedExpr, Node, Plan, Window, prop
 from compat.rules import RuleContext, compare
+from compat.signing import (
+    NodeSig,
+    by_name,
+    canon_expr,
+    digest,
+    duration,
+    expr_token,
+    sign_step,
+    token,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,3 +310,31 @@ def _show_window(w: Window | None) -> str:
         return "no window"
     extra = f", slide {w.slide}" if w.slide else f", gap {w.gap}" if w.gap else ""
     return f"{w.type} {w.size} on {w.column}{extra}"
+
+
+@sign_step.register
+def _sign(node: Aggregate, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    cols: dict[str, str] = {}
+    w = node.window
+    wkey = None
+    if w is not None:
+        wkey = (w.type, src.columns.get(w.column.lower(), w.column.lower()),
+                duration(w.size), duration(w.slide), duration(w.gap))
+        cols["window"] = token("window", wkey)
+    groups = []
+    for g in node.group_by:
+        tok = expr_token(g.expr, r)
+        groups.append(tok)
+        cols[g.name.lower()] = tok
+    aggs = []
+    for a in node.aggregates:
+        fn = {"mean": "avg", "std": "stddev"}.get(a.function.lower(), a.function.lower())
+        tok = token("agg", fn, a.distinct, tuple(canon_expr(x, r) for x in a.args))
+        aggs.append(tok)
+        cols[a.name.lower()] = tok
+    sig = digest("aggregate", node.version, src.sig, wkey, tuple(sorted(groups)),
+                 tuple(sorted(aggs)))
+    return NodeSig(sig, cols)

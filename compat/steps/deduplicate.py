@@ -8,8 +8,9 @@ from typing import ClassVar
 
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
-from compat.model import DURATION, ENFORCING, NAME, Node, prop
+from compat.model import DURATION, ENFORCING, NAME, Node, Plan, prop
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, duration, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,3 +67,12 @@ def _compare(old: Deduplicate, new: Deduplicate, ctx: RuleContext) -> list[Findi
         out.append(ctx.f("dedup-within-changed", f"deduplicate '{new.id}' remembers keys "
                          f"for {new.within} instead of {old.within}", old, new, "within"))
     return out
+
+
+@sign_step.register
+def _sign(node: Deduplicate, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    (src,) = ins
+    keys = tuple(sorted(src.columns.get(k.lower(), k.lower()) for k in node.keys))
+    sig = digest("deduplicate", node.version, src.sig, keys, duration(node.within))
+    return NodeSig(sig, src.columns)

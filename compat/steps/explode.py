@@ -9,9 +9,10 @@ from compat import expr as E
 from compat import types as T
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
-from compat.model import EXPR, NAME, Node, prop
+from compat.model import EXPR, NAME, Node, Plan, prop
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,3 +65,11 @@ def _compare(old: Explode, new: Explode, ctx: RuleContext) -> list[Finding]:
     return [ctx.f("explode-changed", f"explode '{new.id}' changes from {old.describe()} to "
                   f"{new.describe()}{where(ctx)}", old, new, "expr",
                   history=ctx.upstream_of_state)]
+
+
+@sign_step.register
+def _sign(node: Explode, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    tok = token("explode", canon_expr(node.expr, by_name(src.columns)), node.outer)
+    sig = digest("explode", node.version, src.sig, tok)
+    return NodeSig(sig, {**src.columns, node.alias.lower(): tok})

@@ -9,9 +9,10 @@ from compat import expr as E
 from compat import types as T
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
-from compat.model import EXPR, Node, prop
+from compat.model import EXPR, Node, Plan, prop
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, canon_ast, conjuncts, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,3 +54,19 @@ def _compare(old: Filter, new: Filter, ctx: RuleContext) -> list[Finding]:
     return [ctx.f("filter-changed", f"filter '{new.id}' keeps rows where {new.predicate} "
                   f"instead of {old.predicate}{where(ctx)}", old, new, "predicate",
                   history=ctx.upstream_of_state)]
+
+
+@sign_step.register
+def _sign(node: Filter, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    ast = canon_ast(node.predicate, by_name(src.columns))
+    own = frozenset((node.version, E.render(c)) for c in conjuncts(ast))
+    det = E.is_deterministic(ast)
+    # Deterministic filters commute: a chain of them is one set of conjuncts.
+    if det and src.conjuncts and isinstance(plan.nodes[node.inputs[0]], Filter):
+        conj, base = src.conjuncts | own, src.base
+    else:
+        conj, base = own, src.sig
+    conj = conj if det else frozenset()
+    sig = digest("filter", base, tuple(sorted(conj or own)), det)
+    return NodeSig(sig, src.columns, conj, base)

@@ -9,8 +9,9 @@ from typing import ClassVar
 
 from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
-from compat.model import Node, prop
+from compat.model import Node, Plan, prop
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,3 +42,9 @@ def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
 @compare.register(StartGate)
 def _compare(old: Node, new: Node, ctx: RuleContext) -> list[Finding]:
     return []  # deployment plumbing: a gate computes nothing
+
+
+@sign_step.register(StopGate)
+@sign_step.register(StartGate)
+def _sign(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    return ins[0]  # a gate changes when rows flow, not what they are

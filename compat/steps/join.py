@@ -27,8 +27,9 @@ from compat.infer import (
     plain_column,
     scope,
 )
-from compat.model import ENFORCING, EXPR, Node, enum, prop
+from compat.model import ENFORCING, EXPR, Node, Plan, enum, prop
 from compat.rules import RuleContext, canon, canon_list, compare
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
 JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
 #: the join types of two tables read as changelogs
@@ -287,3 +288,34 @@ def _qual(text: str | None, node: Join) -> str | None:
         return None
     left, right = (i.lower() for i in node.inputs)
     return text.replace(left + ".", "$0.").replace(right + ".", "$1.")
+
+
+@sign_step.register
+def _sign(node: Join, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    left, right = ins
+    lid, rid = (i.lower() for i in node.inputs)
+    # Both inputs may be the same subplan (a self-join): tag each side's tokens.
+    lt = {n: token("left", t) for n, t in left.columns.items()}
+    rt = {n: token("right", t) for n, t in right.columns.items()}
+    both = {**{k: t for k, t in rt.items() if k not in lt},
+            **{k: t for k, t in lt.items() if k not in rt}}
+
+    def qualified(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+        if len(parts) > 1 and parts[0] in (lid, rid):
+            side = lt if parts[0] == lid else rt
+            if parts[1] in side:
+                return (side[parts[1]],) + parts[2:]
+        tok = both.get(parts[0])
+        return None if tok is None else (tok,) + parts[1:]
+
+    keys = tuple(sorted((canon_expr(lk, by_name(lt)), canon_expr(rk, by_name(rt)))
+                        for lk, rk in zip(node.left_keys, node.right_keys)))
+    cond = canon_expr(node.condition, qualified) if node.condition else None
+    bound = canon_expr(node.time_bound, qualified) if node.time_bound else None
+    sig = digest("join", node.version, node.type, left.sig, right.sig, keys, cond, bound)
+    lnames = plan.info[node.inputs[0]].names if plan.info else tuple(left.columns)
+    rnames = plan.info[node.inputs[1]].names if plan.info else tuple(right.columns)
+    cols = {}
+    for name, side, col in join_output(node, lnames, rnames):
+        cols[name.lower()] = (lt if side == "left" else rt)[col.lower()]
+    return NodeSig(sig, cols)

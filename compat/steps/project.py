@@ -9,9 +9,10 @@ from typing import ClassVar
 from compat import expr as E
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
-from compat.model import NamedExpr, Node, prop
+from compat.model import NamedExpr, Node, Plan, prop
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, digest, expr_token, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,3 +106,12 @@ def _compare(old: Project, new: Project, ctx: RuleContext) -> list[Finding]:
     changes_values = bool(changed or removed)
     return [ctx.f("project-changed", f"project '{new.id}': {'; '.join(parts)}{where(ctx)}",
                   old, new, "columns", history=ctx.upstream_of_state and changes_values)]
+
+
+@sign_step.register
+def _sign(node: Project, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    cols = {c.name.lower(): expr_token(c.expr, r) for c in node.columns}
+    sig = digest("project", node.version, src.sig, tuple(sorted(cols.values())))
+    return NodeSig(sig, cols)

@@ -28,12 +28,14 @@ from compat.model import (
     INT32_MAX,
     PARTITIONS,
     Node,
+    Plan,
     build_graph,
     enum,
     prop,
     topological_order,
 )
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step, token
 from compat.steps.sink import Sink
 from compat.steps.source import Source
 
@@ -349,3 +351,13 @@ def _body_key(rec: Recursive) -> tuple:
         items.append((b.version, tuple(order[i] for i in b.inputs), b.canonical(),
                       bid == rec.body_output))
     return tuple(items)
+
+
+@sign_step.register
+def _sign(node: Recursive, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    # What a recursion derives depends on its whole body: its canonical form, the body
+    # included, is hashed, and its output columns are new tokens by name.
+    sig = digest("recursive", node.version, tuple(i.sig for i in ins),
+                 repr(node.canonical()))
+    return NodeSig(sig, {n.lower(): token(sig, n.lower()) for n in names})

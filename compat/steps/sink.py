@@ -34,8 +34,9 @@ from compat.infer import (
     covering_key,
     infer_step,
 )
-from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, enum, prop
+from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, Plan, enum, prop
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,3 +215,15 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
         out.append(f("sink-delivery-changed", f"delivery changes from {old.delivery} to "
                      f"{new.delivery}", old, new, "delivery"))
     return out
+
+
+@sign_step.register
+def _sign(node: Sink, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Names count: a sink's column names are the JSON keys it writes; its topic does not
+    # (two whole queries equal but for it are complete sharing).
+    (src,) = ins
+    out = tuple(sorted((n.lower(), src.columns.get(n.lower(), "?")) for n in names))
+    keys = tuple(k.lower() for k in node.key_columns)
+    sig = digest("sink", node.version, src.sig, out, keys, node.format, node.mode,
+                 node.delivery)
+    return NodeSig(sig, src.columns)

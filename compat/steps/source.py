@@ -29,10 +29,12 @@ from compat.model import (
     Column,
     EventTime,
     Node,
+    Plan,
     enum,
     prop,
 )
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, duration, sign_step, token, type_key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,3 +218,18 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
         out.append(f("source-starting-offsets-changed", f"source '{new.id}' starting offsets "
                      f"change to {new.starting_offsets}", old, new, "starting_offsets"))
     return out
+
+
+@sign_step.register
+def _sign(node: Source, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Names count: a source's column names are the JSON keys it reads.
+    schema = tuple(sorted((c.name.lower(), type_key(c.type), c.nullable)
+                          for c in node.schema))
+    et = node.event_time
+    sig = digest("source", node.version, node.topic, node.format, node.role, schema,
+                 tuple(k.lower() for k in node.key_columns),
+                 (et.column.lower(), duration(et.watermark)) if et else None,
+                 node.starting_offsets,
+                 # how a version 2 table is read (version 1 hashes as it always did)
+                 *((table_read(node),) if node.version >= CHANGELOG_VERSION else ()))
+    return NodeSig(sig, {c.name.lower(): token(sig, c.name.lower()) for c in node.schema})

@@ -10,8 +10,9 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
-from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, prop
+from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, Plan, prop
 from compat.rules import RuleContext, canon_list, compare
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,3 +87,13 @@ def _compare(old: TopN, new: TopN, ctx: RuleContext) -> list[Finding]:
         out.append(f("topn-state-schema-changed", f"top_n '{new.id}' keeps whole input rows "
                      "in state and the input columns changed", old, new, "inputs"))
     return out
+
+
+@sign_step.register
+def _sign(node: TopN, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    part = tuple(sorted(canon_expr(p, r) for p in node.partition_by))
+    order = tuple((canon_expr(o.expr, r), o.desc) for o in node.order_by)
+    sig = digest("top_n", node.version, src.sig, part, order, node.n)
+    return NodeSig(sig, src.columns)

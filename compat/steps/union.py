@@ -9,8 +9,9 @@ from typing import ClassVar
 from compat import types as T
 from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
-from compat.model import Node
+from compat.model import Node, Plan
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step, token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,3 +58,16 @@ def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
 @compare.register
 def _compare(old: Union, new: Union, ctx: RuleContext) -> list[Finding]:
     return []  # what a union reads is its inputs: the walk pairs and compares them
+
+
+@sign_step.register
+def _sign(node: Union, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Inputs line up by name (the same names in the same order); a union of the same
+    # inputs in another order is the same rows.
+    first = names or tuple(ins[0].columns)
+    cols = {n.lower(): token("union", tuple(sorted(i.columns.get(n.lower(), "?")
+                                                   for i in ins)))
+            for n in first}
+    sig = digest("union", node.version, tuple(sorted(i.sig for i in ins)),
+                 tuple(sorted(cols.values())))
+    return NodeSig(sig, cols)
