@@ -31,6 +31,7 @@ from compat.infer import (
     scope,
 )
 from compat.model import ENFORCING, AggCall, NamedExpr, Node, Plan, Window, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import (
     NodeSig,
@@ -338,3 +339,14 @@ def _sign(node: Aggregate, ins: list[NodeSig], names: tuple[str, ...],
     sig = digest("aggregate", node.version, src.sig, wkey, tuple(sorted(groups)),
                  tuple(sorted(aggs)))
     return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Aggregate, c: Conjunct, g: PushGraph) -> Targets | None:
+    # A conjunct on grouping keys selects the same groups before the aggregate (KLIP-6);
+    # one that reads an aggregate's value must see it computed.
+    groups = {gb.name.lower(): gb.expr for gb in node.group_by}
+    if not c.used or not c.used <= set(groups) or \
+            not all(g.deterministic(groups[u]) for u in c.used):
+        return None
+    return [(node.inputs[0], c.substitute(groups))]

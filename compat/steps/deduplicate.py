@@ -9,6 +9,7 @@ from typing import ClassVar
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
 from compat.model import DURATION, ENFORCING, NAME, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, duration, sign_step
 
@@ -76,3 +77,9 @@ def _sign(node: Deduplicate, ins: list[NodeSig], names: tuple[str, ...],
     keys = tuple(sorted(src.columns.get(k.lower(), k.lower()) for k in node.keys))
     sig = digest("deduplicate", node.version, src.sig, keys, duration(node.within))
     return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: Deduplicate, c: Conjunct, g: PushGraph) -> Targets | None:
+    keys = {k.lower() for k in node.keys}
+    return [(node.inputs[0], c)] if c.used and c.used <= keys else None

@@ -10,6 +10,7 @@ from compat import types as T
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import EXPR, NAME, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
@@ -73,3 +74,8 @@ def _sign(node: Explode, ins: list[NodeSig], names: tuple[str, ...], plan: Plan)
     tok = token("explode", canon_expr(node.expr, by_name(src.columns)), node.outer)
     sig = digest("explode", node.version, src.sig, tok)
     return NodeSig(sig, {**src.columns, node.alias.lower(): tok})
+
+
+@push_through.register
+def _push_through(node: Explode, c: Conjunct, g: PushGraph) -> Targets | None:
+    return [(node.inputs[0], c)] if node.alias.lower() not in c.used else None

@@ -10,6 +10,7 @@ from compat import types as T
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
 from compat.model import EXPR, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, canon_ast, conjuncts, digest, sign_step
@@ -70,3 +71,10 @@ def _sign(node: Filter, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) 
     conj = conj if det else frozenset()
     sig = digest("filter", base, tuple(sorted(conj or own)), det)
     return NodeSig(sig, src.columns, conj, base)
+
+
+@push_through.register
+def _push_through(node: Filter, c: Conjunct, g: PushGraph) -> Targets | None:
+    # Below a filter a conjunct would trade places with it forever: the pushdown rule
+    # merges two deterministic filters into one instead, and leaves the others in order.
+    return None

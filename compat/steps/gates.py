@@ -10,6 +10,7 @@ from typing import ClassVar
 from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
 from compat.model import Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, sign_step
 
@@ -48,3 +49,9 @@ def _compare(old: Node, new: Node, ctx: RuleContext) -> list[Finding]:
 @sign_step.register(StartGate)
 def _sign(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
     return ins[0]  # a gate changes when rows flow, not what they are
+
+
+@push_through.register(StopGate)
+@push_through.register(StartGate)
+def _push_through(node: Node, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # only the migrator places gates, in deployed plans: the compiler meets none

@@ -28,6 +28,7 @@ from compat.infer import (
     scope,
 )
 from compat.model import ENFORCING, EXPR, Node, Plan, enum, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, canon, canon_list, compare
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
@@ -319,3 +320,35 @@ def _sign(node: Join, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
     for name, side, col in join_output(node, lnames, rnames):
         cols[name.lower()] = (lt if side == "left" else rt)[col.lower()]
     return NodeSig(sig, cols)
+
+
+#: the sides of each join type whose rows a conjunct may select before the join (the
+#: other side's rows are kept, null-padded, whatever they hold)
+_PUSHABLE_SIDES = {"inner": ("left", "right"), "left": ("left",), "right": ("right",),
+                  "full": (), "left_semi": ("left",), "left_anti": ("left",)}
+
+
+@push_through.register
+def _push_through(node: Join, c: Conjunct, g: PushGraph) -> Targets | None:
+    left, right = node.inputs
+    out = join_output(node, g.columns(left), g.columns(right))
+    origin = {name.lower(): (side, src) for name, side, src in out}
+    used = c.used
+    sides = {origin[u][0] for u in used if u in origin}
+    if not used or len(sides) != 1:
+        return None
+    side = sides.pop()
+    if side not in _PUSHABLE_SIDES[node.type]:
+        return None
+    if g.is_stateful(node.id):
+        # A stream-stream join's state changes meaning under a predicate on other columns.
+        keys = node.left_keys if side == "left" else node.right_keys
+        names = {n.lower() for n in (g.bare_column(k) for k in keys) if n}
+        if not {origin[u][1].lower() for u in used} <= names:
+            return None
+    if side == "right" and any(name.lower() != src.lower() for name, s, src in out
+                               if s == "right"):
+        # Right columns renamed <right id>_<name> would change name with a new right input.
+        return None
+    renames = {u: origin[u][1] for u in used if origin[u][1].lower() != u}
+    return [(left if side == "left" else right, c.rename(renames))]

@@ -10,6 +10,7 @@ from compat import expr as E
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
 from compat.model import NamedExpr, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, digest, expr_token, sign_step
@@ -115,3 +116,13 @@ def _sign(node: Project, ins: list[NodeSig], names: tuple[str, ...], plan: Plan)
     cols = {c.name.lower(): expr_token(c.expr, r) for c in node.columns}
     sig = digest("project", node.version, src.sig, tuple(sorted(cols.values())))
     return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Project, c: Conjunct, g: PushGraph) -> Targets | None:
+    # ``total > 10`` over ``amount * 2 AS total`` is ``amount * 2 > 10`` below; a
+    # nondeterministic expression must not be computed twice.
+    exprs = {col.name.lower(): col.expr for col in node.columns}
+    if not all(g.deterministic(exprs[u]) for u in c.used if u in exprs):
+        return None
+    return [(node.inputs[0], c.substitute(exprs))]

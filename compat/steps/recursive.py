@@ -34,6 +34,7 @@ from compat.model import (
     prop,
     topological_order,
 )
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, sign_step, token
 from compat.steps.sink import Sink
@@ -361,3 +362,10 @@ def _sign(node: Recursive, ins: list[NodeSig], names: tuple[str, ...],
     sig = digest("recursive", node.version, tuple(i.sig for i in ins),
                  repr(node.canonical()))
     return NodeSig(sig, {n.lower(): token(sig, n.lower()) for n in names})
+
+
+@push_through.register
+def _push_through(node: Recursive, c: Conjunct, g: PushGraph) -> Targets | None:
+    # The loop feeds its own rows back: a row filtered out of an input could still have
+    # derived rows that the conjunct keeps.
+    return None

@@ -35,6 +35,7 @@ from compat.infer import (
     infer_step,
 )
 from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, Plan, enum, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, sign_step
 
@@ -227,3 +228,8 @@ def _sign(node: Sink, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
     sig = digest("sink", node.version, src.sig, out, keys, node.format, node.mode,
                  node.delivery)
     return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # a sink is the top of its plan: no filter reads it

@@ -33,6 +33,7 @@ from compat.model import (
     enum,
     prop,
 )
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, duration, sign_step, token, type_key
 
@@ -233,3 +234,8 @@ def _sign(node: Source, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) 
                  # how a version 2 table is read (version 1 hashes as it always did)
                  *((table_read(node),) if node.version >= CHANGELOG_VERSION else ()))
     return NodeSig(sig, {c.name.lower(): token(sig, c.name.lower()) for c in node.schema})
+
+
+@push_through.register
+def _push_through(node: Source, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # nothing lies below a source

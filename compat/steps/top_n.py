@@ -11,6 +11,7 @@ from compat import types as T
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, canon_list, compare
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step
 
@@ -97,3 +98,9 @@ def _sign(node: TopN, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
     order = tuple((canon_expr(o.expr, r), o.desc) for o in node.order_by)
     sig = digest("top_n", node.version, src.sig, part, order, node.n)
     return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: TopN, c: Conjunct, g: PushGraph) -> Targets | None:
+    keys = {n.lower() for n in (g.bare_column(p) for p in node.partition_by) if n}
+    return [(node.inputs[0], c)] if c.used and c.used <= keys else None

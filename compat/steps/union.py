@@ -10,6 +10,7 @@ from compat import types as T
 from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
 from compat.model import Node, Plan
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, sign_step, token
 
@@ -71,3 +72,8 @@ def _sign(node: Union, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -
     sig = digest("union", node.version, tuple(sorted(i.sig for i in ins)),
                  tuple(sorted(cols.values())))
     return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Union, c: Conjunct, g: PushGraph) -> Targets | None:
+    return [(i, c) for i in dict.fromkeys(node.inputs)]  # into every input, once
