@@ -32,6 +32,7 @@ from compat.infer import (
 )
 from compat.model import ENFORCING, AggCall, NamedExpr, Node, Plan, Window, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.signing import (
     NodeSig,
@@ -350,3 +351,21 @@ def _push_through(node: Aggregate, c: Conjunct, g: PushGraph) -> Targets | None:
             not all(g.deterministic(groups[u]) for u in c.used):
         return None
     return [(node.inputs[0], c.substitute(groups))]
+
+
+@export_step.register
+def _export(node: Aggregate, plan: Plan) -> Code | Refusal:
+    keys = []
+    w = node.window
+    if w is not None:
+        if w.type == "session":
+            keys.append(f"F.session_window({py(w.column)}, {py(w.gap or w.size)})"
+                        '.alias("window")')
+        elif w.type == "hopping":
+            keys.append(f"F.window({py(w.column)}, {py(w.size)}, {py(w.slide)})")
+        else:
+            keys.append(f"F.window({py(w.column)}, {py(w.size)})")
+    keys += [f"F.expr({py(g.expr)}).alias({py(g.name)})" for g in node.group_by]
+    aggs = [f"F.expr({py(_show(a))}).alias({py(a.name)})" for a in node.aggregates]
+    return Code([f"{var(node.id)} = ({var(node.inputs[0])}.groupBy({', '.join(keys)})",
+                 f"      .agg({', '.join(aggs)}))"])

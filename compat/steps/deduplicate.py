@@ -10,8 +10,10 @@ from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
 from compat.model import DURATION, ENFORCING, NAME, Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, var
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, duration, sign_step
+from compat.steps.source import Source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,3 +85,26 @@ def _sign(node: Deduplicate, ins: list[NodeSig], names: tuple[str, ...],
 def _push_through(node: Deduplicate, c: Conjunct, g: PushGraph) -> Targets | None:
     keys = {k.lower() for k in node.keys}
     return [(node.inputs[0], c)] if c.used and c.used <= keys else None
+
+
+@export_step.register
+def _export(node: Deduplicate, plan: Plan) -> Code | Refusal:
+    if node.within and _watermarks(plan, node.id) != {duration_seconds(node.within)}:
+        return Refusal(f"deduplicate '{node.id}' keeps keys for {node.within}, not for its "
+                       "watermark delay: Spark's dropDuplicatesWithinWatermark keeps them "
+                       "for the watermark delay")
+    fn = "dropDuplicatesWithinWatermark" if node.within else "dropDuplicates"
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.{fn}({list(node.keys)!r})"])
+
+
+def _watermarks(plan: Plan, nid: str) -> set[float | None]:
+    """The watermark delays (seconds) of the sources upstream of ``nid``."""
+    out: set[float | None] = set()
+    stack = [nid]
+    while stack:
+        node = plan.nodes[stack.pop()]
+        if isinstance(node, Source):
+            out.add(duration_seconds(node.event_time.watermark) if node.event_time
+                    else None)
+        stack.extend(node.inputs)
+    return out

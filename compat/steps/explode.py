@@ -11,6 +11,7 @@ from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import EXPR, NAME, Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
@@ -79,3 +80,10 @@ def _sign(node: Explode, ins: list[NodeSig], names: tuple[str, ...], plan: Plan)
 @push_through.register
 def _push_through(node: Explode, c: Conjunct, g: PushGraph) -> Targets | None:
     return [(node.inputs[0], c)] if node.alias.lower() not in c.used else None
+
+
+@export_step.register
+def _export(node: Explode, plan: Plan) -> Code | Refusal:
+    fn = "explode_outer" if node.outer else "explode"
+    return Code([f'{var(node.id)} = {var(node.inputs[0])}.select("*", '
+                 f"F.{fn}(F.expr({py(node.expr)})).alias({py(node.alias)}))"])

@@ -11,6 +11,7 @@ from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
 from compat.model import EXPR, Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, canon_ast, conjuncts, digest, sign_step
@@ -78,3 +79,8 @@ def _push_through(node: Filter, c: Conjunct, g: PushGraph) -> Targets | None:
     # Below a filter a conjunct would trade places with it forever: the pushdown rule
     # merges two deterministic filters into one instead, and leaves the others in order.
     return None
+
+
+@export_step.register
+def _export(node: Filter, plan: Plan) -> Code | Refusal:
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.where(F.expr({py(node.predicate)}))"])

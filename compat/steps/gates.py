@@ -11,6 +11,7 @@ from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
 from compat.model import Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, sign_step
 
@@ -55,3 +56,6 @@ def _sign(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
 @push_through.register(StartGate)
 def _push_through(node: Node, c: Conjunct, g: PushGraph) -> Targets | None:
     return None  # only the migrator places gates, in deployed plans: the compiler meets none
+
+
+refuse("gates are Theseus's own operators, inserted by the migrator", StopGate, StartGate)

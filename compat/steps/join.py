@@ -29,6 +29,7 @@ from compat.infer import (
 )
 from compat.model import ENFORCING, EXPR, Node, Plan, enum, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, bare, export_step, ident, py, var
 from compat.rules import RuleContext, canon, canon_list, compare
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
@@ -352,3 +353,28 @@ def _push_through(node: Join, c: Conjunct, g: PushGraph) -> Targets | None:
         return None
     renames = {u: origin[u][1] for u in used if origin[u][1].lower() != u}
     return [(left if side == "left" else right, c.rename(renames))]
+
+
+@export_step.register
+def _export(node: Join, plan: Plan) -> Code | Refusal:
+    if not all(bare(k) for k in node.left_keys + node.right_keys):
+        return Refusal(f"join '{node.id}' has expression keys (only column keys are written)")
+    lid, rid = node.inputs
+    conds = [f"{lid}.{ident(lk.strip('`'))} = {rid}.{ident(rk.strip('`'))}"
+             for lk, rk in zip(node.left_keys, node.right_keys)]
+    conds += [c for c in (node.condition, node.time_bound) if c]
+    cond = " AND ".join(f"({c})" if len(conds) > 1 else c for c in conds) or "true"
+    lnames, rnames = plan.info[lid].names, plan.info[rid].names
+    paired = paired_keys(node) if node.type in ("right", "full") else set()
+    cols = []
+    right_names = {n.lower(): n for n in rnames}
+    for name, side, src in join_output(node, lnames, rnames):
+        ref = f"F.col({py((lid if side == 'left' else rid) + '.' + ident(src))})"
+        if side == "left" and src.lower() in paired:
+            ref = (f"F.coalesce({ref}, F.col("
+                   f"{py(rid + '.' + ident(right_names[src.lower()]))}))")
+        cols.append(f"{ref}.alias({py(name)})")
+    return Code([f"{var(node.id)} = ({var(lid)}.alias({py(lid)})",
+                 f"      .join({var(rid)}.alias({py(rid)}), F.expr({py(cond)}), "
+                 f"{py(node.type)})",
+                 f"      .select({', '.join(cols)}))"])

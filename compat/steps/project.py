@@ -11,6 +11,7 @@ from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
 from compat.model import NamedExpr, Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
 from compat.signing import NodeSig, by_name, digest, expr_token, sign_step
@@ -126,3 +127,9 @@ def _push_through(node: Project, c: Conjunct, g: PushGraph) -> Targets | None:
     if not all(g.deterministic(exprs[u]) for u in c.used if u in exprs):
         return None
     return [(node.inputs[0], c.substitute(exprs))]
+
+
+@export_step.register
+def _export(node: Project, plan: Plan) -> Code | Refusal:
+    cols = ", ".join(f"F.expr({py(c.expr)}).alias({py(c.name)})" for c in node.columns)
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.select({cols})"])

@@ -35,6 +35,7 @@ from compat.model import (
     topological_order,
 )
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, sign_step, token
 from compat.steps.sink import Sink
@@ -369,3 +370,7 @@ def _push_through(node: Recursive, c: Conjunct, g: PushGraph) -> Targets | None:
     # The loop feeds its own rows back: a row filtered out of an input could still have
     # derived rows that the conjunct keeps.
     return None
+
+
+refuse("Spark has no streaming recursion; Theseus builds the fixpoint with a stateful loop "
+       "of its own", Recursive)

@@ -34,6 +34,7 @@ from compat.model import (
     prop,
 )
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, ident, py, var
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, duration, sign_step, token, type_key
 
@@ -239,3 +240,31 @@ def _sign(node: Source, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) 
 @push_through.register
 def _push_through(node: Source, c: Conjunct, g: PushGraph) -> Targets | None:
     return None  # nothing lies below a source
+
+
+@export_step.register
+def _export(node: Source, plan: Plan) -> Code | Refusal:
+    if node.role == "table":
+        return Refusal(f"source '{node.id}' is a table (latest value per key): a Spark job "
+                       "reads a Kafka topic as a stream or as every record")
+    if node.key_columns:
+        return Refusal(f"source '{node.id}' reads key columns from the record key: a job "
+                       "reads the record value only")
+    out = [f"{var(node.id)} = (spark.readStream.format(\"kafka\")",
+           '      .option("kafka.bootstrap.servers", BOOTSTRAP)',
+           f'      .option("subscribe", {py(node.topic)})',
+           f'      .option("startingOffsets", {py(node.starting_offsets)})',
+           "      .load()"]
+    if node.format == "string":
+        out.append(f'      .select(F.col("value").cast("string")'
+                   f'.alias({py(node.schema[0].name)}))')
+    else:
+        ddl = ", ".join(f"{ident(c.name)} {c.type}" for c in node.schema)
+        out += [f'      .select(F.from_json(F.col("value").cast("string"), '
+                f'{py(ddl)}).alias("v"))',
+                '      .select("v.*")']
+    if node.event_time:
+        out.append(f"      .withWatermark({py(node.event_time.column)}, "
+                   f"{py(node.event_time.watermark)})")
+    out[-1] += ")"
+    return Code(out)

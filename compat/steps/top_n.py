@@ -12,6 +12,7 @@ from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
 from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, canon_list, compare
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step
 
@@ -104,3 +105,7 @@ def _sign(node: TopN, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
 def _push_through(node: TopN, c: Conjunct, g: PushGraph) -> Targets | None:
     keys = {n.lower() for n in (g.bare_column(p) for p in node.partition_by) if n}
     return [(node.inputs[0], c)] if c.used and c.used <= keys else None
+
+
+refuse("Spark's DataFrame API has no streaming top-N; Theseus builds it with a stateful "
+       "function of its own", TopN)

@@ -11,6 +11,7 @@ from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
 from compat.model import Node, Plan
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, var
 from compat.rules import RuleContext, compare
 from compat.signing import NodeSig, digest, sign_step, token
 
@@ -77,3 +78,9 @@ def _sign(node: Union, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -
 @push_through.register
 def _push_through(node: Union, c: Conjunct, g: PushGraph) -> Targets | None:
     return [(i, c) for i in dict.fromkeys(node.inputs)]  # into every input, once
+
+
+@export_step.register
+def _export(node: Union, plan: Plan) -> Code | Refusal:
+    first, *rest = (var(i) for i in node.inputs)
+    return Code([f"{var(node.id)} = {first}" + "".join(f".union({i})" for i in rest)])
