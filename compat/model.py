@@ -1,7 +1,8 @@
 """The plan model: one frozen dataclass per step type, registered by name.
 
 Every step type lives in its own module under ``compat/steps/`` (the dataclass, its finding
-codes, its inference and its compatibility rule); its Spark builder lives in
+codes and every per-step behaviour: inference, compatibility rule, sharing signature,
+predicate pushdown, PySpark export; see ``compat.steps``); its Spark builder lives in
 ``migrate/build/``.  This module holds what they share: the ``Node`` base class and the
 registry it fills, the value types that steps are made of (columns, named expressions,
 windows...), the field declarations that drive the JSON serde (``compat.serde``) and the

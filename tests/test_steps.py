@@ -1,7 +1,10 @@
 """Every registered step type is complete: its fields round-trip through the serde (every
-field, ``description`` and ``x-*`` keys included) and the plan schema accepts them; it has
-an inference, a compatibility rule and a Spark builder; the committed schema is the one the
-classes generate; fixtures use it.  A new step type that misses one of these fails here."""
+field, ``description`` and ``x-*`` keys included) and the plan schema accepts them; it
+registers every per-step behaviour (``REGISTRATIONS``: inference, compatibility rule, Spark
+builder, column demand, Spark's filter movement, sharing signature, predicate pushdown,
+PySpark export); the committed schema is the
+one the classes generate; fixtures use it.  A new step type that misses one of these fails
+here."""
 
 from __future__ import annotations
 
@@ -28,13 +31,29 @@ from compat.model import (
     step_fields,
 )
 from compat.plan_schema import plan_schema
+from compat.pushdown import push_through
+from compat.pyspark_text import export_step
 from compat.rules import compare
+from compat.signing import sign_step
 from migrate.build import build_step
 from tests.conftest import FIXTURES, UPGRADES
 
 SCHEMA = schema_check.load_schema("plan.v1.json")
 NODE_OK = schema_check.compiled("plan.v1.json", "#/$defs/node")
 REFERENCE = jsonschema.Draft202012Validator(SCHEMA)
+
+#: what every step type registers, each against its class with the singledispatch root named
+#: (a step no job or optimizer can serve registers that refusal too: nothing falls back)
+REGISTRATIONS = {
+    "inference (@infer_step.register)": infer_step,
+    "compatibility rule (@compare.register)": compare,
+    "column demand (@reads.register)": reads,
+    "filter movement in Spark's optimizer (@moves_filter.register)": moves_filter,
+    "Spark builder (@build_step.register)": build_step,
+    "sharing signature (@sign_step.register)": sign_step,
+    "predicate pushdown (@push_through.register)": push_through,
+    "PySpark export (@export_step.register, or refuse)": export_step,
+}
 
 #: steps no query-test fixture runs, and why
 NOT_RUN = {"recursive": "checked but cannot run yet",
@@ -100,15 +119,30 @@ def test_every_field_round_trips_and_the_schema_accepts_it(name):
     assert serde.node_doc(again) == doc
 
 
+def _missing(cls: type[Node]) -> list[str]:
+    """The registrations ``cls`` lacks (one registered for a base class does not count)."""
+    return [what for what, root in REGISTRATIONS.items() if cls not in root.registry]
+
+
 @pytest.mark.parametrize("name", sorted(STEPS))
-def test_every_step_has_inference_rule_and_builder(name):
+def test_every_step_registers_every_behaviour(name):
     cls = STEPS[name]
-    assert cls in infer_step.registry, f"no @infer_step.register for {name}"
-    assert cls in compare.registry, f"no @compare.register for {name}"
-    assert cls in build_step.registry, f"no @build_step.register for {name}"
-    assert cls in reads.registry, f"no @reads.register (column demand) for {name}"
-    assert cls in moves_filter.registry, f"no @moves_filter.register for {name}"
+    assert not _missing(cls), f"step {name} registers no {', '.join(_missing(cls))}"
     assert cls.__doc__, f"step {name} needs a docstring: the plan schema describes it with it"
+
+
+def test_a_step_type_without_registrations_misses_every_one():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Sample(Node):  # no ``step`` name: it stays out of STEPS
+        """Keeps a sample of the rows."""
+
+    assert _missing(Sample) == list(REGISTRATIONS)
+    with pytest.raises(NotImplementedError, match="no PySpark export"):
+        export_step(Sample(id="s"), None)
+    with pytest.raises(NotImplementedError, match="no predicate pushdown"):
+        push_through(Sample(id="s"), None, None)
+    with pytest.raises(NotImplementedError, match="no sharing signature"):
+        sign_step(Sample(id="s"), [], (), None)
 
 
 def test_the_committed_schema_is_the_generated_one():

@@ -28,20 +28,21 @@ names, key columns, format, mode and delivery, and only the topic is ignored.
 
 Signatures are structural: two queries that both compute ``rand() < 0.5`` get the same one.
 ``shared_subplans`` does not offer a subplan with a nondeterministic step for sharing.
+
+What of a step counts is said in the step's own module (``@sign_step.register``, over the
+helpers of ``compat.signing``); this module chains those registrations over a plan and finds
+the subplans that queries share.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from compat import expr as E
-from compat.infer import duration_seconds
-from compat.model import Node, Plan
-from compat.steps.source import CHANGELOG_VERSION, table_read
+from compat.model import Plan
+from compat.signing import NodeSig, sign_step
+from compat.steps import Source
 
 #: how many hex digits of a signature name it in messages and internal topics
 SHORT = 12
@@ -74,239 +75,6 @@ class Shared:
         return self.signature[:SHORT]
 
 
-@dataclass(frozen=True)
-class NodeSig:
-    """A node's signature, its output columns' tokens by lower-case name, and, for a filter,
-    the conjuncts of the chain of filters it ends and the signature below that chain."""
-
-    sig: str
-    columns: Mapping[str, str]
-    conjuncts: frozenset[str] = frozenset()
-    base: str = ""
-
-
-def _h(*parts: Any) -> str:
-    return hashlib.sha256(repr(parts).encode("utf-8", "backslashreplace")).hexdigest()
-
-
-def _token(*parts: Any) -> str:
-    return "$" + _h(*parts)[:20]
-
-
-# -- expressions over column tokens -------------------------------------------------------------
-
-Resolver = Callable[[tuple[str, ...]], tuple[str, ...] | None]
-
-
-def _subst(ast: Any, resolve: Resolver, bound: frozenset[str] = frozenset()) -> Any:
-    """``ast`` with every column reference that ``resolve`` knows replaced by its token (the
-    rest of a dotted reference, a struct field, kept); lambda parameters stay as written."""
-    tag = ast[0]
-    if tag == "col":
-        parts = ast[1]
-        if parts[0] in bound:
-            return ast
-        new = resolve(parts)
-        return ast if new is None else ("col", new)
-    if tag == "lambda":
-        return ("lambda", ast[1], _subst(ast[2], resolve, bound | frozenset(ast[1])))
-    if tag == "field":  # ``f(x).a``: the field name is data, the inner part an expression
-        return ("field", _subst(ast[1], resolve, bound), ast[2])
-    out: list[Any] = [tag]
-    for part in ast[1:]:
-        out.append(_subst_part(part, resolve, bound))
-    return tuple(out)
-
-
-def _subst_part(part: Any, resolve: Resolver, bound: frozenset[str]) -> Any:
-    if isinstance(part, tuple) and part:
-        if isinstance(part[0], str):
-            return _subst(part, resolve, bound) if part[0] in E._TAGS else part
-        return tuple(_subst_part(p, resolve, bound) for p in part)
-    return part
-
-
-def _by_name(columns: Mapping[str, str]) -> Resolver:
-    def resolve(parts: tuple[str, ...]) -> tuple[str, ...] | None:
-        tok = columns.get(parts[0])
-        return None if tok is None else (tok,) + parts[1:]
-    return resolve
-
-
-def _canon_ast(text: str, resolve: Resolver) -> Any:
-    return E.normalize(_subst(E.parse(text), resolve))
-
-
-def _canon(text: str, resolve: Resolver) -> str:
-    if text.strip() == "*":
-        return "*"
-    return E.render(_canon_ast(text, resolve))
-
-
-def _expr_token(text: str, resolve: Resolver) -> str:
-    """The token of a computed column: a bare column keeps its token (a rename is free)."""
-    ast = _canon_ast(text, resolve)
-    if ast[0] == "col" and len(ast[1]) == 1 and ast[1][0].startswith("$"):
-        return ast[1][0]
-    return _token("expr", E.render(ast))
-
-
-def _conjuncts(ast: Any) -> list[Any]:
-    if ast[0] == "bin" and ast[1] == "and":
-        return _conjuncts(ast[2]) + _conjuncts(ast[3])
-    return [ast]
-
-
-def _duration(text: str | None) -> Any:
-    if text is None:
-        return None
-    s = duration_seconds(text)
-    return s if s is not None else " ".join(text.lower().split())
-
-
-def _type(t: str) -> str:
-    return "".join(t.lower().split())
-
-
-# -- per step -----------------------------------------------------------------------------------
-
-
-def _node_sig(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
-    step = node.step
-    v = node.version
-    if step == "source":
-        schema = tuple(sorted((c.name.lower(), _type(c.type), c.nullable)
-                              for c in node.schema))  # type: ignore[attr-defined]
-        et = node.event_time  # type: ignore[attr-defined]
-        sig = _h("source", v, node.topic, node.format, node.role,  # type: ignore[attr-defined]
-                 schema, tuple(k.lower() for k in node.key_columns),  # type: ignore[attr-defined]
-                 (et.column.lower(), _duration(et.watermark)) if et else None,
-                 node.starting_offsets,  # type: ignore[attr-defined]
-                 # how a version 2 table is read (version 1 hashes as it always did)
-                 *((table_read(node),) if v >= CHANGELOG_VERSION else ()))  # type: ignore
-        return NodeSig(sig, {c.name.lower(): _token(sig, c.name.lower())
-                             for c in node.schema})  # type: ignore[attr-defined]
-    if step in ("stop_gate", "start_gate"):
-        return ins[0]  # a gate changes when rows flow, not what they are
-    if step == "filter":
-        (src,) = ins
-        ast = _canon_ast(node.predicate, _by_name(src.columns))  # type: ignore[attr-defined]
-        own = frozenset((v, E.render(c)) for c in _conjuncts(ast))
-        det = E.is_deterministic(ast)
-        up = plan.nodes[node.inputs[0]]
-        # Deterministic filters commute: a chain of them is one set of conjuncts.
-        if det and src.conjuncts and up.step == "filter":
-            conj, base = src.conjuncts | own, src.base
-        else:
-            conj, base = own, src.sig
-        conj = conj if det else frozenset()
-        sig = _h("filter", base, tuple(sorted(conj or own)), det)
-        return NodeSig(sig, src.columns, conj, base)
-    if step == "project":
-        (src,) = ins
-        r = _by_name(src.columns)
-        cols = {c.name.lower(): _expr_token(c.expr, r)
-                for c in node.columns}  # type: ignore[attr-defined]
-        sig = _h("project", v, src.sig, tuple(sorted(cols.values())))
-        return NodeSig(sig, cols)
-    if step == "aggregate":
-        (src,) = ins
-        r = _by_name(src.columns)
-        cols: dict[str, str] = {}
-        w = node.window  # type: ignore[attr-defined]
-        wkey = None
-        if w is not None:
-            wkey = (w.type, src.columns.get(w.column.lower(), w.column.lower()),
-                    _duration(w.size), _duration(w.slide), _duration(w.gap))
-            cols["window"] = _token("window", wkey)
-        groups = []
-        for g in node.group_by:  # type: ignore[attr-defined]
-            tok = _expr_token(g.expr, r)
-            groups.append(tok)
-            cols[g.name.lower()] = tok
-        aggs = []
-        for a in node.aggregates:  # type: ignore[attr-defined]
-            fn = {"mean": "avg", "std": "stddev"}.get(a.function.lower(), a.function.lower())
-            tok = _token("agg", fn, a.distinct, tuple(_canon(x, r) for x in a.args))
-            aggs.append(tok)
-            cols[a.name.lower()] = tok
-        sig = _h("aggregate", v, src.sig, wkey, tuple(sorted(groups)), tuple(sorted(aggs)))
-        return NodeSig(sig, cols)
-    if step == "explode":
-        (src,) = ins
-        tok = _token("explode", _canon(node.expr, _by_name(src.columns)),  # type: ignore[attr-defined]
-                     node.outer)  # type: ignore[attr-defined]
-        sig = _h("explode", v, src.sig, tok)
-        return NodeSig(sig, {**src.columns, node.alias.lower(): tok})  # type: ignore[attr-defined]
-    if step == "deduplicate":
-        (src,) = ins
-        keys = tuple(sorted(src.columns.get(k.lower(), k.lower())
-                            for k in node.keys))  # type: ignore[attr-defined]
-        sig = _h("deduplicate", v, src.sig, keys, _duration(node.within))  # type: ignore[attr-defined]
-        return NodeSig(sig, src.columns)
-    if step == "top_n":
-        (src,) = ins
-        r = _by_name(src.columns)
-        part = tuple(sorted(_canon(p, r) for p in node.partition_by))  # type: ignore[attr-defined]
-        order = tuple((_canon(o.expr, r), o.desc) for o in node.order_by)  # type: ignore[attr-defined]
-        sig = _h("top_n", v, src.sig, part, order, node.n)  # type: ignore[attr-defined]
-        return NodeSig(sig, src.columns)
-    if step == "union":
-        # Inputs line up by name (the same names in the same order); a union of the same
-        # inputs in another order is the same rows.
-        first = names or tuple(ins[0].columns)
-        cols = {n.lower(): _token("union", tuple(sorted(i.columns.get(n.lower(), "?")
-                                                        for i in ins)))
-                for n in first}
-        sig = _h("union", v, tuple(sorted(i.sig for i in ins)), tuple(sorted(cols.values())))
-        return NodeSig(sig, cols)
-    if step == "join":
-        return _join_sig(node, ins, plan)
-    if step == "sink":
-        (src,) = ins
-        out = tuple(sorted((n.lower(), src.columns.get(n.lower(), "?")) for n in names))
-        keys = tuple(k.lower() for k in node.key_columns)  # type: ignore[attr-defined]
-        sig = _h("sink", v, src.sig, out, keys, node.format, node.mode,  # type: ignore[attr-defined]
-                 node.delivery)  # type: ignore[attr-defined]
-        return NodeSig(sig, src.columns)
-    # A step without a rule here (recursive): its canonical form as the step says it, and
-    # its output columns by name.
-    sig = _h(step, v, tuple(i.sig for i in ins), repr(node.canonical()))
-    return NodeSig(sig, {n.lower(): _token(sig, n.lower()) for n in names})
-
-
-def _join_sig(node: Any, ins: list[NodeSig], plan: Plan) -> NodeSig:
-    from compat.steps.join import join_output
-
-    left, right = ins
-    lid, rid = (i.lower() for i in node.inputs)
-    # Both inputs may be the same subplan (a self-join): tag each side's tokens.
-    lt = {n: _token("left", t) for n, t in left.columns.items()}
-    rt = {n: _token("right", t) for n, t in right.columns.items()}
-    both = {**{k: t for k, t in rt.items() if k not in lt},
-            **{k: t for k, t in lt.items() if k not in rt}}
-
-    def qualified(parts: tuple[str, ...]) -> tuple[str, ...] | None:
-        if len(parts) > 1 and parts[0] in (lid, rid):
-            side = lt if parts[0] == lid else rt
-            if parts[1] in side:
-                return (side[parts[1]],) + parts[2:]
-        tok = both.get(parts[0])
-        return None if tok is None else (tok,) + parts[1:]
-
-    keys = tuple(sorted((_canon(lk, _by_name(lt)), _canon(rk, _by_name(rt)))
-                        for lk, rk in zip(node.left_keys, node.right_keys)))
-    cond = _canon(node.condition, qualified) if node.condition else None
-    bound = _canon(node.time_bound, qualified) if node.time_bound else None
-    sig = _h("join", node.version, node.type, left.sig, right.sig, keys, cond, bound)
-    lnames = plan.info[node.inputs[0]].names if plan.info else tuple(left.columns)
-    rnames = plan.info[node.inputs[1]].names if plan.info else tuple(right.columns)
-    cols = {}
-    for name, side, col in join_output(node, lnames, rnames):
-        cols[name.lower()] = (lt if side == "left" else rt)[col.lower()]
-    return NodeSig(sig, cols)
-
-
 # -- API -----------------------------------------------------------------------------------------
 
 
@@ -316,7 +84,7 @@ def node_signatures(plan: Plan) -> dict[str, NodeSig]:
     for nid, node in plan.nodes.items():
         info = plan.info.get(nid) if plan.info else None
         names = tuple(info.names or (c for c, _ in info.columns)) if info else ()
-        out[nid] = _node_sig(node, [out[i] for i in node.inputs], names, plan)
+        out[nid] = sign_step(node, [out[i] for i in node.inputs], names, plan)
     return out
 
 
@@ -342,8 +110,8 @@ def source_reads(plans: Mapping[str, Plan]) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
     for plan in plans.values():
         for node in plan.nodes.values():
-            if node.step == "source":
-                out[node.topic] += 1  # type: ignore[attr-defined]
+            if isinstance(node, Source):
+                out[node.topic] += 1
     return dict(sorted(out.items()))
 
 
@@ -390,8 +158,8 @@ def shared_subplans(plans: Mapping[str, Plan]) -> list[Shared]:
         q0, n0 = members[0]
         plan = plans[q0]
         nodes = up(q0, n0)
-        topics = sorted({plan.nodes[n].topic for n in nodes  # type: ignore[attr-defined]
-                         if plan.nodes[n].step == "source"})
+        topics = sorted({node.topic for node in (plan.nodes[n] for n in nodes)
+                         if isinstance(node, Source)})
         det = all(plan.info[n].deterministic for n in nodes) if plan.info else True
         kind = "complete" if plan.nodes[n0].step == "sink" else "partial"
         out.append(Shared(s, kind, tuple(members), len(nodes), tuple(topics), det))

@@ -32,8 +32,20 @@ from compat.infer import (
     infer_step,
     scope,
 )
-from compat.model import ENFORCING, AggCall, NamedExpr, Node, Window, prop
+from compat.model import ENFORCING, AggCall, NamedExpr, Node, Plan, Window, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
+from compat.signing import (
+    NodeSig,
+    by_name,
+    canon_expr,
+    digest,
+    duration,
+    expr_token,
+    sign_step,
+    token,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,3 +338,60 @@ def _show_window(w: Window | None) -> str:
         return "no window"
     extra = f", slide {w.slide}" if w.slide else f", gap {w.gap}" if w.gap else ""
     return f"{w.type} {w.size} on {w.column}{extra}"
+
+
+@sign_step.register
+def _sign(node: Aggregate, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    cols: dict[str, str] = {}
+    w = node.window
+    wkey = None
+    if w is not None:
+        wkey = (w.type, src.columns.get(w.column.lower(), w.column.lower()),
+                duration(w.size), duration(w.slide), duration(w.gap))
+        cols["window"] = token("window", wkey)
+    groups = []
+    for g in node.group_by:
+        tok = expr_token(g.expr, r)
+        groups.append(tok)
+        cols[g.name.lower()] = tok
+    aggs = []
+    for a in node.aggregates:
+        fn = {"mean": "avg", "std": "stddev"}.get(a.function.lower(), a.function.lower())
+        tok = token("agg", fn, a.distinct, tuple(canon_expr(x, r) for x in a.args))
+        aggs.append(tok)
+        cols[a.name.lower()] = tok
+    sig = digest("aggregate", node.version, src.sig, wkey, tuple(sorted(groups)),
+                 tuple(sorted(aggs)))
+    return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Aggregate, c: Conjunct, g: PushGraph) -> Targets | None:
+    # A conjunct on grouping keys selects the same groups before the aggregate (KLIP-6);
+    # one that reads an aggregate's value must see it computed.
+    groups = {gb.name.lower(): gb.expr for gb in node.group_by}
+    if not c.used or not c.used <= set(groups) or \
+            not all(g.deterministic(groups[u]) for u in c.used):
+        return None
+    return [(node.inputs[0], c.substitute(groups))]
+
+
+@export_step.register
+def _export(node: Aggregate, plan: Plan) -> Code | Refusal:
+    keys = []
+    w = node.window
+    if w is not None:
+        if w.type == "session":
+            keys.append(f"F.session_window({py(w.column)}, {py(w.gap or w.size)})"
+                        '.alias("window")')
+        elif w.type == "hopping":
+            keys.append(f"F.window({py(w.column)}, {py(w.size)}, {py(w.slide)})")
+        else:
+            keys.append(f"F.window({py(w.column)}, {py(w.size)})")
+    keys += [f"F.expr({py(g.expr)}).alias({py(g.name)})" for g in node.group_by]
+    aggs = [f"F.expr({py(_show(a))}).alias({py(a.name)})" for a in node.aggregates]
+    return Code([f"{var(node.id)} = ({var(node.inputs[0])}.groupBy({', '.join(keys)})",
+                 f"      .agg({', '.join(aggs)}))"])

@@ -11,8 +11,12 @@ from compat import types as T
 from compat.demand import Demand, columns, merge, moves_filter, own, reads
 from compat.findings import MIGRATE, Finding, register_codes
 from compat.infer import INSERT, InferContext, NodeInfo, duration_seconds, infer_step
-from compat.model import DURATION, ENFORCING, NAME, Node, prop
+from compat.model import DURATION, ENFORCING, NAME, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, var
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, duration, sign_step
+from compat.steps.source import Source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,4 +95,42 @@ def _compare(old: Deduplicate, new: Deduplicate, ctx: RuleContext) -> list[Findi
     elif old.within and duration_seconds(old.within) != duration_seconds(new.within or ""):
         out.append(ctx.f("dedup-within-changed", f"deduplicate '{new.id}' remembers keys "
                          f"for {new.within} instead of {old.within}", old, new, "within"))
+    return out
+
+
+@sign_step.register
+def _sign(node: Deduplicate, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    (src,) = ins
+    keys = tuple(sorted(src.columns.get(k.lower(), k.lower()) for k in node.keys))
+    sig = digest("deduplicate", node.version, src.sig, keys, duration(node.within))
+    return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: Deduplicate, c: Conjunct, g: PushGraph) -> Targets | None:
+    keys = {k.lower() for k in node.keys}
+    return [(node.inputs[0], c)] if c.used and c.used <= keys else None
+
+
+@export_step.register
+def _export(node: Deduplicate, plan: Plan) -> Code | Refusal:
+    if node.within and _watermarks(plan, node.id) != {duration_seconds(node.within)}:
+        return Refusal(f"deduplicate '{node.id}' keeps keys for {node.within}, not for its "
+                       "watermark delay: Spark's dropDuplicatesWithinWatermark keeps them "
+                       "for the watermark delay")
+    fn = "dropDuplicatesWithinWatermark" if node.within else "dropDuplicates"
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.{fn}({list(node.keys)!r})"])
+
+
+def _watermarks(plan: Plan, nid: str) -> set[float | None]:
+    """The watermark delays (seconds) of the sources upstream of ``nid``."""
+    out: set[float | None] = set()
+    stack = [nid]
+    while stack:
+        node = plan.nodes[stack.pop()]
+        if isinstance(node, Source):
+            out.add(duration_seconds(node.event_time.watermark) if node.event_time
+                    else None)
+        stack.extend(node.inputs)
     return out

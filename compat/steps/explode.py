@@ -11,9 +11,12 @@ from compat import types as T
 from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, deterministic, infer_step, scope
-from compat.model import EXPR, NAME, Node, prop
+from compat.model import EXPR, NAME, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,3 +85,23 @@ def _compare(old: Explode, new: Explode, ctx: RuleContext) -> list[Finding]:
     return [ctx.f("explode-changed", f"explode '{new.id}' changes from {old.describe()} to "
                   f"{new.describe()}{where(ctx)}", old, new, "expr",
                   history=ctx.upstream_of_state)]
+
+
+@sign_step.register
+def _sign(node: Explode, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    tok = token("explode", canon_expr(node.expr, by_name(src.columns)), node.outer)
+    sig = digest("explode", node.version, src.sig, tok)
+    return NodeSig(sig, {**src.columns, node.alias.lower(): tok})
+
+
+@push_through.register
+def _push_through(node: Explode, c: Conjunct, g: PushGraph) -> Targets | None:
+    return [(node.inputs[0], c)] if node.alias.lower() not in c.used else None
+
+
+@export_step.register
+def _export(node: Explode, plan: Plan) -> Code | Refusal:
+    fn = "explode_outer" if node.outer else "explode"
+    return Code([f'{var(node.id)} = {var(node.inputs[0])}.select("*", '
+                 f"F.{fn}(F.expr({py(node.expr)})).alias({py(node.alias)}))"])

@@ -11,9 +11,12 @@ from compat import types as T
 from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, infer_step, scope
-from compat.model import EXPR, Node, prop
+from compat.model import EXPR, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, canon_ast, conjuncts, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,3 +72,31 @@ def _compare(old: Filter, new: Filter, ctx: RuleContext) -> list[Finding]:
     return [ctx.f("filter-changed", f"filter '{new.id}' keeps rows where {new.predicate} "
                   f"instead of {old.predicate}{where(ctx)}", old, new, "predicate",
                   history=ctx.upstream_of_state)]
+
+
+@sign_step.register
+def _sign(node: Filter, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    ast = canon_ast(node.predicate, by_name(src.columns))
+    own = frozenset((node.version, E.render(c)) for c in conjuncts(ast))
+    det = E.is_deterministic(ast)
+    # Deterministic filters commute: a chain of them is one set of conjuncts.
+    if det and src.conjuncts and isinstance(plan.nodes[node.inputs[0]], Filter):
+        conj, base = src.conjuncts | own, src.base
+    else:
+        conj, base = own, src.sig
+    conj = conj if det else frozenset()
+    sig = digest("filter", base, tuple(sorted(conj or own)), det)
+    return NodeSig(sig, src.columns, conj, base)
+
+
+@push_through.register
+def _push_through(node: Filter, c: Conjunct, g: PushGraph) -> Targets | None:
+    # Below a filter a conjunct would trade places with it forever: the pushdown rule
+    # merges two deterministic filters into one instead, and leaves the others in order.
+    return None
+
+
+@export_step.register
+def _export(node: Filter, plan: Plan) -> Code | Refusal:
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.where(F.expr({py(node.predicate)}))"])

@@ -11,8 +11,11 @@ from typing import ClassVar
 from compat.demand import Demand, moves_filter, reads
 from compat.findings import Finding
 from compat.infer import InferContext, NodeInfo, infer_step
-from compat.model import Node, prop
+from compat.model import Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,3 +59,18 @@ def _moves(node: Node, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
 @compare.register(StartGate)
 def _compare(old: Node, new: Node, ctx: RuleContext) -> list[Finding]:
     return []  # deployment plumbing: a gate computes nothing
+
+
+@sign_step.register(StopGate)
+@sign_step.register(StartGate)
+def _sign(node: Node, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    return ins[0]  # a gate changes when rows flow, not what they are
+
+
+@push_through.register(StopGate)
+@push_through.register(StartGate)
+def _push_through(node: Node, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # only the migrator places gates, in deployed plans: the compiler meets none
+
+
+refuse("gates are Theseus's own operators, inserted by the migrator", StopGate, StartGate)

@@ -39,7 +39,10 @@ from compat.infer import (
     scope,
 )
 from compat.model import ENFORCING, EXPR, Node, Plan, enum, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, bare, export_step, ident, py, var
 from compat.rules import RuleContext, canon, canon_list, compare
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
 
 JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
 #: the sides (0 left, 1 right) into which Spark moves a condition on one side's columns:
@@ -466,3 +469,91 @@ def _qual(text: str | None, node: Join) -> str | None:
         return None
     left, right = (i.lower() for i in node.inputs)
     return text.replace(left + ".", "$0.").replace(right + ".", "$1.")
+
+
+@sign_step.register
+def _sign(node: Join, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    left, right = ins
+    lid, rid = (i.lower() for i in node.inputs)
+    # Both inputs may be the same subplan (a self-join): tag each side's tokens.
+    lt = {n: token("left", t) for n, t in left.columns.items()}
+    rt = {n: token("right", t) for n, t in right.columns.items()}
+    both = {**{k: t for k, t in rt.items() if k not in lt},
+            **{k: t for k, t in lt.items() if k not in rt}}
+
+    def qualified(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+        if len(parts) > 1 and parts[0] in (lid, rid):
+            side = lt if parts[0] == lid else rt
+            if parts[1] in side:
+                return (side[parts[1]],) + parts[2:]
+        tok = both.get(parts[0])
+        return None if tok is None else (tok,) + parts[1:]
+
+    keys = tuple(sorted((canon_expr(lk, by_name(lt)), canon_expr(rk, by_name(rt)))
+                        for lk, rk in zip(node.left_keys, node.right_keys)))
+    cond = canon_expr(node.condition, qualified) if node.condition else None
+    bound = canon_expr(node.time_bound, qualified) if node.time_bound else None
+    sig = digest("join", node.version, node.type, left.sig, right.sig, keys, cond, bound)
+    lnames = plan.info[node.inputs[0]].names if plan.info else tuple(left.columns)
+    rnames = plan.info[node.inputs[1]].names if plan.info else tuple(right.columns)
+    cols = {}
+    for name, side, col in join_output(node, lnames, rnames):
+        cols[name.lower()] = (lt if side == "left" else rt)[col.lower()]
+    return NodeSig(sig, cols)
+
+
+#: the sides of each join type whose rows a conjunct may select before the join (the
+#: other side's rows are kept, null-padded, whatever they hold)
+_PUSHABLE_SIDES = {"inner": ("left", "right"), "left": ("left",), "right": ("right",),
+                  "full": (), "left_semi": ("left",), "left_anti": ("left",)}
+
+
+@push_through.register
+def _push_through(node: Join, c: Conjunct, g: PushGraph) -> Targets | None:
+    left, right = node.inputs
+    out = join_output(node, g.columns(left), g.columns(right))
+    origin = {name.lower(): (side, src) for name, side, src in out}
+    used = c.used
+    sides = {origin[u][0] for u in used if u in origin}
+    if not used or len(sides) != 1:
+        return None
+    side = sides.pop()
+    if side not in _PUSHABLE_SIDES[node.type]:
+        return None
+    if g.is_stateful(node.id):
+        # A stream-stream join's state changes meaning under a predicate on other columns.
+        keys = node.left_keys if side == "left" else node.right_keys
+        names = {n.lower() for n in (g.bare_column(k) for k in keys) if n}
+        if not {origin[u][1].lower() for u in used} <= names:
+            return None
+    if side == "right" and any(name.lower() != src.lower() for name, s, src in out
+                               if s == "right"):
+        # Right columns renamed <right id>_<name> would change name with a new right input.
+        return None
+    renames = {u: origin[u][1] for u in used if origin[u][1].lower() != u}
+    return [(left if side == "left" else right, c.rename(renames))]
+
+
+@export_step.register
+def _export(node: Join, plan: Plan) -> Code | Refusal:
+    if not all(bare(k) for k in node.left_keys + node.right_keys):
+        return Refusal(f"join '{node.id}' has expression keys (only column keys are written)")
+    lid, rid = node.inputs
+    conds = [f"{lid}.{ident(lk.strip('`'))} = {rid}.{ident(rk.strip('`'))}"
+             for lk, rk in zip(node.left_keys, node.right_keys)]
+    conds += [c for c in (node.condition, node.time_bound) if c]
+    cond = " AND ".join(f"({c})" if len(conds) > 1 else c for c in conds) or "true"
+    lnames, rnames = plan.info[lid].names, plan.info[rid].names
+    paired = paired_keys(node) if node.type in ("right", "full") else set()
+    cols = []
+    right_names = {n.lower(): n for n in rnames}
+    for name, side, src in join_output(node, lnames, rnames):
+        ref = f"F.col({py((lid if side == 'left' else rid) + '.' + ident(src))})"
+        if side == "left" and src.lower() in paired:
+            ref = (f"F.coalesce({ref}, F.col("
+                   f"{py(rid + '.' + ident(right_names[src.lower()]))}))")
+        cols.append(f"{ref}.alias({py(name)})")
+    return Code([f"{var(node.id)} = ({var(lid)}.alias({py(lid)})",
+                 f"      .join({var(rid)}.alias({py(rid)}), F.expr({py(cond)}), "
+                 f"{py(node.type)})",
+                 f"      .select({', '.join(cols)}))"])

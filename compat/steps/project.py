@@ -11,9 +11,12 @@ from compat import expr as E
 from compat.demand import Demand, columns, moves_filter, reads, refs
 from compat.findings import RESTART, Finding, register_codes
 from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
-from compat.model import NamedExpr, Node, prop
+from compat.model import NamedExpr, Node, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
 from compat.rules.passive import where
+from compat.signing import NodeSig, by_name, digest, expr_token, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,3 +131,28 @@ def _compare(old: Project, new: Project, ctx: RuleContext) -> list[Finding]:
     changes_values = bool(changed or removed)
     return [ctx.f("project-changed", f"project '{new.id}': {'; '.join(parts)}{where(ctx)}",
                   old, new, "columns", history=ctx.upstream_of_state and changes_values)]
+
+
+@sign_step.register
+def _sign(node: Project, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    cols = {c.name.lower(): expr_token(c.expr, r) for c in node.columns}
+    sig = digest("project", node.version, src.sig, tuple(sorted(cols.values())))
+    return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Project, c: Conjunct, g: PushGraph) -> Targets | None:
+    # ``total > 10`` over ``amount * 2 AS total`` is ``amount * 2 > 10`` below; a
+    # nondeterministic expression must not be computed twice.
+    exprs = {col.name.lower(): col.expr for col in node.columns}
+    if not all(g.deterministic(exprs[u]) for u in c.used if u in exprs):
+        return None
+    return [(node.inputs[0], c.substitute(exprs))]
+
+
+@export_step.register
+def _export(node: Project, plan: Plan) -> Code | Refusal:
+    cols = ", ".join(f"F.expr({py(c.expr)}).alias({py(c.name)})" for c in node.columns)
+    return Code([f"{var(node.id)} = {var(node.inputs[0])}.select({cols})"])

@@ -30,12 +30,16 @@ from compat.model import (
     INT32_MAX,
     PARTITIONS,
     Node,
+    Plan,
     build_graph,
     enum,
     prop,
     topological_order,
 )
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step, token
 from compat.steps.sink import Sink
 from compat.steps.source import Source
 
@@ -364,3 +368,24 @@ def _body_key(rec: Recursive) -> tuple:
         items.append((b.version, tuple(order[i] for i in b.inputs), b.canonical(),
                       bid == rec.body_output))
     return tuple(items)
+
+
+@sign_step.register
+def _sign(node: Recursive, ins: list[NodeSig], names: tuple[str, ...],
+          plan: Plan) -> NodeSig:
+    # What a recursion derives depends on its whole body: its canonical form, the body
+    # included, is hashed, and its output columns are new tokens by name.
+    sig = digest("recursive", node.version, tuple(i.sig for i in ins),
+                 repr(node.canonical()))
+    return NodeSig(sig, {n.lower(): token(sig, n.lower()) for n in names})
+
+
+@push_through.register
+def _push_through(node: Recursive, c: Conjunct, g: PushGraph) -> Targets | None:
+    # The loop feeds its own rows back: a row filtered out of an input could still have
+    # derived rows that the conjunct keeps.
+    return None
+
+
+refuse("Spark has no streaming recursion; Theseus builds the fixpoint with a stateful loop "
+       "of its own", Recursive)

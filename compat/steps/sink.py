@@ -36,8 +36,11 @@ from compat.infer import (
     covering_key,
     infer_step,
 )
-from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, enum, prop
+from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, Plan, enum, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,3 +230,45 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
         out.append(f("sink-delivery-changed", f"delivery changes from {old.delivery} to "
                      f"{new.delivery}", old, new, "delivery"))
     return out
+
+
+@sign_step.register
+def _sign(node: Sink, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Names count: a sink's column names are the JSON keys it writes; its topic does not
+    # (two whole queries equal but for it are complete sharing).
+    (src,) = ins
+    out = tuple(sorted((n.lower(), src.columns.get(n.lower(), "?")) for n in names))
+    keys = tuple(k.lower() for k in node.key_columns)
+    sig = digest("sink", node.version, src.sig, out, keys, node.format, node.mode,
+                 node.delivery)
+    return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # a sink is the top of its plan: no filter reads it
+
+
+@export_step.register
+def _export(node: Sink, plan: Plan) -> Code | Refusal:
+    names = plan.info[node.inputs[0]].names
+    key = list(node.key_columns)
+    windowed = "window" in [n.lower() for n in names]
+    if node.version >= 2 and windowed and "window" not in [k.lower() for k in key]:
+        key.append(next(n for n in names if n.lower() == "window"))
+    if node.format == "string":
+        value = f"F.col({py(names[0])}).cast(\"string\").alias(\"value\")"
+    else:
+        value = f"F.to_json(F.struct({', '.join(py(n) for n in names)}))" \
+                '.alias("value")'
+    cols = ([f"F.to_json(F.struct({', '.join(py(k) for k in key)})).alias(\"key\")"]
+            if key else []) + [value]
+    lines = [f"return ({var(node.inputs[0])}.select({', '.join(cols)})",
+             f'        .writeStream.format("kafka").queryName({py(plan.query)})',
+             '        .option("kafka.bootstrap.servers", BOOTSTRAP)',
+             f'        .option("topic", {py(node.topic)})',
+             '        .option("checkpointLocation", CHECKPOINT)',
+             f"        .outputMode({py(node.mode)}))"]
+    # A window in the record key reads back as version 2 (a window-keyed sink).
+    written = WINDOWED_KEY_VERSION if node.version == WINDOWED_KEY_VERSION and windowed else 1
+    return Code(lines, version=written)

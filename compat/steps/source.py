@@ -31,10 +31,14 @@ from compat.model import (
     Column,
     EventTime,
     Node,
+    Plan,
     enum,
     prop,
 )
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, ident, py, var
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, duration, sign_step, token, type_key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,3 +233,51 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
         out.append(f("source-starting-offsets-changed", f"source '{new.id}' starting offsets "
                      f"change to {new.starting_offsets}", old, new, "starting_offsets"))
     return out
+
+
+@sign_step.register
+def _sign(node: Source, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Names count: a source's column names are the JSON keys it reads.
+    schema = tuple(sorted((c.name.lower(), type_key(c.type), c.nullable)
+                          for c in node.schema))
+    et = node.event_time
+    sig = digest("source", node.version, node.topic, node.format, node.role, schema,
+                 tuple(k.lower() for k in node.key_columns),
+                 (et.column.lower(), duration(et.watermark)) if et else None,
+                 node.starting_offsets,
+                 # how a version 2 table is read (version 1 hashes as it always did)
+                 *((table_read(node),) if node.version >= CHANGELOG_VERSION else ()))
+    return NodeSig(sig, {c.name.lower(): token(sig, c.name.lower()) for c in node.schema})
+
+
+@push_through.register
+def _push_through(node: Source, c: Conjunct, g: PushGraph) -> Targets | None:
+    return None  # nothing lies below a source
+
+
+@export_step.register
+def _export(node: Source, plan: Plan) -> Code | Refusal:
+    if node.role == "table":
+        return Refusal(f"source '{node.id}' is a table (latest value per key): a Spark job "
+                       "reads a Kafka topic as a stream or as every record")
+    if node.key_columns:
+        return Refusal(f"source '{node.id}' reads key columns from the record key: a job "
+                       "reads the record value only")
+    out = [f"{var(node.id)} = (spark.readStream.format(\"kafka\")",
+           '      .option("kafka.bootstrap.servers", BOOTSTRAP)',
+           f'      .option("subscribe", {py(node.topic)})',
+           f'      .option("startingOffsets", {py(node.starting_offsets)})',
+           "      .load()"]
+    if node.format == "string":
+        out.append(f'      .select(F.col("value").cast("string")'
+                   f'.alias({py(node.schema[0].name)}))')
+    else:
+        ddl = ", ".join(f"{ident(c.name)} {c.type}" for c in node.schema)
+        out += [f'      .select(F.from_json(F.col("value").cast("string"), '
+                f'{py(ddl)}).alias("v"))',
+                '      .select("v.*")']
+    if node.event_time:
+        out.append(f"      .withWatermark({py(node.event_time.column)}, "
+                   f"{py(node.event_time.watermark)})")
+    out[-1] += ")"
+    return Code(out)

@@ -12,8 +12,11 @@ from compat import types as T
 from compat.demand import Demand, columns, merge, moves_filter, own, reads, refs
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import INSERT, RETRACT, InferContext, NodeInfo, deterministic, infer_step, scope
-from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, prop
+from compat.model import ENFORCING, EXPR, INT32_MAX, Node, OrderKey, Plan, prop
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import refuse
 from compat.rules import RuleContext, canon_list, compare
+from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,3 +106,23 @@ def _compare(old: TopN, new: TopN, ctx: RuleContext) -> list[Finding]:
         out.append(f("topn-state-schema-changed", f"top_n '{new.id}' keeps whole input rows "
                      "in state and the input columns changed", old, new, "inputs"))
     return out
+
+
+@sign_step.register
+def _sign(node: TopN, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    (src,) = ins
+    r = by_name(src.columns)
+    part = tuple(sorted(canon_expr(p, r) for p in node.partition_by))
+    order = tuple((canon_expr(o.expr, r), o.desc) for o in node.order_by)
+    sig = digest("top_n", node.version, src.sig, part, order, node.n)
+    return NodeSig(sig, src.columns)
+
+
+@push_through.register
+def _push_through(node: TopN, c: Conjunct, g: PushGraph) -> Targets | None:
+    keys = {n.lower() for n in (g.bare_column(p) for p in node.partition_by) if n}
+    return [(node.inputs[0], c)] if c.used and c.used <= keys else None
+
+
+refuse("Spark's DataFrame API has no streaming top-N; Theseus builds it with a stateful "
+       "function of its own", TopN)

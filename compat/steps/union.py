@@ -11,8 +11,11 @@ from compat import types as T
 from compat.demand import Demand, moves_filter, reads
 from compat.findings import Finding
 from compat.infer import MODE_RANK, InferContext, NodeInfo, infer_step
-from compat.model import Node
+from compat.model import Node, Plan
+from compat.pushdown import Conjunct, PushGraph, Targets, push_through
+from compat.pyspark_text import Code, Refusal, export_step, var
 from compat.rules import RuleContext, compare
+from compat.signing import NodeSig, digest, sign_step, token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,3 +75,27 @@ def _moves(node: Union, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
 @compare.register
 def _compare(old: Union, new: Union, ctx: RuleContext) -> list[Finding]:
     return []  # what a union reads is its inputs: the walk pairs and compares them
+
+
+@sign_step.register
+def _sign(node: Union, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) -> NodeSig:
+    # Inputs line up by name (the same names in the same order); a union of the same
+    # inputs in another order is the same rows.
+    first = names or tuple(ins[0].columns)
+    cols = {n.lower(): token("union", tuple(sorted(i.columns.get(n.lower(), "?")
+                                                   for i in ins)))
+            for n in first}
+    sig = digest("union", node.version, tuple(sorted(i.sig for i in ins)),
+                 tuple(sorted(cols.values())))
+    return NodeSig(sig, cols)
+
+
+@push_through.register
+def _push_through(node: Union, c: Conjunct, g: PushGraph) -> Targets | None:
+    return [(i, c) for i in dict.fromkeys(node.inputs)]  # into every input, once
+
+
+@export_step.register
+def _export(node: Union, plan: Plan) -> Code | Refusal:
+    first, *rest = (var(i) for i in node.inputs)
+    return Code([f"{var(node.id)} = {first}" + "".join(f".union({i})" for i in rest)])

@@ -16,18 +16,24 @@ key selects the same groups before the aggregate: KLIP-6), a deduplication's key
 PARTITION BY columns, a stream-stream join's key columns.  A conjunct never moves past a
 nondeterministic one, nor is a nondeterministic conjunct moved or merged: ``rand() < 0.1``
 must see the same rows it saw where it was written.
+
+Where a conjunct may pass a step, and rewritten how, the step says in its own module
+(``@push_through.register``, ``compat.pushdown``); this rule asks it for each movable
+conjunct and moves them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
 
 from sqlglot import exp
 
-from compat.model import Node
+from compat.pushdown import push_through
 from compat.sql import ir
-from compat.steps import Aggregate, Deduplicate, Explode, Filter, Join, Project, TopN, Union
-from compat.steps.join import join_output
+from compat.steps import Filter
 
 
 def predicate_pushdown(graph: ir.Graph) -> ir.Graph:
@@ -51,29 +57,27 @@ def _push(g: ir.Graph, f: Filter) -> bool:
     pred = ir.parse(f.predicate)
     if isinstance(child, Filter):
         below = ir.parse(child.predicate)
-        if not (ir.deterministic(below) and ir.deterministic(pred)):
-            return False
-        merged = ir.and_all(ir.conjuncts(below) + ir.conjuncts(pred))
-        assert merged is not None
-        g.put(dataclasses.replace(child, predicate=ir.sql(merged)))
-        _drop(g, f)
-        return True
+        if ir.deterministic(below) and ir.deterministic(pred):
+            # Two filters become one: the rule's own step, which no conjunct passes
+            # (``compat.steps.filter``'s registration keeps them above it otherwise).
+            merged = ir.and_all(ir.conjuncts(below) + ir.conjuncts(pred))
+            assert merged is not None
+            g.put(dataclasses.replace(child, predicate=ir.sql(merged)))
+            _drop(g, f)
+            return True
     movable, fixed = _movable(pred)
     if not movable:
         return False
-    if isinstance(child, Union):
-        for inp in child.inputs:
-            _insert_below(g, child.id, inp, movable, f)
-        _keep(g, f, fixed)
-        return True
+    view = _View(g)
     moves: dict[str, list[exp.Expression]] = {}  # input id -> rewritten conjuncts
     stay: list[exp.Expression] = []
     for c in movable:
-        target = _target(g, child, c)
-        if target is None:
+        targets = push_through(child, _Conjunct(c), view)
+        if targets is None:
             stay.append(c)
-        else:
-            moves.setdefault(target[0], []).append(target[1])
+        for inp, moved in targets or ():
+            assert isinstance(moved, _Conjunct)
+            moves.setdefault(inp, []).append(moved.tree)
     if not moves:
         return False
     for inp, parts in moves.items():
@@ -82,60 +86,42 @@ def _push(g: ir.Graph, f: Filter) -> bool:
     return True
 
 
-def _target(g: ir.Graph, child: Node,
-            c: exp.Expression) -> tuple[str, exp.Expression] | None:
-    """Where conjunct ``c`` (over ``child``'s output) can go: an input of ``child`` and
-    ``c`` rewritten over that input's columns.  A step type not named here keeps it."""
-    used = {n.lower() for n in ir.columns_in(c)}
-    if isinstance(child, Project):
-        exprs = {col.name.lower(): ir.parse(col.expr) for col in child.columns}
-        if not all(ir.deterministic(exprs[u]) for u in used if u in exprs):
-            return None
-        return child.inputs[0], ir.substitute(c, exprs)
-    if isinstance(child, Explode):
-        return (child.inputs[0], c) if child.alias.lower() not in used else None
-    if isinstance(child, Aggregate):
-        groups = {gb.name.lower(): ir.parse(gb.expr) for gb in child.group_by}
-        if not used or not used <= set(groups) or \
-                not all(ir.deterministic(groups[u]) for u in used):
-            return None
-        return child.inputs[0], ir.substitute(c, groups)
-    if isinstance(child, Deduplicate):
-        keys = {k.lower() for k in child.keys}
-        return (child.inputs[0], c) if used and used <= keys else None
-    if isinstance(child, TopN):
-        keys = {n.lower() for n in (ir.bare_column(ir.parse(p)) for p in child.partition_by)
-                if n}
-        return (child.inputs[0], c) if used and used <= keys else None
-    if isinstance(child, Join):
-        return _join_target(g, child, c, used)
-    return None
+@dataclass(frozen=True)
+class _Conjunct:
+    """A conjunct as a step's ``push_through`` sees it (``compat.pushdown.Conjunct``)."""
+
+    tree: exp.Expression
+
+    @cached_property
+    def used(self) -> frozenset[str]:
+        return frozenset(n.lower() for n in ir.columns_in(self.tree))
+
+    def substitute(self, exprs: Mapping[str, str]) -> _Conjunct:
+        return _Conjunct(ir.substitute(self.tree, {k: ir.parse(v) for k, v in exprs.items()}))
+
+    def rename(self, names: Mapping[str, str]) -> _Conjunct:
+        if not names:
+            return self
+        return _Conjunct(ir.substitute(self.tree, {k: ir.col(v) for k, v in names.items()}))
 
 
-def _join_target(g: ir.Graph, j: Join, c: exp.Expression,
-                 used: set[str]) -> tuple[str, exp.Expression] | None:
-    left, right = j.inputs
-    out = join_output(j, g.columns(left), g.columns(right))
-    origin = {name.lower(): (side, src) for name, side, src in out}
-    sides = {origin[u][0] for u in used if u in origin}
-    if not used or len(sides) != 1:
-        return None
-    side = sides.pop()
-    allowed = {"inner": ("left", "right"), "left": ("left",), "right": ("right",),
-               "full": (), "left_semi": ("left",), "left_anti": ("left",)}[j.type]
-    if side not in allowed:
-        return None  # rows of the other side are kept (null-padded) whatever it holds
-    if g.is_stateful(j.id):
-        keys = j.left_keys if side == "left" else j.right_keys
-        names = {n.lower() for n in (ir.bare_column(ir.parse(k)) for k in keys) if n}
-        if not {origin[u][1].lower() for u in used} <= names:
-            return None
-    if side == "right" and any(name.lower() != src.lower() for name, s, src in out
-                               if s == "right"):
-        # Right columns renamed <right id>_<name> would change name with a new right input.
-        return None
-    renames = {u: ir.col(origin[u][1]) for u in used if origin[u][1].lower() != u}
-    return (left if side == "left" else right), ir.substitute(c, renames) if renames else c
+@dataclass(frozen=True)
+class _View:
+    """The graph as a step's ``push_through`` reads it (``compat.pushdown.PushGraph``)."""
+
+    g: ir.Graph
+
+    def columns(self, step_id: str) -> list[str]:
+        return self.g.columns(step_id)
+
+    def is_stateful(self, step_id: str) -> bool:
+        return self.g.is_stateful(step_id)
+
+    def deterministic(self, expr: str) -> bool:
+        return ir.deterministic(ir.parse(expr))
+
+    def bare_column(self, expr: str) -> str | None:
+        return ir.bare_column(ir.parse(expr))
 
 
 def _insert_below(g: ir.Graph, consumer: str, inp: str, parts: list[exp.Expression],
