@@ -30,6 +30,12 @@ The table (also in the README):
 | dedup_keys_changed | dedup (k, v) -> (k, g) | fails: STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE |
 | source_partitions_increased | topic 2 -> 3 partitions, plan says 3 | starts |
 | output_key_changed | sink key [k] -> [k, total] | starts (verdict unsupported: the output's key) |
+| join_column_newly_read | the output reads amount through a stream-stream join | fails:
+  STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE |
+| join_source_column_added_unread | a source column nothing reads | starts |
+| join_filter_column_newly_output | a filter on amount above the join (Spark moves it below);
+  the output starts reading amount | fails: STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE |
+| dedup_column_newly_read | the output reads g through a deduplication | starts |
 """
 
 from __future__ import annotations
