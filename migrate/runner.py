@@ -41,9 +41,10 @@ def step(m: Migration, ctx: Context) -> None:
     acts; once it is done the next phase of the path is recorded (the last one, ``done``,
     as a phase of its own)."""
     phase = m.phase
+    handler = HANDLERS[phase]
     try:
         ctx.enter(m, phase)
-        HANDLERS[phase](m, ctx)
+        handler(m, ctx)
         after = next_phase(m)
         if after in TERMINAL:
             ctx.enter(m, after)
