@@ -85,10 +85,10 @@ class Phase(NamedTuple):
     terminal: bool = False
 
 
-# Every phase of both paths, in the order they run.  A phase runs its handler and then the
-# next phase of its path (the record's ``kind``, decided in step 1) is recorded; a resume
-# re-enters at the recorded phase.
-#            phase                shadow in place
+# Every phase of both paths, in the order they run: phase -> Phase(its step on the shadow
+# path, on the in-place path, ...).  A phase runs its handler and then the next phase of its
+# path (the record's ``kind``, decided in step 1) is recorded; a resume re-enters at the
+# recorded phase.
 PHASES: dict[str, Phase] = {
     "check": Phase(1, 1),
     "in_place": Phase(None, 2),
