@@ -1,7 +1,7 @@
 """Cascading migrations: queries chained through topics migrated together at one logical cut.
 
 ``theseus migrate start UP.json DOWN.json``: the upstream query writes a topic that the
-downstream query reads.  A cascade is one single migration per query (:mod:`migrate.migration`,
+downstream query reads.  A cascade is one single migration per query (:mod:`migrate.protocol`,
 every one on the shadow path), driven in an order that makes the whole chain switch at one
 logical point:
 
@@ -53,11 +53,15 @@ from compat.model import Plan
 from compat.steps import Source
 from gates.deadline import Deadline
 from gates.files import atomic_write
-from migrate.migration import TERMINAL, Migration, Migrator, load_record, new_migration
+from migrate import runner
+from migrate.context import Context
+from migrate.phases import rollback
+from migrate.protocol import TERMINAL, path_of
+from migrate.record import Migration, load_record, new_migration
 from migrate.store import DirectoryStore
 
 #: the phases of one migration of a cascade, in order (the shadow path)
-ORDER = ("check", "shadow", "pause", "cut", "align", "propagate", "cutover", "finish", "done")
+ORDER = path_of("shadow")
 
 
 @dataclass
@@ -222,7 +226,8 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
 
 
 class Driver:
-    """Drives the migrations of a cascade through their phases in the cascade's order."""
+    """Drives the migrations of a cascade through their phases in the cascade's order, over
+    one context: one record in memory per migration."""
 
     def __init__(self, store: DirectoryStore, c: Cascade, echo: Callable[[str], None],
                  deadline: Deadline, live: Callable[[str, str], None] | None = None) -> None:
@@ -230,87 +235,85 @@ class Driver:
         self.c = c
         self.echo = echo
         self.deadline = deadline
-        self.order = [Migrator(store, Migration.load(store, mid), echo, deadline=deadline,
-                               live=live) for mid in c.migrations]
-        by_id = {x.m.id: x for x in self.order}
-        for x in self.order:  # a downstream records in its upstream's migration (side_end)
-            x.up = by_id.get(x.m.cut_from)
+        self.ctx = Context(store, echo, deadline=deadline, live=live)
+        self.order = [Migration.load(store, mid) for mid in c.migrations]
+        # a downstream records in its upstream's migration (side_end)
+        self.ctx.records.update((m.id, m) for m in self.order)
 
     def save(self) -> None:
         self.c.save(self.store, self.deadline)
 
-    def advance(self, x: Migrator, target: str) -> None:
-        """Run ``x``'s steps until its phase is ``target`` or later (or it ended)."""
-        while x.m.phase not in TERMINAL and ORDER.index(x.m.phase) < ORDER.index(target):
-            x.step()
+    def advance(self, m: Migration, target: str) -> None:
+        """Run ``m``'s steps until its phase is ``target`` or later (or it ended)."""
+        while m.phase not in TERMINAL and ORDER.index(m.phase) < ORDER.index(target):
+            runner.step(m, self.ctx)
             self.save()
 
     def run(self) -> Cascade:
         order = self.order
-        downstream = [x for x in order if x.m.cut_from]
+        downstream = [m for m in order if m.cut_from]
         # 1. Check every query before anything starts: a refusal leaves them all as they are.
         try:
-            for x in order:
-                self.advance(x, "shadow")
+            for m in order:
+                self.advance(m, "shadow")
         except MigrationError as e:
-            for x in order:
-                if x.m.phase not in TERMINAL and ORDER.index(x.m.phase) <= ORDER.index(
-                        "shadow"):
-                    x.abort()
+            for m in order:
+                if m.phase not in TERMINAL and ORDER.index(m.phase) <= ORDER.index("shadow"):
+                    rollback.abort(m, self.ctx)
             self.c.phase, self.c.error = "refused", e.render()
             self.save()
             raise
         # 2. Every shadow, upstream first (a downstream's reads the upstream's side topic).
-        for x in order:
-            self.advance(x, "pause")
+        for m in order:
+            self.advance(m, "pause")
         # 3. The downstream shadows catch up with the side topics.
-        for x in downstream:
-            self.advance(x, "cut")
+        for m in downstream:
+            self.advance(m, "cut")
         # 3-5. Upstream first: pause, cut, align (its old query), propagate; a downstream
         # adopts the propagated cut (its old query capped there at once and seen to be, its
         # shadow switching once the upstream's shadow reached the cut) and aligns on it.
-        by_id = {x.m.id: x for x in order}
-        for x in order:
-            up = by_id.get(x.m.cut_from or "")
+        by_id = {m.id: m for m in order}
+        for m in order:
+            up = by_id.get(m.cut_from or "")
             if up is not None:
-                self.advance(x, "align")
+                self.advance(m, "align")
                 # 6. The upstream's cutover as soon as every downstream of it adopted the
                 # cut: an old downstream query reads nothing past it, and a downstream's
                 # shadow is capped there until its old query acknowledged it. Its new query
                 # writing on while the downstreams align keeps that wait off the stall.
-                if all(d.m.phase in TERMINAL or ORDER.index(d.m.phase) >= ORDER.index(
-                        "align") for d in order if d.m.cut_from == up.m.id):
+                if all(d.phase in TERMINAL or ORDER.index(d.phase) >= ORDER.index("align")
+                       for d in order if d.cut_from == up.id):
                     self.advance(up, "finish")
-            self.advance(x, "cutover")
+            self.advance(m, "cutover")
         # 6. Cutover, upstream first: its new query writes from the cut (after the control
         # events), then each downstream's new query takes over its output.
-        for x in order:
-            self.advance(x, "finish")
+        for m in order:
+            self.advance(m, "finish")
         # 7. Finish every query (the side topics go: every downstream switched).
-        for x in order:
-            self.advance(x, "done")
-        self.c.phase = "done" if all(x.m.phase == "done" for x in order) else \
-            next(x.m.phase for x in order if x.m.phase != "done")
+        for m in order:
+            self.advance(m, "done")
+        self.c.phase = "done" if all(m.phase == "done" for m in order) else \
+            next(m.phase for m in order if m.phase != "done")
         self.save()
         self.echo(f"[{self.c.id}] cascade {self.c.phase}: " + ", ".join(
-            f"{x.m.query} {x.m.phase}" for x in order))
+            f"{m.query} {m.phase}" for m in order))
         return self.c
 
     def abort(self) -> Cascade:
         """Upstream first: once the upstream's old query finished the input before its cut,
         its abort refuses, and nothing of the chain is touched."""
-        for x in self.order:
-            if x.m.phase not in TERMINAL:
-                x.abort(drop_side=False)
+        for m in self.order:
+            if m.phase not in TERMINAL:
+                rollback.abort(m, self.ctx, drop_side=False)
             self.save()
         # the side topics go once every shadow of the chain stopped (a downstream shadow
         # reads its upstream's side topic); again on a resumed abort, harmlessly
-        aborted = [x for x in self.order if x.m.phase == "aborted"]
-        for x in aborted:
-            x.wait_shadow_stopped()
-        for x in aborted:
-            if x.m.reconciling or x.m.feeds:
-                x.delete_side_topic()
+        aborted = [m for m in self.order if m.phase == "aborted"]
+        for m in aborted:
+            self.ctx.processes.wait_stopped(m)
+        for m in aborted:
+            if m.reconciling or m.feeds:
+                self.ctx.topics.delete_side_topic(m)
         self.c.phase = "aborted"
         self.save()
         return self.c

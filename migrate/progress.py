@@ -18,6 +18,14 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from compat.check import load_plan
+from compat.errors import GateStateError, TheseusError
+from compat.steps import Source
+from gates.broker import watermarks
+from gates.state import acked_offsets
+from migrate.protocol import TERMINAL, step_number
+from migrate.record import Migration, current
+
 BAR = 24
 
 
@@ -102,10 +110,6 @@ def backfill(store: Any, m: Any, topics: list[str], deadline: Any = 10.0
              ) -> tuple[int, int]:
     """(records the shadow has read, records in its source topics now), from its
     acknowledged offsets and the high watermarks."""
-    from compat.errors import GateStateError
-    from gates.broker import watermarks
-    from gates.state import acked_offsets
-
     try:
         done = acked_offsets(store.root, m.new_instance)
     except GateStateError:
@@ -119,8 +123,6 @@ def backfill(store: Any, m: Any, topics: list[str], deadline: Any = 10.0
 
 def describe(m: Any) -> str:
     """One line about a migration's phase, as ``migrate status --watch`` shows it."""
-    from migrate.migration import step_number
-
     n = step_number(m.kind, m.phase)
     text = f"[{m.id}] {n}. {m.phase}" if n is not None else f"[{m.id}] {m.phase}"
     if m.phase == "cutover" and m.reconciling and not m.counts:
@@ -139,9 +141,6 @@ def watch(store: Any, query: str, progress: Progress, interval: float = 1.0,
     """Follow ``query``'s current migration until it ends (done, aborted, refused): one
     line per phase, and while the shadow backfills, its progress bar on the live line.
     Returns the last migration record read."""
-    from compat.errors import TheseusError
-    from migrate.migration import TERMINAL, Migration, current
-
     rate = Rate()
     shown = ""
     while True:
@@ -155,9 +154,6 @@ def watch(store: Any, query: str, progress: Progress, interval: float = 1.0,
         if m.phase in ("shadow", "pause") and m.new_instance and m.bootstrap and \
                 not any(h[0] == "steady" for h in m.history):
             try:
-                from compat.check import load_plan
-                from compat.steps import Source
-
                 plan = load_plan(m.new_plan)
                 topics = sorted({n.topic for n in plan.nodes.values()
                                  if isinstance(n, Source) and n.role != "table"})

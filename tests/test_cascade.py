@@ -18,9 +18,13 @@ from compat.serde import from_doc
 from gates.cascade import read_switch, write_switch
 from gates.startgate import StartGate, write_start_gate
 from gates.state import GateState, is_acked, write_ack
-from migrate import cascade
+from migrate import cascade, runner
 from migrate.cascade import ORDER, Cascade, Driver, chain
-from migrate.migration import Migration, Migrator
+from migrate.context import Context
+from migrate.phases import check as check_phase
+from migrate.record import Migration
+from migrate.services.processes import Processes
+from migrate.services.topics import TopicAdmin
 from migrate.store import DirectoryStore
 
 
@@ -130,14 +134,14 @@ def test_an_upstream_of_a_cascade_does_not_reconcile(tmp_path, asked):
     store = DirectoryStore(tmp_path)
     m = Migration(id="m1", query="a", new_plan="a.json", old_instance="a", reconcile=asked,
                   feeds=["m2"], cascade="c1")
-    mig = Migrator(store, m, echo=lambda s: None)
+    ctx = Context(store, lambda s: None)
     # a keyed update sink: alone, auto would reconcile it
     doc = down_plan("a", mid="s", out="t")
     if asked == "auto":
-        assert mig.decide_reconcile(from_doc(doc)) is False
+        assert check_phase.decide_reconcile(m, ctx, from_doc(doc)) is False
     else:
         with pytest.raises(MigrationError, match="feeds the downstream queries"):
-            mig.decide_reconcile(from_doc(doc))
+            check_phase.decide_reconcile(m, ctx, from_doc(doc))
 
 
 # -- the driver's order ---------------------------------------------------------------------
@@ -161,19 +165,19 @@ def fake_cascade(tmp_path, monkeypatch, kill_at: tuple[str, str] | None = None):
     ran: list[tuple[str, str]] = []
     kill = [kill_at]
 
-    def step(self):
-        ph = self.m.phase
-        if kill[0] == (self.m.query, ph):
+    def step(m, ctx):
+        ph = m.phase
+        if kill[0] == (m.query, ph):
             kill[0] = None
             raise Killed  # the migrator dies before this step acts
-        ran.append((self.m.query, ph))
+        ran.append((m.query, ph))
         nxt = ORDER[ORDER.index(ph) + 1]
-        if nxt == "propagate" and not self.m.feeds:
+        if nxt == "propagate" and not m.feeds:
             nxt = "cutover"
-        self.m.phase = nxt
-        self.save()
+        m.phase = nxt
+        ctx.save(m)
 
-    monkeypatch.setattr(Migrator, "step", step)
+    monkeypatch.setattr(runner, "step", step)
     return store, c, ran
 
 
@@ -441,10 +445,10 @@ def test_abort_before_the_upstream_hand_over_aborts_every_query_of_the_chain(tmp
 
     store = abortable_cascade(tmp_path, "pause")
     events: list[tuple[str, str]] = []
-    monkeypatch.setattr(Migrator, "wait_shadow_stopped",
-                        lambda self, seconds=30.0: events.append(("stopped", self.m.query)))
-    monkeypatch.setattr(Migrator, "delete_side_topic",
-                        lambda self: events.append(("deleted", self.m.query)))
+    monkeypatch.setattr(Processes, "wait_stopped",
+                        lambda self, m, seconds=30.0: events.append(("stopped", m.query)))
+    monkeypatch.setattr(TopicAdmin, "delete_side_topic",
+                        lambda self, m: events.append(("deleted", m.query)))
     m = cascade.abort(store, "c1", echo=lambda s: None, query="b")
     # the upstream's side topic goes too (it feeds the chain), and only once every shadow
     # of the chain stopped: the downstream shadow reads it
@@ -473,26 +477,29 @@ def test_abort_after_the_upstream_old_query_finished_its_input_refuses_and_touch
 
 # -- the downstream adopts the propagated cut ------------------------------------------------
 
-def adopting(tmp_path, monkeypatch):
+def adopting(tmp_path, monkeypatch, seconds: float):
     """A downstream migration at step 4 whose old query 'b' reads topic t, with its
     upstream's propagated cut C = {t: {0: 7, 1: 3}}; no services."""
     from types import SimpleNamespace
+
+    from gates.deadline import Deadline
+    from migrate import sides
 
     store = DirectoryStore(tmp_path)
     m = Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
                   new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
                   phase="cut")
     m.save(store)
-    up = SimpleNamespace(m=SimpleNamespace(id="ma", phase="cutover",
-                                           out_cut={"t": {"0": 7, "1": 3}},
-                                           side_from={"0": 0, "1": 0},
-                                           side_end={"0": 5, "1": 2}),
-                         compare_topic=lambda: "t.shadow")
-    monkeypatch.setattr(Migrator, "upstream", lambda self: up)
-    monkeypatch.setattr(Migrator, "fed_topic", lambda self: "t")
-    monkeypatch.setattr(Migrator, "instance_topics", lambda self: {"b": ["t"], "b.g1": ["t"]})
-    monkeypatch.setattr(Migrator, "reconcile_spec", lambda self: None)
-    return store, Migrator(store, m, echo=lambda s: None)
+    up = SimpleNamespace(id="ma", phase="cutover", out_cut={"t": {"0": 7, "1": 3}},
+                         side_from={"0": 0, "1": 0}, side_end={"0": 5, "1": 2})
+    monkeypatch.setattr(sides, "output_topic", lambda m: "t")
+    monkeypatch.setattr(sides, "compare_topic", lambda m: "t.shadow")
+    monkeypatch.setattr(sides, "instance_topics",
+                        lambda store, m: {"b": ["t"], "b.g1": ["t"]})
+    monkeypatch.setattr(sides, "reconcile_spec", lambda m: None)
+    ctx = Context(store, lambda s: None, deadline=Deadline(seconds))
+    ctx.records["ma"] = up  # type: ignore[assignment]
+    return store, m, ctx
 
 
 def test_an_idle_old_downstream_at_the_cut_hands_over_without_a_new_acknowledgement(
@@ -501,14 +508,12 @@ def test_an_idle_old_downstream_at_the_cut_hands_over_without_a_new_acknowledgem
     upstream's old query retired, its new one holds): once capped it handed over at once,
     and its host stopped it before it acknowledged the new epoch. Adopting the cut must not
     wait for that acknowledgement (a CI run waited out its whole budget)."""
-    from gates.deadline import Deadline
     from gates.state import read_gate, retired
 
-    store, mig = adopting(tmp_path, monkeypatch)
+    store, m, ctx = adopting(tmp_path, monkeypatch, 5)
     write_ack(tmp_path, "b", "t", {0: 7, 1: 3}, GateState())  # open, epoch 0, at C
-    mig.deadline = Deadline(5)
-    mig.adopt_cut()
-    assert mig.m.phase == "align" and mig.m.cut == {"t": {"0": 7, "1": 3}}
+    runner.step(m, ctx)
+    assert m.phase == "align" and m.cut == {"t": {"0": 7, "1": 3}}
     g = read_gate(tmp_path, "b")
     assert (g.mode, g.cap, g.retire) == ("capped", {"t": {0: 7, 1: 3}}, "mb")
     assert retired(tmp_path, "b")  # its sink writes nothing more from here on
@@ -516,14 +521,12 @@ def test_an_idle_old_downstream_at_the_cut_hands_over_without_a_new_acknowledgem
 
 def test_an_old_downstream_short_of_the_cut_is_waited_for(tmp_path, monkeypatch):
     from compat.errors import DeadlineExceeded
-    from gates.deadline import Deadline
 
-    store, mig = adopting(tmp_path, monkeypatch)
+    store, m, ctx = adopting(tmp_path, monkeypatch, 1.5)
     write_ack(tmp_path, "b", "t", {0: 7, 1: 2}, GateState())  # one record short on p1
-    mig.deadline = Deadline(1.5)
     with pytest.raises(DeadlineExceeded, match="'b' to see the propagated cut"):
-        mig.adopt_cut()
-    assert mig.m.phase == "cut"
+        runner.step(m, ctx)
+    assert m.phase == "cut"
 
 
 def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_go_on(
@@ -532,10 +535,9 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
     while it finishes its input before C (the alignment waits for that)."""
     import threading
 
-    from gates.deadline import Deadline
     from gates.state import read_gate
 
-    store, mig = adopting(tmp_path, monkeypatch)
+    store, m, ctx = adopting(tmp_path, monkeypatch, 5)
     write_ack(tmp_path, "b", "t", {0: 5, 1: 1}, GateState())
 
     def source_reads_the_cap():  # the old query's next trigger, short of C
@@ -548,10 +550,9 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
 
     t = threading.Thread(target=source_reads_the_cap)
     t.start()
-    mig.deadline = Deadline(5)
-    mig.adopt_cut()
+    runner.step(m, ctx)
     t.join()
-    assert mig.m.phase == "align"
+    assert m.phase == "align"
     assert not is_acked(tmp_path, "b", {"t": {0: 7, 1: 3}})  # it has not reached C
 
 
@@ -559,20 +560,20 @@ def test_an_old_downstream_that_read_its_cap_short_of_the_cut_lets_the_upstream_
 
 def handing_over(tmp_path, monkeypatch):
     """The upstream 'a' (shadow 'a.g1') cut at C = {s: {0: 10}} and armed, feeding 'b'
-    (shadow 'b.g1') through t; the driver's migrators, linked as the driver links them.
-    No services: t.shadow's end is 36."""
+    (shadow 'b.g1') through t; the driver's records and context. No services: t.shadow's
+    end is 36."""
     from gates.deadline import Deadline
 
     cut = {"s": {"0": 10}}
     store = abortable_cascade(tmp_path, "align", a_cut=cut)
-    monkeypatch.setattr(Migrator, "high_watermarks",
-                        lambda self, topics: {t: {0: 36} for t in topics})
+    monkeypatch.setattr(TopicAdmin, "high_watermarks",
+                        lambda self, bootstrap, topics: {t: {0: 36} for t in topics})
     c = Cascade.load(store, "c1")
     d = Driver(store, c, lambda s: None, Deadline(5))
     ua, db = d.order
-    assert db.upstream() is ua  # one record in memory per migration
-    ua.arm(_cut(cut))
-    return store, ua, db
+    assert d.ctx.record(db.cut_from) is ua  # one record in memory per migration
+    d.ctx.gates.arm(ua, _cut(cut))
+    return store, ua, db, d.ctx
 
 
 def _cut(doc):
@@ -588,20 +589,18 @@ def test_an_upstream_propagates_once_its_old_query_finished_not_waiting_for_its_
     from gates.deadline import Deadline
     from gates.startgate import read_start_gate
 
-    store, ua, db = handing_over(tmp_path, monkeypatch)
+    store, ua, db, ctx = handing_over(tmp_path, monkeypatch)
     write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 1,
                                                      retire="ma"))
-    ua.deadline = Deadline(5)
-    ua.step_align()
-    assert ua.m.phase == "propagate" and "old_at_cut" in [h[0] for h in ua.m.history]
+    runner.step(ua, ctx)
+    assert ua.phase == "propagate" and "old_at_cut" in [h[0] for h in ua.history]
     assert not is_acked(tmp_path, "a.g1", {"s": {0: 10}})  # the shadow still finishing
     # the cutover does not open the shadow's output before it finished the input before C
-    ua.m.phase, ua.m.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
-    ua.deadline = Deadline(0.6)
+    ua.phase, ua.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
     with pytest.raises(DeadlineExceeded, match="'a.g1' to reach the cut"):
-        ua.step_cutover()
+        runner.step(ua, Context(store, lambda s: None, deadline=Deadline(0.6)))
     assert read_start_gate(tmp_path, "a.g1")["open"] is False
-    assert not ua.m.side_end
+    assert not ua.side_end
 
 
 def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut(
@@ -613,13 +612,12 @@ def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut
     import threading
 
     from gates.cascade import read_switch
-    from gates.deadline import Deadline
     from gates.state import read_gate
 
-    store, ua, db = handing_over(tmp_path, monkeypatch)
-    ua.m.phase, ua.m.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
-    ua.save()
-    db.m.phase = "cut"
+    store, ua, db, ctx = handing_over(tmp_path, monkeypatch)
+    ua.phase, ua.out_cut = "cutover", {"t": {"0": 7, "1": 3}}
+    ctx.save(ua)
+    db.phase = "cut"
     seen: dict = {}
 
     def queries():
@@ -637,17 +635,16 @@ def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut
 
     t = threading.Thread(target=queries)
     t.start()
-    db.deadline = ua.deadline = Deadline(5)
-    db.adopt_cut()
+    runner.step(db, ctx)
     t.join()
     assert seen["cap"] == ({"t": {0: 7, 1: 3}}, "mb")
     assert "side_end" not in seen["switch_before"]  # capped before the shadow was there
     sw = read_switch(tmp_path, "b.g1")
     assert (sw["side_end"], sw["at"]) == ({0: 36}, {0: 7, 1: 3})
-    assert ua.m.side_end == {"0": 36} == Migration.load(store, "ma").side_end
-    marks = [h[0] for h in db.m.history]
+    assert ua.side_end == {"0": 36} == Migration.load(store, "ma").side_end
+    marks = [h[0] for h in db.history]
     assert marks.index("capped") < marks.index("switch") < marks.index("seen")
-    assert db.m.phase == "align"
+    assert db.phase == "align"
 
 
 @pytest.mark.parametrize("spacing, batches", [
@@ -659,14 +656,15 @@ def test_the_old_downstream_is_capped_before_the_upstream_shadow_reaches_its_cut
 ])
 def test_the_downstream_shadow_is_cut_only_once_it_keeps_the_trigger_pace(
         tmp_path, monkeypatch, spacing, batches):
-    import migrate.migration as mm
+    import migrate.phases.pause as pause_phase
+    from migrate.services.processes import Processes
 
     store = DirectoryStore(tmp_path)
     m = Migration(id="mb", query="b", new_plan="b.json", old_instance="b",
                   new_instance="b.g1", cascade="c1", cut_from="ma", kind="shadow",
                   phase="pause", trigger="1 second")
     write_switch(tmp_path, "b.g1", topic="t", side="t.shadow", side_from={0: 0})
-    mig = Migrator(store, m, echo=lambda s: None, steady_batches=3)
+    ctx = Context(store, lambda s: None, steady_batches=3)
     times = [100.0]
     for d in spacing:
         times.append(times[-1] + d)
@@ -678,18 +676,18 @@ def test_the_downstream_shadow_is_cut_only_once_it_keeps_the_trigger_pace(
         looks["planned"] = i
         return {"topics": {"t.shadow": {"offsets": {"0": 500}, "time": times[i]}}}
 
-    monkeypatch.setattr(mm, "read_ack", read_ack)
-    monkeypatch.setattr(Migrator, "running", lambda self, inst: True)
-    monkeypatch.setattr(Migrator, "high_watermarks",
-                        lambda self, topics: {"t.shadow": {0: 600}})
+    monkeypatch.setattr(pause_phase, "read_ack", read_ack)
+    monkeypatch.setattr(Processes, "running", lambda self, inst: True)
+    monkeypatch.setattr(TopicAdmin, "high_watermarks",
+                        lambda self, bootstrap, topics: {"t.shadow": {0: 600}})
 
-    def wait(self, what, cond, interval=0.2, show=True):
+    def wait(self, m, what, cond, interval=0.2, show=True):
         while not cond():
             assert looks["n"] < 50, "never done"
 
-    monkeypatch.setattr(Migrator, "wait", wait)
-    mig.catch_up()
-    assert looks["planned"] == batches and mig.m.phase == "cut"
+    monkeypatch.setattr(Context, "wait", wait)
+    runner.step(m, ctx)
+    assert looks["planned"] == batches and m.phase == "cut"
 
 
 def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_query_finished(
@@ -699,7 +697,7 @@ def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_que
     waits for its old query at the cut, and propagates with it."""
     import gates.control as gc
 
-    store, ua, db = handing_over(tmp_path, monkeypatch)
+    store, ua, db, ctx = handing_over(tmp_path, monkeypatch)
     made: list = []
     monkeypatch.setattr(gc, "control_producer",
                         lambda bootstrap, deadline: made.append(object()) or made[-1])
@@ -717,18 +715,18 @@ def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_que
         write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 1,
                                                          retire="ma"))
 
-    real_wait = Migrator.wait
+    real_wait = Context.wait
 
-    def wait(self, what, cond, interval=0.2, show=True):
+    def wait(self, m, what, cond, interval=0.2, show=True):
         if what == "'a' to reach the cut":
             old_reaches_the_cut()
-        return real_wait(self, what, cond, interval, show)
+        return real_wait(self, m, what, cond, interval, show)
 
-    monkeypatch.setattr(Migrator, "wait", wait)
-    ua.step_align()
-    ua.step_propagate()
-    assert before["made"] == 1 and used == made and ua.control is None
-    assert ua.m.out_cut == {"t": {"0": 7, "1": 3}} and ua.m.phase == "cutover"
+    monkeypatch.setattr(Context, "wait", wait)
+    runner.step(ua, ctx)  # 5. align
+    runner.step(ua, ctx)  # propagate
+    assert before["made"] == 1 and used == made and ua.id not in ctx.producers
+    assert ua.out_cut == {"t": {"0": 7, "1": 3}} and ua.phase == "cutover"
 
 
 def test_the_control_events_producer_is_destroyed_off_the_hand_over_path(monkeypatch):
@@ -773,7 +771,7 @@ def test_each_query_of_a_chain_tombstones_the_control_records_it_wrote(tmp_path,
                              cut=mid_t, out_cut=out_t, cut_from="ma", feeds=["mc"]),
          "downstream": Migration(id="mc", query="c", new_plan="c.json", old_instance="c",
                                  cut=out_t, cut_from="mb")}[role]
-    Migrator(DirectoryStore(tmp_path), m, echo=lambda s: None).tombstone_controls()
+    Context(DirectoryStore(tmp_path), lambda s: None).topics.tombstone_controls(m)
     want = {"upstream": [{"s": {0: 4}, "t": {0: 9, 1: 3}}], "middle": [{"u": {0: 7}}],
             "downstream": []}[role]
     assert wrote == want

@@ -29,6 +29,7 @@ from compat.checkpoint import (
     type_string,
 )
 from compat.checkpoint_check import compare, drift, predict, stateful_nodes
+from migrate import runner
 from migrate.cli import main
 from tests.conftest import FIXTURES, ROOT
 
@@ -474,7 +475,9 @@ def test_bad_checkpoint_never_imports_pyspark(tmp_path):
 
 def _migrator(tmp_path, strategy, outcome, monkeypatch):
     import migrate.ckcheck
-    from migrate.migration import Migration, Migrator
+    from migrate.context import Context
+    from migrate.phases import check as check_phase
+    from migrate.record import Migration
     from migrate.store import DirectoryStore
 
     store = DirectoryStore(tmp_path / "store")
@@ -497,36 +500,36 @@ def _migrator(tmp_path, strategy, outcome, monkeypatch):
         return Answer()
 
     monkeypatch.setattr(migrate.ckcheck, "check_checkpoint", fake)
-    monkeypatch.setattr(Migrator, "require_history", lambda self, new: None)
-    monkeypatch.setattr(Migrator, "require_access", lambda self, new, shadow: None)
+    monkeypatch.setattr(check_phase, "require_history", lambda m, ctx, new: None)
+    monkeypatch.setattr(check_phase, "require_access", lambda m, ctx, old, new, shadow: None)
     lines: list[str] = []
-    return Migrator(store, m, echo=lines.append, timeout=60), lines, seen, store
+    return m, Context(store, lines.append, 60), lines, seen, store
 
 
 @pytest.mark.parametrize("outcome", ["fails", "wrong_state"])
 def test_auto_falls_back_to_shadow_when_the_checkpoint_contradicts(tmp_path, monkeypatch,
                                                                     outcome):
-    mig, lines, seen, store = _migrator(tmp_path, "auto", outcome, monkeypatch)
-    mig.step_check()  # identical plans: the plan check alone says in place
+    m, ctx, lines, seen, store = _migrator(tmp_path, "auto", outcome, monkeypatch)
+    runner.step(m, ctx)  # identical plans: the plan check alone says in place
     assert seen == [(None, str(CK / "plan.json"), "truth", store.spec)]
-    assert mig.m.kind == "shadow" and mig.m.phase == "shadow"
-    assert mig.m.checkpoint.startswith(outcome)
+    assert m.kind == "shadow" and m.phase == "shadow"
+    assert m.checkpoint.startswith(outcome)
     assert any("checkpoint contradicts the plan check" in ln for ln in lines)
 
 
 def test_in_place_is_refused_when_the_checkpoint_contradicts(tmp_path, monkeypatch):
     from compat.errors import MigrationError
 
-    mig, _lines, _seen, _store = _migrator(tmp_path, "in-place", "fails", monkeypatch)
+    m, ctx, _lines, _seen, _store = _migrator(tmp_path, "in-place", "fails", monkeypatch)
     with pytest.raises(MigrationError, match="checkpoint contradicts.*STATE_STORE_KEY"):
-        mig.step_check()
-    assert mig.m.phase == "refused"
+        runner.step(m, ctx)
+    assert m.phase == "refused"
 
 
 def test_auto_restarts_in_place_when_the_checkpoint_agrees(tmp_path, monkeypatch):
-    mig, _lines, _seen, _store = _migrator(tmp_path, "auto", "starts", monkeypatch)
-    mig.step_check()
-    assert mig.m.kind == "in_place" and mig.m.checkpoint.startswith("starts")
+    m, ctx, _lines, _seen, _store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    runner.step(m, ctx)
+    assert m.kind == "in_place" and m.checkpoint.startswith("starts")
 
 
 @pytest.mark.parametrize("where,why", [
@@ -544,22 +547,22 @@ def test_auto_never_restarts_on_a_checkpoint_it_cannot_read(tmp_path, monkeypatc
     """The lead's policy: auto never restarts into a failure.  A checkpoint this host
     cannot read (another host, a non-local URI) verifies nothing, so auto migrates through
     a shadow and says why (it restarted in place on the plan check alone)."""
-    mig, lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    m, ctx, lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
     store.set_status("truth", **where)
-    mig.step_check()  # identical plans: the plan check alone says in place
+    runner.step(m, ctx)  # identical plans: the plan check alone says in place
     assert seen == []  # nothing to read here: the dry run never starts
-    assert mig.m.kind == "shadow" and mig.m.phase == "shadow"
-    assert mig.m.checkpoint.startswith("not verified: ") and why in mig.m.checkpoint
+    assert m.kind == "shadow" and m.phase == "shadow"
+    assert m.checkpoint.startswith("not verified: ") and why in m.checkpoint
     said = [ln for ln in lines if "cannot be verified from this host" in ln]
     assert said and why in said[0] and "migrating through a shadow query" in said[0], lines
 
 
 def test_explicit_in_place_restarts_on_an_unread_checkpoint_with_a_warning(tmp_path,
                                                                            monkeypatch):
-    mig, lines, seen, store = _migrator(tmp_path, "in-place", "starts", monkeypatch)
+    m, ctx, lines, seen, store = _migrator(tmp_path, "in-place", "starts", monkeypatch)
     store.set_status("truth", checkpoint="s3a://bucket/ck/0")
-    mig.step_check()
-    assert seen == [] and mig.m.kind == "in_place"
+    runner.step(m, ctx)
+    assert seen == [] and m.kind == "in_place"
     warn = [ln for ln in lines if "warning: the checkpoint was not verified" in ln]
     assert warn and "s3a://bucket/ck/0" in warn[0] and "--strategy in-place" in warn[0]
 
@@ -570,18 +573,18 @@ def test_a_checkpoint_never_written_on_the_querys_host_restarts(tmp_path, monkey
     fail on it, and the plan check decides."""
     import socket
 
-    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    m, ctx, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
     store.set_status("truth", checkpoint=str(tmp_path / "never"), host=socket.gethostname())
-    mig.step_check()
-    assert seen == [] and mig.m.kind == "in_place"
-    assert mig.m.checkpoint.startswith("not verified: no checkpoint directory yet")
+    runner.step(m, ctx)
+    assert seen == [] and m.kind == "in_place"
+    assert m.checkpoint.startswith("not verified: no checkpoint directory yet")
 
 
 def test_a_file_uri_checkpoint_is_read(tmp_path, monkeypatch):
-    mig, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
+    m, ctx, _lines, seen, store = _migrator(tmp_path, "auto", "starts", monkeypatch)
     store.set_status("truth", checkpoint="file://" + str(tmp_path / "ck"))
-    mig.step_check()
-    assert len(seen) == 1 and mig.m.kind == "in_place"
+    runner.step(m, ctx)
+    assert len(seen) == 1 and m.kind == "in_place"
 
 
 def test_check_query_on_a_non_local_checkpoint(tmp_path):

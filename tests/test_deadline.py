@@ -65,20 +65,23 @@ def test_of_takes_a_deadline_or_seconds():
 
 
 def test_the_migrators_waits_share_its_deadline(tmp_path):
-    """Migrator.wait polls until the one deadline of the run is spent, then raises."""
-    from migrate.migration import Migration, Migrator
+    """Context.wait polls until the one deadline of the run is spent, then raises."""
+    from migrate.context import Context
+    from migrate.record import Migration
     from migrate.store import DirectoryStore
 
     clock = Clock(step=1.0)  # every reading of the clock: a second later
     deadline = Deadline(5, clock=clock)
     m = Migration(id="m1", query="q", new_plan="new.json", old_instance="q")
-    mig = Migrator(DirectoryStore(tmp_path), m, echo=lambda s: None, deadline=deadline)
+    ctx = Context(DirectoryStore(tmp_path), lambda s: None, deadline=deadline)
     polls = []
     with pytest.raises(DeadlineExceeded) as e:
-        mig.wait("'q' to reach H", lambda: polls.append(1) and False, interval=0.0)
+        ctx.wait(m, "'q' to reach H", lambda: polls.append(1) and False, interval=0.0)
     assert "'q' to reach H" in str(e.value)
     assert 1 <= len(polls) <= 5
-    assert mig.deadline is deadline
+    # every service of the run takes the same one
+    assert ctx.deadline is ctx.topics.deadline is ctx.processes.deadline is \
+        ctx.gates.deadline is deadline
 
 
 class RecordingConsumer:
@@ -134,7 +137,12 @@ def test_watermarks_out_of_budget_raise_naming_the_partition(monkeypatch):
     assert "topic 't' partition" in str(e.value)
 
 
-MIGRATION_CODE = ["migrate/migration.py", "gates/control.py", "gates/broker.py"]
+#: the migrator (its entry points, runner, context, phase handlers and services) and the
+#: Kafka calls it makes
+MIGRATION_CODE = ["migrate/migration.py", "migrate/cascade.py", "migrate/context.py",
+                  "migrate/runner.py", "gates/control.py", "gates/broker.py"] + sorted(
+    str(p.relative_to(ROOT)) for d in ("phases", "services")
+    for p in (ROOT / "migrate" / d).glob("*.py"))
 
 
 @pytest.mark.parametrize("path", MIGRATION_CODE)

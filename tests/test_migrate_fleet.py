@@ -15,6 +15,7 @@ from compat.fleet.graph import load_fleet
 from compat.serde import dumps
 from migrate import cascade, fleet, migration
 from migrate.cli import main
+from migrate.record import Migration
 from migrate.store import DirectoryStore
 from tests.test_cascade import down_plan, up_plan
 
@@ -70,8 +71,8 @@ def test_start_runs_one_cascade_per_chained_group_and_one_migration_per_lone_que
 
     def fake_single(store_, query, path, **kw):
         calls.append(("single", query, path, kw["strategy"], kw["bootstrap"]))
-        return migration.Migration(id="m", query=query, new_plan=path, old_instance=query,
-                                   phase="done")
+        return Migration(id="m", query=query, new_plan=path, old_instance=query,
+                         phase="done")
 
     def fake_cascade(store_, paths, **kw):
         calls.append(("cascade", [load_plan(p).query for p in paths], kw["bootstrap"]))

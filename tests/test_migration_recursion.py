@@ -20,8 +20,16 @@ from compat.errors import DeadlineExceeded, MigrationError
 from compat.serde import dumps, from_doc
 from gates.startgate import read_start_gate
 from gates.state import GateState, read_gate, write_ack
-from migrate import migration
-from migrate.migration import Migration, Migrator, recursion_problem
+from migrate import migration, runner, sides
+from migrate.context import Context
+from migrate.phases import align as align_phase
+from migrate.phases import check as check_phase
+from migrate.phases import rollback
+from migrate.phases.check import recursion_problem
+from migrate.record import Migration
+from migrate.runner import HANDLERS
+from migrate.services.arming import GateArming
+from migrate.services.topics import TopicAdmin
 from migrate.store import DirectoryStore
 from tests.recursion_util import plan
 
@@ -66,18 +74,24 @@ class ControlEvents:
 
 def record_order(monkeypatch, order: list) -> None:
     """Every gate the migrator sets, and every start gate it writes, in order."""
-    real_set, real_start = Migrator.set_gate, migration.write_start_gate
+    real_set, real_start = GateArming.set, align_phase.write_start_gate
 
-    def set_gate(self, instance, mode, cap=None, follow=None, retire=None):
+    def set_gate(self, m, instance, mode, cap=None, follow=None, retire=None):
         order.append(("gate", instance, mode))
-        return real_set(self, instance, mode, cap, follow, retire)
+        return real_set(self, m, instance, mode, cap, follow, retire)
 
     def write_start_gate(store, instance, is_open, *a, **k):
         order.append(("start gate", instance, bool(k.get("from_offsets"))))
         return real_start(store, instance, is_open, *a, **k)
 
-    monkeypatch.setattr(Migrator, "set_gate", set_gate)
-    monkeypatch.setattr(migration, "write_start_gate", write_start_gate)
+    monkeypatch.setattr(GateArming, "set", set_gate)
+    monkeypatch.setattr(align_phase, "write_start_gate", write_start_gate)
+
+
+def cutover_ends_it(monkeypatch) -> None:
+    """Steps 6 and 7 without services: nothing happens after step 5."""
+    for phase in ("cutover", "finish"):
+        monkeypatch.setitem(HANDLERS, phase, lambda m, ctx: None)
 
 
 def ack(store, gate: str, offsets: dict, state: GateState | None = None) -> None:
@@ -136,9 +150,9 @@ def test_an_output_query_reading_a_stream_besides_the_loop_is_refused():
 
 def check(store, m, monkeypatch, lines) -> None:
     for name in ("require_access", "require_history"):  # Kafka: not here
-        monkeypatch.setattr(Migrator, name, lambda self, *a: None)
-    monkeypatch.setattr(Migrator, "checkpoint_agrees", lambda self: True)
-    Migrator(store, m, echo=lines.append, timeout=60).step_check()
+        monkeypatch.setattr(check_phase, name, lambda *a: None)
+    monkeypatch.setattr(check_phase, "checkpoint_agrees", lambda *a: True)
+    runner.step(m, Context(store, lines.append, 60))
 
 
 def test_a_changed_body_goes_live_through_a_shadow_without_reconciliation(tmp_path,
@@ -192,10 +206,9 @@ def test_pause_and_cut_cap_the_loops_not_the_output_queries(tmp_path, monkeypatc
 
     monkeypatch.setattr(gates.control, "write_control_events",
                         lambda *a, **k: {"edges": {0: 10, 1: 7}})
-    mig = Migrator(store, m, echo=lambda s: None, timeout=60)
-    assert mig.instance_topics() == {"q.closure.loop": ["edges"],
-                                     "q.g1.closure.loop": ["edges"]}
-    mig.step_cut()
+    assert sides.instance_topics(store, m) == {"q.closure.loop": ["edges"],
+                                               "q.g1.closure.loop": ["edges"]}
+    runner.step(m, Context(store, lambda s: None, 60))
     assert m.cut == C and m.phase == "align"
     for gate in ("q.closure.loop", "q.g1.closure.loop"):
         g = read_gate(store.root, gate)
@@ -214,7 +227,7 @@ def test_align_cuts_the_internal_topics_only_after_the_loops_reached_c(tmp_path,
     record_order(monkeypatch, order)
     ack(store, "q.closure.loop", C)  # the old loop is there, the shadow's not yet
     with pytest.raises(DeadlineExceeded) as e:
-        Migrator(store, m, echo=lambda s: None, timeout=1.5).run()
+        runner.run(m, Context(store, lambda s: None, 1.5))
     assert "'q.g1.closure.loop' to reach the cut" in str(e.value)
     # the old loop's topic is cut (C' recorded before anything acts on it), the shadow's
     # not: its loop may still be writing rows derived from input before C
@@ -229,10 +242,8 @@ def test_align_cuts_the_internal_topics_only_after_the_loops_reached_c(tmp_path,
     order.clear()
     lines: list[str] = []
     m = migration.current(store, "q")
-    mig = Migrator(store, m, echo=lines.append, timeout=5)
-    monkeypatch.setattr(Migrator, "step_cutover", lambda self: setattr(self.m, "phase",
-                                                                       "done"))
-    mig.run()
+    cutover_ends_it(monkeypatch)
+    runner.run(m, Context(store, lines.append, 5))
     assert events.calls == [["T.old"], ["T.new"]]  # the old topic is not cut twice
     assert m.output_cuts == {"old": {"T.old": {"0": 40, "1": 33}},
                              "new": {"T.new": {"0": 41, "1": 35}}}
@@ -260,7 +271,7 @@ def test_align_waits_for_both_output_queries_at_their_cuts(tmp_path, monkeypatch
     ack(store, "q", {"T.old": {0: 40, 1: 32}})  # one partition short of C'
     ack(store, "q.g1", C2)
     with pytest.raises(DeadlineExceeded) as e:
-        Migrator(store, m, echo=lambda s: None, timeout=1.5).run()
+        runner.run(m, Context(store, lambda s: None, 1.5))
     assert "'q' to reach its cut" in str(e.value)
     assert events.calls == []  # resumed past 5b: no control events again
     assert migration.current(store, "q").phase == "align"
@@ -281,9 +292,8 @@ def test_a_shadow_without_recursion_is_cut_at_c_and_its_start_gate_follows_c_pri
     ack(store, "q.closure.loop", C)
     ack(store, "q.g1", C)
     ack(store, "q", C1)
-    monkeypatch.setattr(Migrator, "step_cutover", lambda self: setattr(self.m, "phase",
-                                                                       "done"))
-    Migrator(store, m, echo=lambda s: None, timeout=5).run()
+    cutover_ends_it(monkeypatch)
+    runner.run(m, Context(store, lambda s: None, 5))
     g_new = read_gate(store.root, "q.g1")
     assert (g_new.mode, g_new.cap, g_new.follow) == ("capped", ints(C), "q")
     start = read_start_gate(store.root, "q.g1")
@@ -294,10 +304,10 @@ def test_a_shadow_without_recursion_is_cut_at_c_and_its_start_gate_follows_c_pri
 
 def test_abort_before_the_output_cut_reopens_the_loops(tmp_path, monkeypatch):
     store, m = setup(tmp_path, "align", cut=C)
-    mig = Migrator(store, m, echo=lambda s: None, timeout=5)
-    mig.arm_loops(ints(C))
-    monkeypatch.setattr(Migrator, "tombstone_controls", lambda self: None)
-    assert mig.abort().phase == "aborted"
+    ctx = Context(store, lambda s: None, 5)
+    ctx.gates.arm_loops(m, ints(C))
+    monkeypatch.setattr(TopicAdmin, "tombstone_controls", lambda self, m: None)
+    assert rollback.abort(m, ctx).phase == "aborted"
     for gate in ("q", "q.g1", "q.closure.loop", "q.g1.closure.loop"):
         assert read_gate(store.root, gate).mode == "open", gate
     assert store.stop_requested("q.g1") and not store.stop_requested("q")
@@ -311,15 +321,12 @@ def test_abort_after_the_old_output_query_reached_c_prime_is_refused(tmp_path,
     ack(store, "q.g1.closure.loop", C)
     ack(store, "q", C1)
     ack(store, "q.g1", C2)
-    monkeypatch.setattr(Migrator, "step_cutover", lambda self: None)
-    monkeypatch.setattr(Migrator, "step_finish", lambda self: setattr(self.m, "phase",
-                                                                      "done"))
-    Migrator(store, m, echo=lambda s: None, timeout=5).step()  # step 5 done
+    runner.step(m, Context(store, lambda s: None, 5))  # step 5 done
     m = migration.current(store, "q")
     m.phase = "align"  # as if killed before recording the end of step 5
     m.save(store)
     with pytest.raises(MigrationError) as e:
-        Migrator(store, m, echo=lambda s: None, timeout=5).abort()
+        rollback.abort(m, Context(store, lambda s: None, 5))
     assert "the old query finished the input before the cut" in str(e.value)
 
 
@@ -348,9 +355,8 @@ def test_step_5_resumed_after_it_armed_everything_changes_nothing(tmp_path, monk
     for gate, offsets in (("q.closure.loop", C), ("q.g1.closure.loop", C), ("q", C1),
                           ("q.g1", C2)):
         ack(store, gate, offsets)
-    monkeypatch.setattr(Migrator, "step_cutover", lambda self: setattr(self.m, "phase",
-                                                                       "done"))
-    Migrator(store, m, echo=lambda s: None, timeout=5).run()
+    cutover_ends_it(monkeypatch)
+    runner.run(m, Context(store, lambda s: None, 5))
     gates = {g: read_gate(store.root, g) for g in ("q", "q.g1", "q.closure.loop",
                                                     "q.g1.closure.loop")}
     m = migration.current(store, "q")
@@ -358,7 +364,7 @@ def test_step_5_resumed_after_it_armed_everything_changes_nothing(tmp_path, monk
     m.save(store)
     record_order(monkeypatch, order)
     order.clear()
-    Migrator(store, m, echo=lambda s: None, timeout=5).run()
+    runner.run(m, Context(store, lambda s: None, 5))
     assert events.calls == [["T.old"], ["T.new"]]  # from the first run only
     assert [o for o in order if o[0] == "gate"] == []
     assert {g: read_gate(store.root, g) for g in gates} == gates

@@ -11,18 +11,23 @@ import pytest
 from compat.check import load_plan
 from compat.errors import MigrationError
 from compat.serde import dumps
-from migrate import migration
-from migrate.migration import PHASES, TERMINAL, Migration, Migrator, check_cut, step_number
+from migrate import migration, runner, sides
+from migrate.context import Context
+from migrate.phases import check as check_phase
+from migrate.phases.cut import check_cut
+from migrate.protocol import PHASES, TERMINAL, next_phase, path_of, resume_phase, step_number
+from migrate.record import Migration, new_migration
+from migrate.runner import HANDLERS
+from migrate.services.processes import Processes
 from migrate.store import DirectoryStore
 from tests.conftest import FIXTURES
 
 SHIP_LOAD = str(FIXTURES / "plans" / "ship_load.json")
 
 
-def test_every_phase_the_migrator_runs_is_in_the_table():
-    steps = {name[len("step_"):] for name in dir(Migrator) if name.startswith("step_")}
-    assert steps <= set(PHASES)
-    assert "in_place" in PHASES and not set(TERMINAL) & (set(PHASES) - {"done"})
+def test_every_phase_of_the_table_that_acts_has_one_handler():
+    assert set(HANDLERS) == {p for p, row in PHASES.items() if not row.terminal}
+    assert "in_place" in PHASES and TERMINAL == ("done", "aborted", "refused")
 
 
 def test_each_path_is_numbered_one_to_n_in_order():
@@ -35,6 +40,59 @@ def test_each_path_is_numbered_one_to_n_in_order():
     assert step_number("shadow", "aborted") is None
 
 
+def test_the_table_says_the_order_of_each_path():
+    assert path_of("shadow") == ("check", "shadow", "pause", "cut", "align", "propagate",
+                                 "cutover", "finish", "done")
+    assert path_of("in_place") == ("check", "in_place", "finish", "done")
+
+
+def test_propagate_follows_the_alignment_of_a_cascades_upstream_only():
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q", kind="shadow",
+                  phase="align")
+    assert next_phase(m) == "cutover"
+    m.feeds = ["m2"]
+    assert next_phase(m) == "propagate"
+    m.phase = "propagate"
+    assert next_phase(m) == "cutover"
+    m.kind, m.phase = "in_place", "check"
+    assert next_phase(m) == "in_place"
+
+
+def test_a_phase_off_its_path_is_one_clear_error():
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q", kind="in_place",
+                  phase="pause")
+    with pytest.raises(MigrationError, match="no phase follows 'pause' on the in_place path"):
+        next_phase(m)
+
+
+def test_a_resume_re_enters_at_the_recorded_phase():
+    assert resume_phase("shadow", "cutover") == "cutover"
+    assert resume_phase("in_place", "cutover") == "in_place"  # recorded by an older theseus
+    assert resume_phase("shadow", "pause") == "pause"
+
+
+def test_a_step_records_its_phase_before_it_acts_and_the_next_one_once_done(tmp_path,
+                                                                           monkeypatch):
+    store = DirectoryStore(tmp_path)
+    m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q", kind="shadow",
+                  phase="align", feeds=["m2"])
+    m.save(store)
+    seen: list[str] = []
+    monkeypatch.setitem(HANDLERS, "align",
+                        lambda m, ctx: seen.append(migration.current(store, "q").phase))
+    lines: list[str] = []
+    runner.step(m, Context(store, lines.append, 60))
+    assert seen == ["align"] and lines == ["[m1] 5. align"]
+    again = migration.current(store, "q")
+    assert again.phase == "propagate" and [h[0] for h in again.history] == ["align"]
+    # the last step records the end as a phase of its own
+    monkeypatch.setitem(HANDLERS, "finish", lambda m, ctx: None)
+    m.phase = "finish"
+    runner.step(m, Context(store, lines.append, 60))
+    assert lines[1:] == ["[m1] 7. finish", "[m1] 8. done"]
+    assert migration.current(store, "q").phase == "done"
+
+
 class FakeHost:
     """The query host as the in-place step sees it through the store: ``spawn`` restarts
     the instance on the new plan (recording it as ``theseus run`` does)."""
@@ -45,17 +103,17 @@ class FakeHost:
     def install(self, monkeypatch) -> None:
         store = self.store
 
-        def spawn(mig, plan_path, instance, generation, gated):
+        def spawn(hosts, m, plan_path, instance, generation, gated):
             self.spawned.append((plan_path, instance, generation, gated))
             store.put_plan(instance, dumps(load_plan(plan_path)))
             store.set_status(instance, status="running", pid=os.getpid())
             return os.getpid()
 
-        def stopped(mig, instance):
+        def stopped(hosts, instance):
             return store.stop_requested(instance)  # the host obeys at once
 
-        monkeypatch.setattr(Migrator, "spawn", spawn)
-        monkeypatch.setattr(Migrator, "stopped", stopped)
+        monkeypatch.setattr(Processes, "spawn", spawn)
+        monkeypatch.setattr(Processes, "stopped", stopped)
 
 
 def in_place_store(tmp_path, phase: str, kind: str = "in_place"):
@@ -74,7 +132,7 @@ def test_an_in_place_restart_prints_its_own_steps(tmp_path, monkeypatch):
     host = FakeHost(store, "ship_load")
     host.install(monkeypatch)
     lines: list[str] = []
-    done = Migrator(store, m, echo=lines.append, timeout=60).run()
+    done = runner.run(m, Context(store, lines.append, 60))
     assert lines == ["[m1] 2. in_place", "[m1] 3. finish", "[m1] 4. done"]
     assert done.phase == "done"
     assert host.spawned == [(SHIP_LOAD, "ship_load", 3, False)]  # same checkpoint
@@ -135,9 +193,8 @@ def test_step_cut_refuses_control_events_behind_h_and_records_no_cut(tmp_path, m
     m.save(store)
     monkeypatch.setattr(gates.control, "write_control_events",
                         lambda *a, **k: {"packages": {0: 3, 1: 2}})
-    mig = Migrator(store, m, echo=lambda s: None, timeout=60)
     with pytest.raises(MigrationError) as e:
-        mig.run()
+        runner.run(m, Context(store, lambda s: None, 60))
     assert "topic 'packages' partition 0" in str(e.value)
     assert "offset 120" in str(e.value) and "offset 3" in str(e.value)
     again = migration.current(store, "q")
@@ -159,9 +216,8 @@ def test_a_failed_query_ends_the_wait_with_its_error(tmp_path, which):
                   new_instance="q.g1", kind="shadow", phase="pause")
     store.set_status("q" if which == "old" else "q.g1", status="failed",
                      error=SPARK_FAILURE)
-    mig = Migrator(store, m, echo=lambda s: None, timeout=600)
     with pytest.raises(MigrationError) as e:
-        mig.wait("'q' to reach H", lambda: False)
+        Context(store, lambda s: None, 600).wait(m, "'q' to reach H", lambda: False)
     text = str(e.value)
     assert f"the {which} query" in text
     assert "the topic has fewer partitions than the plan says" in text
@@ -207,16 +263,16 @@ def test_an_in_place_upgrade_of_a_table_query_goes_through_a_shadow(tmp_path, mo
                   new_instance="q.g1", strategy=strategy, reconcile="auto",
                   bootstrap="unused:9092")
     for name in ("require_access", "require_history"):  # Kafka: not here
-        monkeypatch.setattr(Migrator, name, lambda self, *a: None)
-    monkeypatch.setattr(Migrator, "checkpoint_agrees", lambda self: True)
+        monkeypatch.setattr(check_phase, name, lambda *a: None)
+    monkeypatch.setattr(check_phase, "checkpoint_agrees", lambda *a: True)
     lines: list[str] = []
     if kind == "refused":
         with pytest.raises(MigrationError) as e:
-            Migrator(store, m, echo=lines.append, timeout=60).step_check()
+            check_phase.check(m, Context(store, lines.append, 60))
         assert "--strategy in-place" in str(e.value) and "changelogs" in str(e.value)
         assert m.phase == "refused" and "retract rows" in m.error
         return
-    Migrator(store, m, echo=lines.append, timeout=60).step_check()
+    check_phase.check(m, Context(store, lines.append, 60))
     assert (m.verdict, m.kind) == ("in_place", kind)
     assert m.reconciling is (kind == "shadow")
     assert any("reads tables as changelogs" in ln for ln in lines) is (kind == "shadow")
@@ -230,9 +286,9 @@ def test_a_sql_plan_is_recorded_as_its_compiled_json_plan(tmp_path):
     plan = load_plan(str(sql))
     store.put_plan(plan.query, dumps(plan))
     store.set_status(plan.query, status="running", generation=0)
-    m = migration.new_migration(store, plan.query, str(sql), bootstrap="127.0.0.1:1")
+    m = new_migration(store, plan.query, str(sql), bootstrap="127.0.0.1:1")
     assert dumps(load_plan(m.new_plan)) == dumps(plan)
-    assert Migrator(store, m, echo=lambda s: None).plans()[1].query == plan.query
+    assert sides.plans(store, m)[1].query == plan.query
 
 
 def test_a_shadow_process_gone_without_a_word_ends_the_wait_with_its_last_line(tmp_path):
@@ -249,23 +305,21 @@ def test_a_shadow_process_gone_without_a_word_ends_the_wait_with_its_last_line(t
     m = Migration(id="m1", query="q", new_plan=SHIP_LOAD, old_instance="q",
                   new_instance="q.g1", kind="shadow", phase="pause")
     store.set_status("q", status="running", pid=dead.pid)
-    mig = Migrator(store, m, echo=lambda s: None, timeout=1)
     from compat.errors import DeadlineExceeded
 
     with pytest.raises(DeadlineExceeded):  # the old query's death alone ends nothing
-        mig.wait("'q' to reach H", lambda: False)
+        Context(store, lambda s: None, 1).wait(m, "'q' to reach H", lambda: False)
     store.log_path("q.g1").write_text(
         "%4|1795508457.091|FAIL|rdkafka#producer-4| broker down\n"
         "theseus: error: the time budget of 60 s ran out waiting for the topics' "
         "authorized operations\n%3|1795508497.402|FAIL|rdkafka#admin-1| refused\n")
     store.set_status("q.g1", status="starting", pid=dead.pid)
-    mig = Migrator(store, m, echo=lambda s: None, timeout=600)
     with pytest.raises(MigrationError) as e:
-        mig.wait("'q.g1' to reach H", lambda: False)
+        Context(store, lambda s: None, 600).wait(m, "'q.g1' to reach H", lambda: False)
     text = str(e.value)
     assert "the shadow query 'q.g1' exited before it ran" in text
     assert "ran out waiting for the topics' authorized operations" in text
     assert "rdkafka" not in text and "theseus migrate abort q" in text
     # alive: no error
     store.set_status("q.g1", status="running", pid=os.getpid())
-    Migrator(store, m, echo=lambda s: None, timeout=600).check_alive()
+    Context(store, lambda s: None, 600).processes.check_alive(m)

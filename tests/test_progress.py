@@ -10,8 +10,8 @@ import json
 from click.testing import CliRunner
 
 from migrate.cli import main
-from migrate.migration import Migration
 from migrate.progress import Progress, Rate, bar_line, fmt_seconds, watch
+from migrate.record import Migration
 from migrate.store import DirectoryStore
 
 
@@ -113,7 +113,7 @@ def test_start_hands_the_live_line_to_the_migrator_and_records_the_old_instance(
         tmp_path, monkeypatch):
     from compat.check import load_plan
     from compat.serde import dumps
-    from migrate import migration
+    from migrate import migration, runner
     from tests.conftest import FIXTURES
 
     plan = str(FIXTURES / "plans" / "ship_load.json")
@@ -122,11 +122,11 @@ def test_start_hands_the_live_line_to_the_migrator_and_records_the_old_instance(
     store.set_status("ship_load", status="running", generation=0)
     seen = {}
 
-    def run(self):
-        seen.update(live=self.live, old=self.m.old_instance, reconcile=self.m.reconcile)
-        return self.m
+    def run(m, ctx):
+        seen.update(live=ctx.live, old=m.old_instance, reconcile=m.reconcile)
+        return m
 
-    monkeypatch.setattr(migration.Migrator, "run", run)
+    monkeypatch.setattr(runner, "run", run)
     shown: list = []
     migration.start(store, "ship_load", plan, bootstrap="unused:9092", reconcile="on",
                     live=lambda text, kind: shown.append(text))

@@ -13,7 +13,9 @@ from compat.errors import MigrationError
 from compat.serde import dumps, from_doc
 from gates.reconcile import Reconciler, diff, read_record, write_record
 from gates.startgate import read_start_gate, write_start_gate
-from migrate.migration import Migration, Migrator
+from migrate.context import Context
+from migrate.phases.check import decide_reconcile
+from migrate.record import Migration
 from migrate.store import DirectoryStore
 
 
@@ -109,7 +111,7 @@ def table_agg(query: str, read: str, starting: str = "earliest") -> dict:
     return doc
 
 
-def migrator(tmp_path, new_doc: dict, reconcile: str) -> Migrator:
+def migration(tmp_path, new_doc: dict, reconcile: str) -> tuple[Migration, Context]:
     store = DirectoryStore(tmp_path / "state")
     store.put_plan("q", dumps(from_doc(agg("q"))))
     store.set_status("q", status="running", pid=os.getpid())
@@ -117,10 +119,7 @@ def migrator(tmp_path, new_doc: dict, reconcile: str) -> Migrator:
     p.write_text(json.dumps(new_doc))
     m = Migration(id="m1", query="q", new_plan=str(p), old_instance="q", new_instance="q.g1",
                   reconcile=reconcile, bootstrap="unused:9092")
-    lines: list[str] = []
-    mig = Migrator(store, m, echo=lines.append)
-    mig.lines = lines  # type: ignore[attr-defined]
-    return mig
+    return m, Context(store, lambda s: None)
 
 
 @pytest.mark.parametrize("doc,asked,want", [
@@ -138,8 +137,8 @@ def migrator(tmp_path, new_doc: dict, reconcile: str) -> Migrator:
     (table_agg("q", "snapshot", starting="latest"), "auto", True),
 ])
 def test_reconcile_decision(tmp_path, doc, asked, want):
-    mig = migrator(tmp_path, doc, asked)
-    assert mig.decide_reconcile(from_doc(doc)) is want
+    m, ctx = migration(tmp_path, doc, asked)
+    assert decide_reconcile(m, ctx, from_doc(doc)) is want
 
 
 @pytest.mark.parametrize("doc,reason", [
@@ -148,12 +147,12 @@ def test_reconcile_decision(tmp_path, doc, asked, want):
     (agg("q", starting="latest"), "start at the latest offsets"),
 ])
 def test_reconcile_on_refuses_what_it_cannot_reconcile_with_the_reason(tmp_path, doc, reason):
-    mig = migrator(tmp_path, doc, "on")
+    m, ctx = migration(tmp_path, doc, "on")
     with pytest.raises(MigrationError) as e:
-        mig.decide_reconcile(from_doc(doc))
+        decide_reconcile(m, ctx, from_doc(doc))
     assert reason in e.value.message and "--reconcile off" in e.value.render()
-    assert mig.m.phase == "refused"
-    saved = Migration.load(mig.store, "m1")
+    assert m.phase == "refused"
+    saved = Migration.load(ctx.store, "m1")
     assert saved.phase == "refused" and reason in saved.error
 
 
@@ -163,7 +162,7 @@ def test_the_migration_record_schema_covers_every_field_and_a_reconciled_record(
     import jsonschema
 
     from compat.schema_check import load_schema
-    from migrate.migration import PHASES, TERMINAL
+    from migrate.protocol import PHASES, TERMINAL
 
     schema = load_schema("migration.v1.json")
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -29,7 +29,15 @@ from tests.conftest import FIXTURES, ROOT
 SHIP_LOAD = FIXTURES / "plans" / "ship_load.json"
 RUNTIME_MODULES = ["gates.broker", "gates.control", "gates.deadline", "gates.files",
                    "gates.sink", "gates.source", "gates.startgate", "gates.state",
-                   "migrate.kafkastore", "migrate.migration", "migrate.run", "migrate.store"]
+                   "migrate.kafkastore", "migrate.migration", "migrate.run", "migrate.store",
+                   # the migrator's parts
+                   "migrate.cascade", "migrate.context", "migrate.protocol", "migrate.record",
+                   "migrate.runner", "migrate.sides", "migrate.phases.align",
+                   "migrate.phases.check", "migrate.phases.cut", "migrate.phases.cutover",
+                   "migrate.phases.finish", "migrate.phases.in_place", "migrate.phases.pause",
+                   "migrate.phases.rollback", "migrate.phases.shadow",
+                   "migrate.services.arming", "migrate.services.processes",
+                   "migrate.services.topics"]
 
 
 def all_error_classes() -> list[type[TheseusError]]:
@@ -191,7 +199,7 @@ def cut_phase_store(tmp_path: Path, bootstrap: str):
     """A store whose migration of ship_load was recorded in step 4 (cut)."""
     from compat.check import load_plan
     from compat.serde import dumps
-    from migrate.migration import Migration
+    from migrate.record import Migration
     from migrate.store import DirectoryStore
 
     store = DirectoryStore(tmp_path / "state")

@@ -285,7 +285,7 @@ def test_table_sum_and_avg_over_numbers(write_plan, arg):
 
 @pytest.mark.parametrize("case", ["table_filter_changed", "table_aggregate_filter_changed"])
 def test_check_advises_a_shadow_not_a_restart_over_a_changelog(case):
-    # the migrator refuses an in-place restart over changelogs (migrate.migration): the
+    # the migrator refuses an in-place restart over changelogs (migrate.phases.check): the
     # check must not advise one, while keeping ksqlDB's verdict
     args = ["check", str(CASES / case / "old.json"), str(CASES / case / "new.json")]
     text = CliRunner().invoke(main, args)

@@ -555,7 +555,9 @@ def _migrate_auto_consults_the_checkpoint(spark, kafka, made, all_cases, tmp_pat
     hand).  The plan check says in place (a filter added); the checkpoint says Spark would
     refuse (another key type): the migrator goes through a shadow instead."""
     import migrate.run
-    from migrate.migration import Migration, Migrator
+    from migrate import runner
+    from migrate.context import Context
+    from migrate.record import Migration
     from migrate.store import open_store
 
     base_case = next(c for c in all_cases if c["name"] == "passive_filter")
@@ -575,11 +577,10 @@ def _migrate_auto_consults_the_checkpoint(spark, kafka, made, all_cases, tmp_pat
     saved = migrate.run._SESSION
     migrate.run._SESSION = spark
     try:
-        mig = Migrator(store, m, echo=lines.append, timeout=120)
-        mig.step_check()
+        runner.step(m, Context(store, lines.append, 120))  # 1. check
     finally:
         migrate.run._SESSION = saved
-    assert mig.m.verdict == "in_place"  # what the plan check alone says
-    assert mig.m.kind == "shadow", lines
-    assert mig.m.checkpoint.startswith("fails (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)")
+    assert m.verdict == "in_place"  # what the plan check alone says
+    assert m.kind == "shadow", lines
+    assert m.checkpoint.startswith("fails (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)")
     assert any("checkpoint contradicts the plan check" in ln for ln in lines)

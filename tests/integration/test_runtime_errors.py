@@ -39,7 +39,7 @@ def test_a_failed_control_event_write_in_migrate_ends_in_one_line(kafka, tmp_pat
     from compat.check import load_plan
     from compat.serde import dumps
     from migrate import migration
-    from migrate.migration import Migration
+    from migrate.record import Migration
     from migrate.store import DirectoryStore
 
     topic = kafka.topic(prefix="tiny", partitions=2, config={"max.message.bytes": "64"})

@@ -1,0 +1,70 @@
+"""``theseus migrate abort``: roll a migration back before its point of no return, the old
+query reading on as if nothing happened (DESIGN.md's step 7: a crash at any point resumes
+or rolls back)."""
+
+from __future__ import annotations
+
+from compat.errors import MigrationError, RuntimeFailure
+from gates.startgate import read_start_gate, write_start_gate
+from gates.state import GateState, veto, write_gate
+from migrate import sides
+from migrate.context import Context
+from migrate.protocol import TERMINAL
+from migrate.record import Migration, int_offsets
+
+
+def abort(m: Migration, ctx: Context, drop_side: bool = True) -> Migration:
+    """Roll back before the point of no return. ``drop_side``: delete the side topic
+    here (a cascade deletes its side topics once every shadow of the chain stopped:
+    a downstream shadow reads its upstream's)."""
+    if m.phase in ("finish", "done"):
+        raise MigrationError(f"migration {m.id} is past its cutover; the new plan "
+                             "is live", file=str(ctx.store.root),
+                             hint="migrate again to go back")
+    if m.phase in TERMINAL:
+        return m
+    if m.phase == "cutover" and m.kind == "shadow":
+        raise MigrationError("the cutover has begun: the shadow may already write the "
+                             "output from the cut on", file=str(ctx.store.root),
+                             hint="theseus migrate resume finishes the cutover")
+    root = ctx.store.root
+    old, inst = m.old_instance, m.new_instance
+    if m.kind == "shadow" and m.cut and inst:
+        # Once the old query finished the input before C, the shadow's start gate
+        # hands the output over: that is the point of no return. The veto is atomic
+        # with the old query's acknowledgements (one lock, one file): either it comes
+        # first and the shadow never writes, or abort refuses.
+        theirs = sides.output_cut(ctx.store, m, "old")
+        if sides.through_loops(ctx.store, m):
+            # the shadow's start gate follows the old output query from step 5c on;
+            # before, it has nothing to open from
+            theirs = int_offsets(read_start_gate(root, inst).get("follow_from") or {})
+        if theirs and not veto(root, old, theirs, m.id):
+            raise MigrationError("the old query finished the input before the cut: the "
+                                 "shadow takes over from there", file=str(root),
+                                 hint="theseus migrate resume finishes the migration")
+        ctx.flush()
+        ctx.gates.set(m, inst, "paused")
+        write_start_gate(root, inst, False, m.id)
+        ctx.flush()
+    write_gate(root, old, GateState("open", {}, m.epoch + 1))
+    for lp in sides.loops(ctx.store, old).values():  # the old query's loop reads on
+        write_gate(root, lp["gate"], GateState("open", {}, m.epoch + 1))
+    if inst and inst != old:
+        ctx.store.request_stop(inst)
+        write_gate(root, inst, GateState("open", {}, m.epoch + 1))
+        for lp in sides.loops(ctx.store, inst).values():
+            write_gate(root, lp["gate"], GateState("open", {}, m.epoch + 1))
+    m.epoch += 1
+    if drop_side and (m.reconciling or m.feeds) and inst:
+        # the side topic of an aborted migration (reconciling, or feeding a cascade)
+        ctx.processes.wait_stopped(m)
+        ctx.topics.delete_side_topic(m)
+    ctx.enter(m, "aborted")
+    m.phase = "aborted"
+    ctx.save(m)
+    try:
+        ctx.topics.tombstone_controls(m)
+    except (RuntimeFailure, MigrationError) as e:  # the abort is done; they stay
+        ctx.echo(f"  could not tombstone the control records: {e.render()}")
+    return m

@@ -1,0 +1,155 @@
+"""The migration record: what the store keeps of one migration (``schemas/migration.v1.json``),
+and how a new one is made.  The record alone says where a migration resumes: its ``phase``
+(:mod:`migrate.protocol`)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compat.check import load_plan
+from compat.errors import MigrationError, StoreError
+from compat.serde import dumps
+from gates.deadline import Deadline
+from gates.files import atomic_write
+from gates.state import ack_path
+from migrate.protocol import TERMINAL
+from migrate.store import DirectoryStore, read_json
+
+
+@dataclass
+class Migration:
+    id: str
+    query: str
+    new_plan: str  # path of the new plan as recorded in the store
+    old_instance: str
+    new_instance: str = ""
+    generation: int = 0
+    strategy: str = "auto"  # auto | in-place | shadow
+    cut_mode: str = "control-events"  # control-events | offsets
+    require: list[str] = field(default_factory=list)
+    compare: bool = False
+    reconcile: str = "off"  # auto | on | off, as asked
+    reconciling: bool = False  # decided in step 1
+    side_from: dict[str, int] = field(default_factory=dict)  # side topic offsets at step 2
+    counts: dict[str, Any] = field(default_factory=dict)  # the reconciliation's
+    phase: str = "check"
+    kind: str = ""  # in_place | shadow, decided in step 1
+    verdict: str = ""
+    high: dict[str, dict[str, int]] = field(default_factory=dict)
+    cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    epoch: int = 0
+    history: list[list[Any]] = field(default_factory=list)
+    bootstrap: str = ""
+    master: str = "local[2]"
+    trigger: str = "1 second"
+    error: str | None = None
+    #: what the checkpoint check said before an in-place restart (``checkpoint.restart``
+    #: of ``theseus check --query``): outcome and reason, "" when it did not run
+    checkpoint: str = ""
+    #: the cascade this migration is part of (``migrate.cascade``), "" alone
+    cascade: str = ""
+    #: the downstream migrations of the cascade fed by this query's output (this one
+    #: propagates its cut into its output topic)
+    feeds: list[str] = field(default_factory=list)
+    #: the upstream migration whose propagated control events are this migration's cut
+    cut_from: str = ""
+    #: the propagated cut: this migration's control events in its output topic
+    out_cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: where the shadow's output before the cut ends in ``<output>.shadow`` (an upstream's)
+    side_end: dict[str, int] = field(default_factory=dict)
+    #: a plan with a recursive step: where each side's (``old``, ``new``) output query is
+    #: cut, recorded in step 5 once its loop acknowledged C: the control events written
+    #: into the loop's internal topic (C' for the old query, C'' for the shadow); for a
+    #: side without recursion, C on its source topics
+    output_cuts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+
+    def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
+        atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
+        atomic_write(store.query_dir(self.query) / "migration", self.id)
+        store.flush(deadline)  # recorded where every host reads it, before anyone acts on it
+
+    @classmethod
+    def load(cls, store: DirectoryStore, migration_id: str) -> Migration:
+        return load_record(cls, store, store.migration_path(migration_id), "migration",
+                           migration_id)
+
+
+def load_record(cls: Any, store: DirectoryStore, path: Path, kind: str, record_id: str) -> Any:
+    """A record of the store (a migration, a cascade) as its dataclass ``cls``: one clear
+    error when it is missing or does not have the dataclass's fields."""
+    try:
+        doc = read_json(path, f"{kind} record")
+    except FileNotFoundError:
+        raise MigrationError(f"no {kind} '{record_id}' in the store",
+                             file=str(store.root)) from None
+    try:
+        return cls(**doc)
+    except TypeError as e:
+        raise StoreError(f"malformed {kind} record", file=str(path),
+                         expected=f"the fields of a {kind}", found=str(e)) from None
+
+
+def current(store: DirectoryStore, query: str) -> Migration:
+    p = store.query_dir(query) / "migration"
+    if not p.exists():
+        raise MigrationError(f"query '{query}' has no migration", file=str(store.root),
+                             expected="a migration started with theseus migrate start",
+                             found="none")
+    return Migration.load(store, p.read_text().strip())
+
+
+def resume_hint(query: str) -> str:
+    return (f"theseus migrate resume {query} continues from here; theseus migrate abort "
+            f"{query} rolls back")
+
+
+def json_offsets(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    """Offsets as the record keeps them (JSON: partitions as strings)."""
+    return {t: {str(p): int(o) for p, o in ps.items()} for t, ps in offsets.items()}
+
+
+def int_offsets(doc: dict[str, dict[str, int]]) -> dict[str, dict[int, int]]:
+    """Offsets of the record as the gates take them (partitions as ints)."""
+    return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc.items()}
+
+
+def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
+                  strategy: str = "auto", cut_mode: str = "control-events",
+                  require: list[str] | None = None, compare: bool = False,
+                  reconcile: str = "auto", master: str = "local[2]",
+                  trigger: str = "1 second") -> Migration:
+    """A new migration of the running ``query`` to the plan at ``new_plan_path`` (recorded
+    in the store), not saved yet; refused when the query is unknown or already migrating."""
+    running = store.live_instance(query)
+    st = store.status(running)
+    if not st:
+        raise MigrationError(f"query '{query}' is not known to the store",
+                             file=str(store.root), expected="a query started with "
+                             "theseus run", found="nothing")
+    try:
+        prev = current(store, query)
+        if prev.phase not in TERMINAL:
+            raise MigrationError(f"migration {prev.id} of '{query}' is still in phase "
+                                 f"{prev.phase}", file=str(store.root),
+                                 hint="theseus migrate resume or abort it first")
+    except MigrationError as e:
+        if "has no migration" not in e.message:
+            raise
+    gen = int(st.get("generation", 0)) + 1
+    while store.query_dir(f"{query}.g{gen}").exists() or \
+            ack_path(store.root, f"{query}.g{gen}").exists():
+        gen += 1  # an aborted migration's shadow: its checkpoint and acks are not ours
+    mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    recorded = store.root / "migrations" / f"{mid}.plan.json"
+    # the plan as JSON (a SQL plan compiled), as `theseus run` records the plan it runs
+    atomic_write(recorded, dumps(load_plan(new_plan_path)))
+    return Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
+                     new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
+                     cut_mode=cut_mode, require=list(require or []), compare=compare,
+                     reconcile=reconcile, bootstrap=bootstrap, master=master,
+                     trigger=trigger)
