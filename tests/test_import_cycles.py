@@ -41,38 +41,11 @@ def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[frozenset[str]] = []
+    """Strongly connected components of more than one module."""
+    import networkx as nx
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(frozenset(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+    g = nx.DiGraph([(a, b) for a, bs in graph.items() for b in bs])
+    return [frozenset(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
 
 
 def test_no_import_cycles_among_the_products_modules():
