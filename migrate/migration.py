@@ -82,6 +82,7 @@ from compat.steps import Recursive, Source
 from compat.steps.source import SNAPSHOT, table_read
 from gates import kafkaconf
 from gates.broker import client_conf, watermarks
+from gates.control import close_producer
 from gates.deadline import Deadline
 from gates.files import atomic_write
 from gates.startgate import StartGate, write_start_gate
@@ -1500,6 +1501,9 @@ class Migrator:
                 write_gate(self.store.root, lp["gate"],
                            GateState("open", {}, self.m.epoch + 1))
         self.m.epoch += 1
+        # made at step 5 for the propagated cut, which an aborted migration never writes
+        close_producer(self.control)
+        self.control = None
         if drop_side:
             self.drop_side_topic()
         self.enter("aborted")
