@@ -71,6 +71,7 @@ class KafkaMirror:
 
     def __init__(self, spec: str, root: Path, interval: float = 0.1,
                  timeout: float = 60.0) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self.spec = spec
@@ -95,6 +96,7 @@ class KafkaMirror:
 
     # -- setup ----------------------------------------------------------------------------
     def _ensure_topic(self, timeout: float) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(client_conf(self.bootstrap))
@@ -119,6 +121,7 @@ class KafkaMirror:
                                      file=self.spec) from None
 
     def _catch_up(self, timeout: float) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaException, TopicPartition
 
         deadline = Deadline(timeout)
@@ -143,6 +146,7 @@ class KafkaMirror:
     # -- sync -----------------------------------------------------------------------------
     def _consume(self, wait: float) -> int:
         """Apply available records; returns the next offset to read (0 when none came)."""
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaError
 
         nxt = 0
