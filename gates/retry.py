@@ -106,7 +106,6 @@ BACKOFF = Backoff()
 
 def retry(call: Callable[[float], T], deadline: Deadline | float, what: str, *,
           cap: float = CALL_CAP, backoff: Backoff = BACKOFF,
-          retry_if: Callable[[BaseException], bool] = retryable,
           sleep: Callable[[float], None] | None = None) -> T:
     """``call(timeout)`` until it returns, asked again after a :func:`retryable` error.
 
@@ -116,7 +115,7 @@ def retry(call: Callable[[float], T], deadline: Deadline | float, what: str, *,
     deadline; then, or at once for any other error, the last error is raised as it is, for
     the caller to name what failed.  Raises :class:`~compat.errors.DeadlineExceeded`
     (naming ``what``) only when nothing was left of the deadline for a first attempt.
-    ``retry_if`` narrows (or widens) :func:`retryable` for one call; ``sleep`` is for tests.
+    ``sleep`` is for tests.
     """
     deadline = Deadline.of(deadline)
     waits = backoff.delays()
@@ -128,7 +127,7 @@ def retry(call: Callable[[float], T], deadline: Deadline | float, what: str, *,
         try:
             return call(timeout)
         except Exception as e:
-            if not retry_if(e):
+            if not retryable(e):
                 raise
             delay = next(waits)
             if deadline.remaining() <= delay:
