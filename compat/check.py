@@ -19,6 +19,7 @@ from typing import Any
 from compat.errors import CheckError
 from compat.findings import CHANGELOG_RESTART, EFFECT_RANK, RESTART, Finding, finding, settle
 from compat.infer import analyze, characteristics
+from compat.loaders import job_loader
 from compat.model import ENFORCING, STEPS, Plan
 from compat.rules import RuleContext, compare
 from compat.rules.common import check_version
@@ -148,21 +149,14 @@ def is_job(path: str) -> bool:
                                                  and fn.isidentifier())
 
 
-#: the loader of job files: imported only when a job file is checked, since it starts
-#: Spark (``theseus check`` on JSON and SQL never imports PySpark)
-JOB_LOADER = "migrate.adopt:load_job_plan"
-
-
 def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) -> Plan:
     """Load and validate a plan, from JSON or from a SQL script (``.sql``, compiled on the
     fly); ``reuse`` shares the identical nodes of a JSON plan loaded before (the old side of
     a check), which then need no second validation.  ``raw`` gives the file's bytes when
     they do not come from disk (a file at a git ref)."""
     if is_job(path):
-        import importlib
-
-        module, _, fn = JOB_LOADER.partition(":")
-        return getattr(importlib.import_module(module), fn)(path, raw)  # type: ignore
+        # read by running the job under Spark: migrate registers the reader
+        return job_loader(path)(path, raw)
     if is_sql(path):
         # sqlglot is imported only for SQL: a check of JSON plans does not pay for it.
         from compat.sql.load import load_sql_plan

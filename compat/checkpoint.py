@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import TheseusError
+from compat.recursive_state import read_loop_states
+from compat.types import type_string
 
 
 class CheckpointError(TheseusError):
@@ -140,30 +142,6 @@ def kafka_offsets(doc: Any) -> dict[str, dict[str, int]]:
             return {}
         out[str(topic)] = {p: o for p, o in sorted(parts.items(), key=lambda x: int(x[0]))}
     return out
-
-
-# -- types as text ------------------------------------------------------------------------
-
-_SIMPLE = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
-
-
-def type_string(t: Any) -> str:
-    """A Spark type JSON as Spark SQL type text (``struct<k:string,n:bigint>``)."""
-    if isinstance(t, str):
-        return _SIMPLE.get(t, t)
-    if not isinstance(t, dict):
-        return str(t)
-    kind = t.get("type")
-    if kind == "struct":
-        return "struct<" + ",".join(f"{f.get('name')}:{type_string(f.get('type'))}"
-                                    for f in t.get("fields", [])) + ">"
-    if kind == "array":
-        return f"array<{type_string(t.get('elementType'))}>"
-    if kind == "map":
-        return f"map<{type_string(t.get('keyType'))},{type_string(t.get('valueType'))}>"
-    if kind == "udt":
-        return str(t.get("class") or t.get("pyClass") or "udt")
-    return str(kind)
 
 
 def compatible(stored: Any, new: Any) -> bool:
@@ -437,8 +415,6 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                     conf=conf, watermark_ms=watermark,
                     operators=_operators(root, last))
     if (root / "recursive").is_dir():  # a plan with recursive steps: their loops' state
-        from compat.recursive_state import read_loop_states
-
         ck.loops = read_loop_states(root, list(ck.source_offsets()))
     for i, doc in enumerate(ck.offsets):
         if doc is not None and not kafka_offsets(doc):

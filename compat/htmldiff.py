@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import html
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compat.check import Report
 from compat.model import ENFORCING, Plan
-
-if TYPE_CHECKING:
-    from compat.plandiff import PlanDiff
+from compat.plandiff import PlanDiff
 
 BOX_W, BOX_H, GAP_X, GAP_Y = 190, 54, 24, 46
 EFFECT_COLOUR = {"unsupported": "#d32f2f", "migrate": "#f57c00", "in_place": "#1976d2",

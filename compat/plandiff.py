@@ -292,10 +292,8 @@ def render_json(d: PlanDiff) -> str:
 
 
 def render(d: PlanDiff, fmt: str) -> str:
-    if fmt == "html":
-        from compat.htmldiff import render_html
-
-        return render_html(d.report, d)
+    """``fmt`` is ``text`` or ``json``; the HTML page is :func:`compat.htmldiff.render_html`,
+    which draws a :class:`PlanDiff`."""
     return {"text": render_text, "json": render_json}[fmt](d)
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compat.types import parse_type, type_string
+
 #: the Spark schema Spark writes into every Parquet footer it writes
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 _BATCH = re.compile(r"batch=(\d+)")
@@ -51,8 +53,6 @@ class LoopState:
     topic: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        from compat.checkpoint import type_string
-
         def table(t: Table) -> dict[str, Any]:
             return {"batches": t.batches, "rows": t.rows,
                     "columns": type_string(t.schema) if t.schema else None}
@@ -110,9 +110,6 @@ def columns_of(schema: dict[str, Any] | None) -> list[tuple[str, str]] | None:
     """(name, type) of a Spark StructType JSON's fields, types as Theseus spells them."""
     if schema is None:
         return None
-    from compat.checkpoint import type_string
-    from compat.types import parse_type
-
     out = []
     for f in schema.get("fields", []):
         t = type_string(f.get("type"))

@@ -20,6 +20,7 @@ length, which Spark refuses, are still read for plans written before this parser
 from __future__ import annotations
 
 import re
+from typing import Any
 
 UNKNOWN = "unknown"
 
@@ -388,3 +389,28 @@ def same_layout(a: str, b: str) -> bool:
         fa, fb = struct_fields(a), struct_fields(b)
         return len(fa) == len(fb) and all(same_layout(x[1], y[1]) for x, y in zip(fa, fb))
     return False
+
+
+# -- Spark's JSON types as text ------------------------------------------------------------
+
+_JSON_SIMPLE = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def type_string(t: Any) -> str:
+    """A Spark type as Spark writes it in JSON (a checkpoint's state schemas, a Parquet
+    footer) as Spark SQL type text (``struct<k:string,n:bigint>``)."""
+    if isinstance(t, str):
+        return _JSON_SIMPLE.get(t, t)
+    if not isinstance(t, dict):
+        return str(t)
+    kind = t.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f.get('name')}:{type_string(f.get('type'))}"
+                                    for f in t.get("fields", [])) + ">"
+    if kind == "array":
+        return f"array<{type_string(t.get('elementType'))}>"
+    if kind == "map":
+        return f"map<{type_string(t.get('keyType'))},{type_string(t.get('valueType'))}>"
+    if kind == "udt":
+        return str(t.get("class") or t.get("pyClass") or "udt")
+    return str(kind)

@@ -12,29 +12,22 @@
 """
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from typing import Any
 
-from compat.errors import BrokerError
+from compat.errors import BrokerError, DeadlineExceeded
 from gates.deadline import Deadline
+from gates.kafkaconf import QUIET, active, user
+from gates.retry import Unanswered, retry, retry_each, retryable
 
 Offsets = dict[str, dict[int, int]]
-
-# librdkafka logs every failed connection attempt (every 50 ms for a broker that is down):
-# the clients of a migration report a failure once, as an error naming what failed.
-QUIET = logging.getLogger("theseus.kafka")
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
 
 
 def client_conf(bootstrap: str, **conf: Any) -> dict[str, Any]:
     """The configuration of a client Theseus creates: quiet (errors are raised, not
     logged), with the process's Kafka settings (``--kafka-config``, :mod:`gates.kafkaconf`)
     under the settings of this client's role."""
-    from gates.kafkaconf import active
-
     return {"bootstrap.servers": bootstrap, "logger": QUIET, **active(), **conf}
 
 
@@ -45,6 +38,7 @@ def _kafka_error(e: BaseException) -> str:
 
 def partitions(client: Any, topic: str, deadline: Deadline | float = 10.0) -> list[int]:
     """Partition ids of ``topic`` (sorted), from a Producer/Consumer/AdminClient's metadata."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import KafkaException
 
     deadline = Deadline.of(deadline)
@@ -67,6 +61,7 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
                low: bool = False) -> Offsets:
     """``{topic: {partition: offset}}``: the high watermarks (the next offset to be written)
     of every partition of ``topics``, or with ``low`` the earliest offsets still retained."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     deadline = Deadline.of(deadline)
@@ -78,22 +73,16 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
             out[t] = {}
             for p in partitions(c, t, deadline):
                 what = f"the watermarks of topic '{t}' partition {p}"
-                # a partition whose leader died answers again once another is elected
-                # (broker.session.timeout.ms): retried within LEADER_WAIT and the deadline
-                leader_wait = deadline.within(LEADER_WAIT)
-                delay = 0.2
-                while True:
-                    try:
-                        lo, hi = c.get_watermark_offsets(TopicPartition(t, p),
-                                                         timeout=deadline.timeout(what))
-                        break
-                    except KafkaException as e:
-                        deadline.check(what)
-                        if not _retriable(e) or leader_wait.remaining() <= delay:
-                            raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
-                                              topic=t, partition=p) from e
-                        deadline.sleep(delay, what)
-                        delay = min(2 * delay, 2.0)
+                tp = TopicPartition(t, p)
+                try:
+                    # a partition whose leader died answers again once another is elected
+                    # (broker.session.timeout.ms): asked again within LEADER_WAIT
+                    lo, hi = retry(lambda timeout, tp=tp: c.get_watermark_offsets(
+                        tp, timeout=timeout), deadline.within(LEADER_WAIT), what)
+                except KafkaException as e:
+                    deadline.check(what)
+                    raise BrokerError(f"cannot read the watermarks: {_kafka_error(e)}",
+                                      topic=t, partition=p) from e
                 out[t][p] = int(lo if low else hi)
         return out
     finally:
@@ -102,35 +91,6 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
 
 #: seconds to wait for a partition to get a leader again (a broker died)
 LEADER_WAIT = 60.0
-#: Kafka errors that pass by themselves when a broker dies or comes back: the partition has
-#: no leader yet, or a new leader whose high watermark has not caught up with the followers'
-#: (OFFSET_NOT_AVAILABLE, answered to ListOffsets right after an election), or the client
-#: still talks to the old one (leader epochs), or librdkafka dropped its handle of a broker
-#: that left the cluster's metadata while a request waited on it (_DESTROY_BROKER,
-#: "destroyed without termination": the client itself lives on).  librdkafka flags none of
-#: these ``retriable()``.
-TRANSIENT_ERRORS = frozenset((
-    "_DESTROY_BROKER",
-    "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE",
-    "OFFSET_NOT_AVAILABLE", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
-    "_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN",
-    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "NOT_CONTROLLER",
-    "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"))
-
-
-def transient(e: BaseException) -> bool:
-    """A Kafka error that passes by itself (a leader moving, a broker restarting), or a
-    future that did not answer in time."""
-    if isinstance(e, TimeoutError):
-        return True
-    err = e.args[0] if e.args else None
-    try:
-        return bool(err.retriable()) or err.name() in TRANSIENT_ERRORS
-    except AttributeError:
-        return False
-
-
-_retriable = transient
 
 
 def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> float:
@@ -139,30 +99,34 @@ def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> flo
     Returns the seconds it took; raises :class:`BrokerError` naming the last error when the
     deadline passes first.
     """
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     deadline = Deadline.of(deadline)
     t0 = time.monotonic()
-    last: Exception | None = None
     tag = uuid.uuid4().hex[:8]
-    while not deadline.expired():
+
+    def ready(timeout: float) -> None:
         c = Consumer(client_conf(bootstrap, **{"group.id": f"theseus-ready-{tag}",
                                                "enable.auto.commit": False}))
         try:
-            c.committed([TopicPartition("__theseus_ready", 0)],
-                        timeout=deadline.remaining() or 0.1)
+            c.committed([TopicPartition("__theseus_ready", 0)], timeout=timeout)
             p = Producer(client_conf(bootstrap, **{"transactional.id": f"theseus-ready-{tag}"}))
-            p.init_transactions(deadline.remaining() or 0.1)
-            return time.monotonic() - t0
-        except KafkaException as e:
-            last = e
-            time.sleep(min(0.5, deadline.remaining()))
+            p.init_transactions(timeout)
         finally:
             c.close()
-    raise BrokerError(f"broker {bootstrap}: group and transaction coordinators not ready "
-                      f"within {deadline.seconds:.0f} s",
-                      expected="a committed-offset fetch and a transactional init to succeed",
-                      found=f"last error: {_kafka_error(last) if last else 'none'}")
+
+    try:
+        retry(ready, deadline, "the group and transaction coordinators")
+    except (KafkaException, DeadlineExceeded) as e:
+        waited = f" within {deadline.seconds:.0f} s" if retryable(e) or deadline.expired() \
+            else ""
+        raise BrokerError(f"broker {bootstrap}: group and transaction coordinators not "
+                          f"ready{waited}",
+                          expected="a committed-offset fetch and a transactional init to "
+                                   "succeed",
+                          found=f"last error: {_kafka_error(e)}") from e
+    return time.monotonic() - t0
 
 
 #: seconds one DescribeTopics request of :func:`check_access` may take before it is asked again
@@ -185,52 +149,47 @@ def check_access(bootstrap: str, needs: list[Need],
     """
     if not needs:
         return
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import KafkaException, TopicCollection
     from confluent_kafka.admin import AdminClient
-
-    from gates.kafkaconf import user
 
     deadline = Deadline.of(deadline)
     admin = client or AdminClient(client_conf(bootstrap))
     who = user() or "this client"
     topics = list(dict.fromkeys(t for t, _, _ in needs))
     what = "the topics' authorized operations"
-    allowed: dict[str, set[str] | None] = {}
-    todo, delay = list(topics), 0.2
-    while todo:
-        # One request may go to a broker that has just died and wait for it in vain: each
-        # is capped at ACCESS_CALL_CAP and asked again (of another broker) while the
-        # deadline lasts, so that one broker of three may die while a query starts.
-        cap = deadline.timeout(what, ACCESS_CALL_CAP)
+
+    def describe(todo: list[str], cap: float) -> dict[str, Any]:
         futs = admin.describe_topics(TopicCollection(todo), include_authorized_operations=True,
                                      request_timeout=cap)
-        again: list[str] = []
+        out: dict[str, Any] = {}
         for t in todo:
             try:
-                d = futs[t].result(timeout=cap + 2)
+                ops = futs[t].result(timeout=cap + 2).authorized_operations
+                out[t] = None if ops is None else {o.name for o in ops}
             except (KafkaException, TimeoutError) as e:
                 err = e.args[0] if e.args else None
                 name = err.name() if err is not None and hasattr(err, "name") else ""
                 if name == "TOPIC_AUTHORIZATION_FAILED":
-                    allowed[t] = set()  # not even DESCRIBE
-                    continue
-                if name == "UNKNOWN_TOPIC_OR_PART":
+                    out[t] = set()  # not even DESCRIBE
+                elif name == "UNKNOWN_TOPIC_OR_PART":
                     # not there yet: the broker creates it on the first write when it may
                     # (auto.create.topics.enable), and the authorizer then judges the creation
-                    allowed[t] = None
-                    continue
-                if transient(e) and deadline.remaining() > delay:
-                    again.append(t)
-                    continue
-                deadline.check(what)
-                raise BrokerError(f"cannot describe the topic: {_kafka_error(e)}",
-                                  topic=t) from e
-            ops = d.authorized_operations
-            allowed[t] = None if ops is None else {o.name for o in ops}
-        todo = again
-        if todo:
-            deadline.sleep(delay, what)
-            delay = min(2 * delay, 2.0)
+                    out[t] = None
+                else:
+                    out[t] = e
+        return out
+
+    # One request may go to a broker that has just died and wait for it in vain: each is
+    # capped at ACCESS_CALL_CAP and asked again (of another broker) while the deadline
+    # lasts, so that one broker of three may die while a query starts.
+    try:
+        allowed: dict[str, set[str] | None] = retry_each(describe, topics, deadline, what,
+                                                         cap=ACCESS_CALL_CAP)
+    except Unanswered as e:
+        deadline.check(what)
+        raise BrokerError(f"cannot describe the topic: {_kafka_error(e.error)}",
+                          topic=e.key) from e.error
     implied = {"READ": {"READ", "ALL"}, "WRITE": {"WRITE", "ALL"},
                "DESCRIBE": {"DESCRIBE", "READ", "WRITE", "DELETE", "ALTER", "ALL"}}
     for t, op, why in needs:

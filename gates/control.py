@@ -10,8 +10,6 @@ occupy an offset); nothing else about them is special.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -87,6 +85,7 @@ def control_producer(bootstrap: str, *, deadline: Deadline | float = 30.0,
     and asks again only 500 ms later (librdkafka's PID timer), and nothing it produces is
     sent before. In a cascade that half second lay between the old upstream query's
     last batch and the cap on the downstream's old query."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import Producer
 
     deadline = Deadline.of(deadline)
@@ -118,6 +117,7 @@ def write_control_events(
     :class:`~compat.errors.ControlError` naming the topic and partition of any record that
     was not delivered, :class:`~compat.errors.DeadlineExceeded` when the deadline ran out.
     """
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import KafkaException
 
     deadline = Deadline.of(deadline)
@@ -170,33 +170,22 @@ def write_control_events(
                                found="none before the delivery timeout")
         return {t: dict(sorted(ps.items())) for t, ps in cut.items()}
     finally:
-        producer.flush(0)
-        dispose(producer)
+        close_producer(producer)
 
 
-#: seconds a producer handed to :func:`dispose` is kept before it is let go
-DISPOSE_AFTER = 1.0
+def close_producer(producer: Any) -> None:
+    """Close a producer now, dropping what it has not delivered (``None``: nothing to do).
 
-
-def dispose(client: Any) -> threading.Thread:
-    """Let go of a librdkafka client on a daemon thread, once its caller has returned.
-
-    Destroying a producer can take from 100 ms to a second (confluentinc/librdkafka#1690,
-    #1895); when the last reference goes in the caller, that time is spent on the caller's
-    path: in a cascade, between the control events of the propagated cut and the cap on
-    the downstream's old query. (The 0.5 s measured there first was the producer's start,
-    not its destroy: :func:`control_producer`.) The client keeps no work: every delivery
-    was awaited (or given up) before this, and confluent-kafka releases the GIL while it
-    destroys."""
-    box = [client]
-
-    def drop() -> None:
-        time.sleep(DISPOSE_AFTER)  # the caller's frame lets go first
-        box.clear()
-
-    t = threading.Thread(target=drop, daemon=True, name="theseus-dispose")
-    t.start()
-    return t
+    Every caller has awaited its delivery reports (or given up on them) before this, so
+    nothing is lost that was not lost already, and the close does not wait for records
+    that will never be delivered.  Closing takes about a millisecond on a local broker:
+    measured with ``make bench-migrate``'s cascade part, letting the producer go on a
+    thread instead did not shorten the stall (bench/results/dispose.md)."""
+    if producer is None:
+        return
+    producer.purge()
+    producer.flush(0)  # serves the purged records' delivery reports
+    producer.close()
 
 
 def control_key(migration_id: str) -> bytes:
@@ -218,6 +207,7 @@ def tombstone_control_events(
     "tombstone": true}``): gated sources skip it, and any reader that skips control records
     by their header skips it the same way.  Writing it twice is harmless (a resumed
     migration may).  Returns how many were written."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import KafkaException, Producer
 
     deadline = Deadline.of(deadline)
@@ -253,4 +243,4 @@ def tombstone_control_events(
                                partition=p, expected="a delivery report", found=err)
         return n
     finally:
-        producer.flush(0)
+        close_producer(producer)

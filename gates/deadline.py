@@ -23,11 +23,11 @@ class Deadline:
     """An end time on the monotonic clock; ``clock`` is for tests."""
 
     def __init__(self, seconds: float, *, hint: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.seconds = float(seconds)
         self.hint = hint
-        self._clock = clock
-        self.end = clock() + self.seconds
+        self._clock = clock or time.monotonic
+        self.end = self._clock() + self.seconds
 
     @classmethod
     def of(cls, budget: Deadline | float) -> Deadline:

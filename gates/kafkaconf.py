@@ -28,6 +28,7 @@ it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -55,6 +56,12 @@ RESERVED = ("bootstrap.servers", "metadata.broker.list", "group.id", "transactio
             "enable.idempotence", "isolation.level", "enable.auto.commit", "client.id")
 _SECRET = re.compile(r"password|secret|token|credential|(^|\.)key(\.pem)?$|jaas|"
                      r"oauthbearer\.config", re.I)
+
+# librdkafka logs every failed connection attempt (every 50 ms for a broker that is down):
+# the clients of a migration report a failure once, as an error naming what failed.
+QUIET = logging.getLogger("theseus.kafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
 
 _ACTIVE: dict[str, str] = {}
 _PATH: str | None = None
@@ -132,9 +139,8 @@ def validate(conf: Mapping[str, str], file: str = "<kafka config>") -> None:
     has SASL/SCRAM and SSL), without connecting anywhere."""
     if not conf:
         return
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import KafkaException, Producer
-
-    from gates.broker import QUIET
 
     try:
         Producer({**conf, "logger": QUIET})

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -41,7 +43,10 @@ from typing import Any
 from compat.errors import SinkError
 from gates.broker import client_conf, partitions
 from gates.control import is_control
+from gates.deadline import Deadline
 from gates.files import atomic_write_json
+from gates.startgate import read_start_gate
+from gates.state import is_acked, read_gate
 
 COUNTS = ("corrected", "added", "deleted", "matched")
 Latest = dict[bytes, "bytes | None"]
@@ -177,6 +182,7 @@ class TopicView:
         self.changed: set[bytes] = set()  # keys read by the last refresh
 
     def refresh(self) -> Latest:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
         topic, timeout = self.topic, self.timeout
@@ -187,7 +193,7 @@ class TopicView:
             # the end is known: a fetch at the end must answer at once, not wait up to the
             # default 500 ms for data (measured: most of the reconciliation's stall)
             "fetch.wait.max.ms": 10}))
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         self.changed = set()
         latest, changed = self.latest, self.changed
         try:
@@ -205,7 +211,7 @@ class TopicView:
             if todo:
                 c.assign([TopicPartition(topic, p, begin[p]) for p in sorted(todo)])
             while todo:
-                if time.monotonic() > deadline:
+                if deadline.expired():
                     raise SinkError(f"cannot read the topic to its end within {timeout:g} s "
                                     "(a transaction left open?)", topic=topic,
                                     expected=f"offsets {ends}",
@@ -260,14 +266,10 @@ class Reconciler:
         self._views: tuple[Any, TopicView, TopicView] | None = None
         self._diff: KeyDiff | None = None  # the views' comparison, kept up to date
         self.prefetch_seconds = 0.0
-        import threading
-
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
     def requested(self) -> dict[str, Any] | None:
-        from gates.startgate import read_start_gate
-
         spec = read_start_gate(self.store, self.instance).get("reconcile")
         return spec if isinstance(spec, dict) and spec.get("topic") else None
 
@@ -303,8 +305,6 @@ class Reconciler:
 
     def at_cut(self) -> bool:
         """The batch about to run starts at the cut (or the gate is open already)."""
-        from gates.state import is_acked
-
         doc = self._start_gate()
         if doc.get("open", True):
             return True
@@ -324,8 +324,6 @@ class Reconciler:
     def paused(self) -> bool:
         """The migration has paused this shadow (step 3) or cut (step 4): the hand-over is
         near, and reading both topics ahead of it pays."""
-        from gates.state import read_gate
-
         doc = self._start_gate()
         if doc.get("from") or doc.get("open", True):
             return True
@@ -335,8 +333,6 @@ class Reconciler:
             return False
 
     def _start_gate(self) -> dict[str, Any]:
-        from gates.startgate import read_start_gate
-
         return read_start_gate(self.store, self.instance)
 
     def watch(self, every: float = 1.0) -> None:
@@ -344,8 +340,6 @@ class Reconciler:
         compare every key every ``every`` seconds, until the hand-over takes over. The
         first read of a large output takes seconds; done here, it is off the hand-over's
         path (the batches of the shadow do not wait for it)."""
-        import threading
-
         def loop() -> None:
             while not self._stop.is_set():
                 try:
@@ -418,8 +412,6 @@ def fault(name: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         return
-    import signal
-
     os.kill(os.getpid(), signal.SIGKILL)
 
 

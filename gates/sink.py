@@ -59,6 +59,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from compat.errors import SinkError
+from gates.broker import client_conf
+from gates.deadline import Deadline
+from gates.reconcile import as_pairs, fault
+from gates.retry import retry
 
 OP_COLUMN = "_theseus_op"
 SIGN_COLUMN = "_theseus_sign"
@@ -78,6 +82,7 @@ def _q(name: str) -> str:
 
 def encode_batch(df, key_columns: Sequence[str]) -> tuple[list, list]:
     """Serialize a DataFrame into (keys, values) lists of str/None, computed in the JVM."""
+    # PySpark loads with the first batch, not with the module (start-up time)
     from pyspark.sql import functions as F
 
     cols = [c for c in df.columns if c not in (OP_COLUMN, SIGN_COLUMN)]
@@ -170,8 +175,6 @@ class KafkaSink:
             self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
     def _producer_conf(self) -> dict:
-        from gates.broker import client_conf
-
         conf = client_conf(self.bootstrap, **{
             "enable.idempotence": True,
             "acks": "all",
@@ -193,6 +196,7 @@ class KafkaSink:
 
     def producer(self):
         if self._producer is None:
+            # librdkafka loads with the first call that reaches a broker (start-up time)
             from confluent_kafka import KafkaException, Producer
 
             p = Producer(self._producer_conf())
@@ -209,9 +213,8 @@ class KafkaSink:
 
     def consumer(self):
         if self._consumer is None:
+            # librdkafka loads with the first call that reaches a broker (start-up time)
             from confluent_kafka import Consumer
-
-            from gates.broker import client_conf
 
             self._consumer = Consumer(client_conf(self.bootstrap, **{
                 "group.id": self.group,
@@ -236,12 +239,14 @@ class KafkaSink:
         """
         if cached and self._known is not None:
             return self._known[0]
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
-            tp = _retrying(lambda: self.consumer().committed([TopicPartition(self.topic, 0)],
-                                                             timeout=self.timeout)[0],
-                           self.timeout)
+            tp = retry(lambda timeout: self.consumer().committed(
+                [TopicPartition(self.topic, 0)], timeout=timeout)[0],
+                Deadline(self.timeout), f"the last committed batch id of group '{self.group}'",
+                cap=self.timeout)
         except KafkaException as e:
             tp = SimpleNamespace(error=e.args[0].str() if e.args else e)
         if tp.error is not None:
@@ -380,8 +385,6 @@ class KafkaSink:
 
     def _produce_corrections(self, topic, corrections) -> None:
         """The reconciliation's corrections, before the batch's own rows (which win)."""
-        from gates.reconcile import as_pairs, fault
-
         ks, vs = as_pairs(corrections)
         self._produce(topic, ks, vs)
         fault("reconcile")  # tests: the host dies with the corrections written, uncommitted
@@ -418,7 +421,8 @@ class KafkaSink:
                       "writing it again with a new producer", file=sys.stderr)
 
     def _transaction(self, topic, keys, values, batch_id, corrections=None) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
+        # librdkafka loads with the first call that reaches a broker (start-up time)
+        from confluent_kafka import TopicPartition
 
         self._errors.clear()
         p = self.producer()
@@ -436,20 +440,13 @@ class KafkaSink:
             # bounded here, the producer is then given up (HungCall).
             bound = min(HUNG_CALL, self.timeout)
             meta = self.consumer().consumer_group_metadata()
-            _retrying(lambda: _bounded(
+            what = "the transaction's offset commit (send_offsets_to_transaction)"
+            retry(lambda _: _bounded(
                 lambda: p.send_offsets_to_transaction(offsets, meta, bound),
-                bound + min(5.0, bound),
-                "the transaction's offset commit (send_offsets_to_transaction)"),
-                self.timeout)
-            for attempt in range(3):
-                try:
-                    p.commit_transaction(self.timeout)
-                    break
-                except KafkaException as e:
-                    err = e.args[0]
-                    if err.retriable() and attempt < 2:
-                        continue
-                    raise
+                bound + min(5.0, bound), what), Deadline(self.timeout), what,
+                cap=self.timeout)
+            retry(p.commit_transaction, Deadline(self.timeout), "the transaction's commit",
+                  cap=self.timeout)
         except BaseException as e:
             self._known = None  # re-read from the broker next time
             self._abort(e)
@@ -464,6 +461,7 @@ class KafkaSink:
         self._hook("after_commit", batch_id)
 
     def _abort(self, cause: BaseException) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaException
 
         p = self._producer
@@ -513,40 +511,6 @@ def _bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     if "error" in out:
         raise out["error"]
     return out.get("value")
-
-
-_TRANSIENT: frozenset | None = None
-
-
-def _transient_codes() -> frozenset:
-    from confluent_kafka import KafkaError
-
-    names = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
-             "_TIMED_OUT", "REQUEST_TIMED_OUT", "_TRANSPORT", "NOT_ENOUGH_REPLICAS",
-             "_WAIT_COORD", "CONCURRENT_TRANSACTIONS", "UNSTABLE_OFFSET_COMMIT")
-    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
-
-
-def _retrying(fn: Callable[[], Any], timeout: float) -> Any:
-    """Call ``fn``, retrying retriable Kafka errors (a coordinator that is still loading or
-    has just moved, as on a freshly started broker) with backoff until ``timeout`` passes."""
-    from confluent_kafka import KafkaException
-
-    global _TRANSIENT
-    if _TRANSIENT is None:
-        _TRANSIENT = _transient_codes()
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    while True:
-        try:
-            return fn()
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if err is None or not (err.retriable() or err.code() in _TRANSIENT) \
-                    or time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
 
 def make_writer(bootstrap: str, topic: str, key_columns: Sequence[str], query: str,

@@ -52,13 +52,17 @@ one partition).  ``migrate.build.changelog`` turns these upserts into retraction
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as _dt
 import decimal
+import io
 import json
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -100,8 +104,12 @@ except ImportError:  # pragma: no cover - older pyspark: no admission control
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
-from compat.errors import GateStateError, SourceError
+from compat.errors import BrokerError, DeadlineExceeded, GateStateError, SourceError
+from gates.broker import LEADER_WAIT, partitions
+from gates.cascade import read_switch
 from gates.control import CONTROL_HEADER
+from gates.deadline import Deadline
+from gates.retry import Unanswered, retry_each, retryable
 from gates.state import (
     OPEN,
     GateState,
@@ -224,6 +232,7 @@ _ADMINS: dict[tuple, Any] = {}
 
 
 def _admin(opts: SourceOptions):
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka.admin import AdminClient
 
     key = (opts.bootstrap, opts.kafka_conf)
@@ -234,9 +243,6 @@ def _admin(opts: SourceOptions):
 
 
 def _kafka_partitions(opts: SourceOptions, timeout: float = 15.0) -> list[int]:
-    from compat.errors import BrokerError, DeadlineExceeded
-    from gates.broker import partitions
-
     try:
         parts = partitions(_admin(opts), opts.topic, timeout)
     except BrokerError as e:
@@ -255,48 +261,35 @@ def _kafka_partitions(opts: SourceOptions, timeout: float = 15.0) -> list[int]:
 def _list_offsets(opts: SourceOptions, parts: list[int], which: str,
                   timeout: float = 15.0) -> dict[int, int]:
     """Earliest or latest (last stable, under read_committed) offsets of the partitions."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
     iso = (IsolationLevel.READ_COMMITTED if opts.isolation == "read_committed"
            else IsolationLevel.READ_UNCOMMITTED)
-    out: dict[int, int] = {}
-    # A partition whose leader just died answers NOT_LEADER / LEADER_NOT_AVAILABLE until the
-    # controller has elected another (up to broker.session.timeout.ms, 9 s by default):
-    # retried for up to LEADER_WAIT seconds, so one broker of three may die under a query.
-    deadline = time.monotonic() + max(timeout, LEADER_WAIT)
-    delay = 0.2
-    todo = list(parts)
-    while True:
+
+    def ask(todo: list[int], cap: float) -> dict[int, Any]:
         req = {TopicPartition(opts.topic, p): spec for p in todo}
-        futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=timeout)
-        failed: list[tuple[int, Exception]] = []
+        futs = _admin(opts).list_offsets(req, isolation_level=iso, request_timeout=cap)
+        out: dict[int, Any] = {}
         for tp, fut in futs.items():
             try:
-                out[tp.partition] = int(fut.result(timeout=timeout + 5).offset)
+                out[tp.partition] = int(fut.result(timeout=cap + 5).offset)
             except Exception as e:  # KafkaException, or the future's own TimeoutError
-                failed.append((tp.partition, e))
-        if not failed:
-            return dict(sorted(out.items()))
-        part, e = failed[0]
-        if not _transient(e) or time.monotonic() + delay > deadline:
-            raise SourceError(f"{NAME}: cannot list the {which} offset: {e}",
-                              topic=opts.topic, partition=part) from e
-        time.sleep(delay)
-        delay = min(delay * 2, 2.0)
-        todo = [p for p, _ in failed]
+                out[tp.partition] = e
+        return out
 
-
-#: seconds the driver waits for a partition to get a leader again (a broker died)
-LEADER_WAIT = 60.0
-
-
-def _transient(e: BaseException) -> bool:
-    """A Kafka error that passes by itself: a leader moving, a broker restarting."""
-    from gates.broker import transient
-
-    return transient(e)
+    # A partition whose leader just died answers NOT_LEADER / LEADER_NOT_AVAILABLE until the
+    # controller has elected another (up to broker.session.timeout.ms, 9 s by default):
+    # asked again for up to LEADER_WAIT seconds, so one broker of three may die under a query.
+    try:
+        out = retry_each(ask, parts, Deadline(max(timeout, LEADER_WAIT)),
+                         f"the {which} offsets", cap=timeout)
+    except Unanswered as e:
+        raise SourceError(f"{NAME}: cannot list the {which} offset: {e.error}",
+                          topic=opts.topic, partition=e.key) from e.error
+    return dict(sorted(out.items()))
 
 
 def _to_offset(topic: str, offs: Mapping[int, int]) -> dict:
@@ -521,6 +514,7 @@ class _ArrowBuilder:
     """Turns record values (bytes) into pyarrow RecordBatches of the source schema."""
 
     def __init__(self, schema: StructType, fmt: str):
+        # pyarrow loads with the first batch read as Arrow (start-up time)
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -581,8 +575,7 @@ class _ArrowBuilder:
         """
         if not values or not all(v[:1] == b"{" and v[-1:] == b"}" for v in values):
             return None
-        import io
-
+        # pyarrow loads with the first batch read as Arrow (start-up time)
         import pyarrow.json as pj
 
         pa = self.pa
@@ -618,6 +611,7 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
     Control records, tombstones excepted here: the caller filters. Stops at ``end`` even when
     the last offsets are transaction markers or aborted records (partition EOF tells).
     """
+    # librdkafka loads with the first call that reaches a broker (start-up time)
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     if start >= end:
@@ -643,7 +637,7 @@ def _consume(opts: SourceOptions, rng: KafkaRange, start: int, end: int) -> Iter
                         if m.offset() is not None and m.offset() >= 0:
                             pos = max(pos, m.offset())
                         continue
-                    if err.retriable():
+                    if retryable(err):
                         continue
                     raise SourceError(f"{NAME}: cannot read the partition: {err.str()}",
                                       topic=rng.topic, partition=rng.partition,
@@ -799,8 +793,6 @@ def _reader_name(opts: SourceOptions) -> str:
     if opts.node:
         return opts.node
     if opts.store and opts.query:
-        from pathlib import Path
-
         try:
             doc = json.loads((Path(opts.store) / "queries" / opts.query / "plan.json")
                              .read_text(encoding="utf-8"))
@@ -811,8 +803,6 @@ def _reader_name(opts: SourceOptions) -> str:
                 return opts.topic
         except (OSError, ValueError, AttributeError):
             pass
-    import uuid
-
     return f"{opts.topic}#{uuid.uuid4().hex[:12]}"
 
 
@@ -956,16 +946,12 @@ class BackfillStreamReader(TheseusKafkaStreamReader):
     bound the side topic."""
 
     def __init__(self, opts: SourceOptions, schema: StructType, switch: dict):
-        import dataclasses
-
         super().__init__(opts, schema)
         self.side = str(switch["side"])
         self.side_opts = dataclasses.replace(opts, topic=self.side, partitions=None)
         self._side_reader = f"{self._reader}@{self.side}"
 
     def _switch(self) -> dict:
-        from gates.cascade import read_switch
-
         try:
             return read_switch(self.opts.store, self.opts.query, self.opts.topic) or {}
         except GateStateError as e:  # read again at the next trigger
@@ -1077,8 +1063,6 @@ class TheseusKafkaSource(DataSource):
             raise SourceError(f"{NAME}: a 'table' source is read with spark.read (latest "
                               "value per key), not spark.readStream", topic=self.opts.topic)
         if self.opts.store and self.opts.query and self.opts.role == "stream":
-            from gates.cascade import read_switch
-
             switch = read_switch(self.opts.store, self.opts.query, self.opts.topic)
             if switch is not None:  # a downstream shadow of a cascade
                 return BackfillStreamReader(self.opts, schema, switch)

@@ -363,14 +363,15 @@ def plan_diff(old: str, new: str, fmt: str, output: str | None, html_out: str | 
     and removed; then the check's findings.  Exit code as for check."""
     from compat import plandiff
     from compat.check import check_files, parse_require
+    from compat.htmldiff import render_html
 
     report = check_files(old, new, require=parse_require(require),
                          schema_compat=schema_compat, pair_passive=True)
     d = plandiff.diff(report)
     if html_out:
-        _emit(plandiff.render(d, "html"), html_out)
+        _emit(render_html(report, d), html_out)
         click.echo(f"wrote {html_out}")
-    _emit(plandiff.render(d, fmt), output)
+    _emit(render_html(report, d) if fmt == "html" else plandiff.render(d, fmt), output)
     sys.exit(report.exit_code)
 
 

@@ -35,9 +35,11 @@ import time
 import uuid
 from pathlib import Path
 
-from compat.errors import RuntimeFailure
+from compat.errors import DeadlineExceeded, RuntimeFailure
 from gates.broker import client_conf
+from gates.deadline import Deadline
 from gates.files import atomic_write
+from gates.retry import retry
 
 _HOSTPORT = r"[A-Za-z0-9_.\-\[\]:]+:\d+"
 # several brokers, comma-separated: the store still opens while one of them is down
@@ -69,6 +71,7 @@ class KafkaMirror:
 
     def __init__(self, spec: str, root: Path, interval: float = 0.1,
                  timeout: float = 60.0) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self.spec = spec
@@ -93,6 +96,7 @@ class KafkaMirror:
 
     # -- setup ----------------------------------------------------------------------------
     def _ensure_topic(self, timeout: float) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(client_conf(self.bootstrap))
@@ -117,23 +121,20 @@ class KafkaMirror:
                                      file=self.spec) from None
 
     def _catch_up(self, timeout: float) -> None:
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaException, TopicPartition
 
-        deadline = time.monotonic() + timeout
-        while True:
+        deadline = Deadline(timeout)
+        tp = TopicPartition(self.topic, 0)
+        try:
             # the store topic's leader may have just died: wait for the next one
-            try:
-                _, hi = self.consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, 0),
-                    timeout=max(0.1, min(10.0, deadline - time.monotonic())))
-                break
-            except KafkaException as e:
-                if time.monotonic() + 0.5 > deadline:
-                    raise RuntimeFailure(f"the Kafka store's topic cannot be read: {e}",
-                                         file=self.spec) from None
-                time.sleep(0.5)
+            _, hi = retry(lambda t: self.consumer.get_watermark_offsets(tp, timeout=t),
+                          deadline, "the Kafka store's topic", cap=10.0)
+        except (KafkaException, DeadlineExceeded) as e:
+            raise RuntimeFailure(f"the Kafka store's topic cannot be read: {e}",
+                                 file=self.spec) from None
         pos = 0
-        while pos < hi and time.monotonic() < deadline:
+        while pos < hi and not deadline.expired():
             pos = max(pos, self._consume(1.0))
         if pos < hi:
             raise RuntimeFailure("the Kafka store did not load in time", file=self.spec,
@@ -145,6 +146,7 @@ class KafkaMirror:
     # -- sync -----------------------------------------------------------------------------
     def _consume(self, wait: float) -> int:
         """Apply available records; returns the next offset to read (0 when none came)."""
+        # librdkafka loads with the first call that reaches a broker (start-up time)
         from confluent_kafka import KafkaError
 
         nxt = 0

@@ -24,6 +24,7 @@ from compat.check import load_plan
 from compat.errors import RuntimeFailure, TheseusError
 from compat.model import Plan
 from compat.serde import dumps
+from gates.deadline import Deadline
 from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
@@ -201,8 +202,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                  f"stopped after batch {seen}")
             # Exit when the migrator says so (or in a minute): tearing the JVM down now
             # would take CPU from the new query's first batches.
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not stop["asked"] and \
+            linger = Deadline(60)
+            while not linger.expired() and not stop["asked"] and \
                     not store.stop_requested(name):
                 time.sleep(0.2)
             return 0
@@ -296,8 +297,8 @@ def stop_after_batch(query: Any, timeout: float = 10.0) -> None:
     A query whose batches run back to back is never idle; after ``timeout`` it is stopped
     mid-batch, which is safe: the batch is replayed on restart and the exactly-once sink
     skips what it already committed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and query.isActive:
+    deadline = Deadline(timeout)
+    while not deadline.expired() and query.isActive:
         status = query.status
         if not status.get("isTriggerActive", False):
             break

@@ -137,7 +137,7 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
     if plan.info[plan.sink_id].changelog:
         # transformWithState operators need RocksDB (Builder.start sets it for a changelog
         # query); a checkpoint's offset log pins it too.
-        from migrate.build.changelog import ROCKSDB
+        from migrate.build.core import ROCKSDB
 
         pinned.setdefault("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     before: dict[str, str | None] = {}

@@ -7,6 +7,7 @@ import pytest
 
 import gates.source as source
 from compat.errors import SourceError
+from gates.retry import retryable
 
 
 class _Fut:
@@ -130,7 +131,7 @@ def test_the_migrators_watermarks_wait_for_a_new_leader(monkeypatch):
 
     monkeypatch.setattr(_Consumer, "get_watermark_offsets", dropped_once)
     assert broker.watermarks("h:1", ["t"]) == {"t": {0: 10, 1: 11}} and calls["n"] == 3
-    assert not broker.transient(_err(KafkaError._DESTROY))  # the client closing: final
+    assert not retryable(_err(KafkaError._DESTROY))  # the client closing: final
 
     def denied(self, tp, timeout=None):
         raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)

@@ -729,28 +729,6 @@ def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_que
     assert ua.out_cut == {"t": {"0": 7, "1": 3}} and ua.phase == "cutover"
 
 
-def test_the_control_events_producer_is_destroyed_off_the_hand_over_path(monkeypatch):
-    """librdkafka's destroy can take a second: the client is let go on a daemon thread once
-    the caller returned, not on the migrator's."""
-    import threading
-
-    import gates.control as gc
-
-    monkeypatch.setattr(gc, "DISPOSE_AFTER", 0.05)
-    where: list[str] = []
-
-    class Client:
-        def __del__(self):
-            where.append(threading.current_thread().name)
-
-    c = Client()
-    t = gc.dispose(c)
-    del c
-    assert where == []  # still held
-    t.join(5)
-    assert where == ["theseus-dispose"]
-
-
 # -- the control records' tombstones ------------------------------------------------------
 
 @pytest.mark.parametrize("role", ["upstream", "middle", "downstream"])

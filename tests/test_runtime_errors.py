@@ -238,6 +238,12 @@ class RefusingProducer:
         self.queued = []
         return 0
 
+    def purge(self):
+        self.queued = []
+
+    def close(self):
+        return True
+
 
 def test_a_refused_control_event_ends_the_step_with_one_migration_error(tmp_path,
                                                                         monkeypatch):

@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from compat.model import NamedExpr
 from compat.sql import ir
+from compat.sql.scope import Rel, ScopeCol, column_names
 from compat.sql.text import span_of
 from compat.steps import Project, Recursive, Source
 from compat.steps.recursive import DEFAULT_MAX_ITERATIONS
@@ -67,9 +68,7 @@ def with_recursive(tr: Any, w: exp.With, ctes: dict) -> dict:
     return out
 
 
-def reference(tr: Any, v: RecursiveCte | LoopRef, t: exp.Table, qualifier: str) -> Any:
-    from compat.sql.translate import Rel, ScopeCol
-
+def reference(tr: Any, v: RecursiveCte | LoopRef, t: exp.Table, qualifier: str) -> Rel:
     q = qualifier.lower()
     if isinstance(v, LoopRef):
         return Rel(v.id, [ScopeCol(q, n, n) for n in v.names])
@@ -108,17 +107,13 @@ def _hints(tr: Any, step: exp.Expression) -> tuple[exp.Expression, int, str]:
     return step, limit, on_limit
 
 
-def _project(tr: Any, sid: str, rel: Any, names: list[str], where: Any) -> str:
-    from compat.sql.translate import _names
-
+def _project(tr: Any, sid: str, rel: Rel, names: list[str], where: Any) -> str:
     tr.graph.add(Project(id=sid, inputs=(rel.id,), columns=tuple(
-        NamedExpr(n, ir.sql(ir.col(p))) for n, p in zip(names, _names(rel)))), where)
+        NamedExpr(n, ir.sql(ir.col(p))) for n, p in zip(names, column_names(rel)))), where)
     return sid
 
 
-def _build(tr: Any, rc: RecursiveCte) -> Any:
-    from compat.sql.translate import Rel, ScopeCol, _names
-
+def _build(tr: Any, rc: RecursiveCte) -> Rel:
     cte, name = rc.cte, rc.name
     body = cte.this
     if not isinstance(body, exp.Union) or isinstance(body.this, exp.Union) or \
@@ -134,10 +129,10 @@ def _build(tr: Any, rc: RecursiveCte) -> Any:
     alias = cte.args.get("alias")
     cols = [c.name for c in (alias.args.get("columns") or [])] if alias else []
     if not cols:
-        cols = _names(base)
-    if len(cols) != len(_names(base)):
+        cols = column_names(base)
+    if len(cols) != len(column_names(base)):
         raise tr.err(f"recursive CTE '{name}' names {len(cols)} columns, its base has "
-                     f"{len(_names(base))}", base_q)
+                     f"{len(column_names(base))}", base_q)
     pid = _project(tr, tr.new_id(f"{name}_base"), base, cols, span_of(base_q))
     # The loop's rows, while the member is translated: a stand-in with the base's columns
     # (the translator types expressions over it); the body reads body_input instead.
@@ -145,8 +140,8 @@ def _build(tr: Any, rc: RecursiveCte) -> Any:
                                                              for c in cols]), cols, None)
     before = set(tr.graph.steps)
     step = tr.query(step_q, {**rc.defined, name: LoopRef(loop, tuple(cols))})
-    if len(_names(step)) != len(cols):
-        raise tr.err(f"the recursive member of '{name}' has {len(_names(step))} columns, "
+    if len(column_names(step)) != len(cols):
+        raise tr.err(f"the recursive member of '{name}' has {len(column_names(step))} columns, "
                      f"the CTE {len(cols)}", step_q)
     last = tr.graph[step.id]
     if step.id not in before and isinstance(last, Project) and \

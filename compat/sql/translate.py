@@ -22,6 +22,8 @@ from compat.errors import PlanError, SqlError
 from compat.infer import duration_seconds
 from compat.model import AggCall, NamedExpr, OrderKey, Window
 from compat.sql import ir
+from compat.sql.recursive import reference, with_recursive
+from compat.sql.scope import Rel, ScopeCol, column_names
 from compat.sql.script import Script, Table, source_step
 from compat.sql.text import Span, SqlText, did_you_mean, span_of
 from compat.steps import Aggregate, Deduplicate, Explode, Filter, Join, Project, TopN, Union
@@ -29,29 +31,6 @@ from compat.steps.join import join_output, paired_keys
 
 #: the one optimizer hint: how long a deduplication remembers a key
 HINTS = ("DEDUP_WITHIN",)
-
-
-@dataclass(frozen=True)
-class ScopeCol:
-    """A column visible to expressions: how SQL names it and what the step outputs."""
-
-    qualifier: str | None  # lower-case table name or alias
-    name: str  # as declared / aliased
-    physical: str  # the name in the step's output
-    side: str | None = None  # ir.LEFT / ir.RIGHT while resolving a join's ON
-    hidden: bool = False  # made by explode() in the SELECT list: not part of ``*``
-
-
-@dataclass
-class Rel:
-    """A relation under construction: the step producing it and its columns in scope."""
-
-    id: str
-    cols: list[ScopeCol]
-
-    def requalify(self, qualifier: str | None) -> Rel:
-        q = qualifier.lower() if qualifier else None
-        return Rel(self.id, [ScopeCol(q, c.name, c.physical) for c in self.cols])
 
 
 @dataclass
@@ -126,8 +105,6 @@ class Translator:
         if not w:
             return ctes
         if w.args.get("recursive"):
-            from compat.sql.recursive import with_recursive
-
             return with_recursive(self, w, ctes)
         out = dict(ctes)
         for cte in w.expressions:
@@ -153,10 +130,10 @@ class Translator:
         collect(q.this)
         collect(q.expression)
         rels = [self.query(b, ctes) for b in branches]
-        names = [c for c in _names(rels[0])]
+        names = [c for c in column_names(rels[0])]
         inputs = [rels[0].id]
         for b, r in zip(branches[1:], rels[1:]):
-            other = _names(r)
+            other = column_names(r)
             if len(other) != len(names):
                 raise self.err(f"UNION branches have {len(names)} and {len(other)} columns",
                                b)
@@ -164,7 +141,7 @@ class Translator:
                 # Spark's UNION matches columns by position; a plan's union by name.
                 pid = self.new_id("select")
                 self.graph.add(Project(id=pid, inputs=(r.id,), columns=tuple(
-                    NamedExpr(n, ir.sql(ir.col(p))) for n, p in zip(names, _names(r)))),
+                    NamedExpr(n, ir.sql(ir.col(p))) for n, p in zip(names, column_names(r)))),
                     span_of(b))
                 r = Rel(pid, [])
             inputs.append(r.id)
@@ -405,8 +382,6 @@ class Translator:
         low = name.lower()
         if low in ctes:
             if not isinstance(ctes[low], tuple):  # a recursive CTE, or its loop inside it
-                from compat.sql.recursive import reference
-
                 return reference(self, ctes[low], t, qualifier)
             q, defined = ctes[low]
             return self.query(q, defined).requalify(qualifier)
@@ -1047,14 +1022,6 @@ class _RankPattern:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _names(rel: Rel) -> list[str]:
-    seen: list[str] = []
-    for c in rel.cols:
-        if c.physical not in seen:
-            seen.append(c.physical)
-    return seen
 
 
 def _parts(node: exp.Expression) -> list[exp.Identifier] | None:

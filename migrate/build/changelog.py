@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gates.sink import JSON_OPTIONS, SIGN_COLUMN
+from migrate.build.core import ddl, q
 
 SIGN = SIGN_COLUMN
 ROW = "_theseus_row"
@@ -52,9 +53,6 @@ KEY = "_theseus_key"
 SIDE = "_theseus_side"
 #: how a stateful changelog operator's output is typed before ``from_json``
 OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
-
-#: the state store transformWithState needs
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 class _State:
@@ -123,8 +121,6 @@ def _dumps(d: Any) -> str:
 def unpack(b: Any, df: Any, columns: tuple[tuple[str, str], ...], names: tuple[str, ...]
            ) -> Any:
     """The node's columns (and the sign) back from an operator's JSON rows."""
-    from migrate.build.core import ddl, q
-
     F = b.F
     parsed = df.select(F.from_json(F.col(ROW), ddl(columns, names), JSON_OPTIONS).alias("r"),
                        F.col(SIGN))
@@ -132,8 +128,6 @@ def unpack(b: Any, df: Any, columns: tuple[tuple[str, str], ...], names: tuple[s
 
 
 def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
-    from migrate.build.core import q
-
     F = b.F
     return F.to_json(F.struct(*[F.col(q(n)) for n in names]), JSON_OPTIONS)
 
@@ -370,8 +364,6 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          columns: tuple[tuple[str, str], ...], names: tuple[str, ...], state_name: str) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
     ``compat.steps.join.join_output``'s (output name, side, input column)."""
-    from migrate.build.core import q
-
     F = b.F
 
     def null_key(keys: tuple[str, ...]) -> Any:

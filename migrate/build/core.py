@@ -17,6 +17,7 @@ key.  ``top_n`` emits the same marker for rows that fall out of the top.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -24,9 +25,32 @@ from typing import Any
 from compat.errors import RuntimeFailure
 from compat.infer import NodeInfo
 from compat.model import Node, Plan
+from compat.steps import Recursive, Sink
+from compat.steps.sink import written_key
 
 OP = "_theseus_op"  # 'U' (insert or update) or 'D' (retract the row's key)
 SOURCE_FORMAT = "theseus_kafka"
+#: the state store transformWithState (a changelog's operators) needs
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+#: how a plan with recursive steps starts: a chain of queries, which
+#: ``migrate.build.recursive`` (built on this module) registers
+_CHAIN_STARTS: list[Callable[[Builder], Any]] = []
+
+
+def register_chain_start(start: Callable[[Builder], Any]) -> None:
+    """Make ``start(builder)`` how :meth:`Builder.start` starts a plan with recursion."""
+    _CHAIN_STARTS.append(start)
+
+
+def sink_key(b: Builder) -> list[str]:
+    """The columns of the record key the gated sink writes, in order: ``key_columns``, and
+    for a version 2 sink over a windowed output the ``window`` column last (its JSON object
+    ``{"start": ..., "end": ...}`` is the key's last member).  A version 1 sink keeps its
+    bytes: ``key_columns`` alone."""
+    sink = b.plan.sink
+    assert isinstance(sink, Sink)
+    return list(written_key(sink, b.plan.info[sink.id]))
 
 
 @dataclass
@@ -126,14 +150,11 @@ class Builder:
     def start(self) -> Any:
         """Start the streaming query writing to the sink; returns the StreamingQuery (a
         plan with recursive steps: a chain of queries that behaves as one)."""
-        from migrate.build.recursive import has_recursion, start_chain
-
-        if has_recursion(self.plan):
-            return start_chain(self)
+        if any(isinstance(n, Recursive) for n in self.plan.nodes.values()):
+            return _CHAIN_STARTS[-1](self)
         sink = self.plan.sink
         df = self.dataframe()
         from gates.sink import make_writer
-        from migrate.build.sink import sink_key
 
         writer = make_writer(self.opts.bootstrap, self.opts.output_topic or sink.topic,
                              sink_key(self), self.opts.query or self.plan.query,
@@ -156,8 +177,6 @@ class Builder:
             return w.start()
         # A changelog's operators are transformWithState's, which need RocksDB; the query
         # takes its own copy of the session's settings when it starts.
-        from migrate.build.changelog import ROCKSDB
-
         key = "spark.sql.streaming.stateStore.providerClass"
         before = self.spark.conf.get(key, None)
         self.spark.conf.set(key, ROCKSDB)

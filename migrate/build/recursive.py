@@ -43,7 +43,8 @@ from compat.infer import InferContext, NodeInfo, analyze
 from compat.model import Column, Plan
 from compat.steps import Recursive, Source
 from compat.steps.recursive import body_infos, body_order, body_paths
-from migrate.build.core import Builder, build_step, q
+from gates.deadline import Deadline
+from migrate.build.core import Builder, build_step, q, register_chain_start
 
 TAG = "__theseus_in"
 
@@ -127,6 +128,9 @@ def start_chain(b: Builder) -> QueryChain:
     return chain
 
 
+register_chain_start(start_chain)
+
+
 def _promote(store: str | None, gate: str) -> Callable[[int], None] | None:
     """After a loop batch committed: acknowledge the cap it reached (gates.state), as the
     plan's sink does for the output query, so that a migration sees the loop at its cut
@@ -159,8 +163,8 @@ def _create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
                 raise RuntimeFailure(f"cannot create the internal topic of a recursive step: "
                                      f"{e}", expected="a topic the broker accepts",
                                      found=t) from None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    deadline = Deadline(30)
+    while not deadline.expired():
         md = admin.list_topics(timeout=30).topics
         if all(t.topic in md and md[t.topic].error is None and
                all(p.leader >= 0 for p in md[t.topic].partitions.values()) for t in todo):
@@ -325,16 +329,14 @@ class Loop:
                 return _union(derived), i, True
 
     def _body(self, loop: Any, inputs: dict[int, Any]) -> Any:
-        from migrate.build.core import build_step as build
-
         frames = {self.rec.body_input: loop}
         for k, fid in enumerate(self.rec.further_inputs, 1):
             frames[fid] = inputs[k]
         body = {n.id: n for n in self.rec.body}
         for bid in self.order:
             node = body[bid]
-            frames[bid] = build(node, self.bb, [frames[i] for i in node.inputs],
-                                self.infos[bid])
+            frames[bid] = build_step(node, self.bb, [frames[i] for i in node.inputs],
+                                     self.infos[bid])
         out = frames[self.rec.body_output]
         return out.select(*[self.fb.F.col(q(o)).cast(t.dataType).alias(t.name)
                             for o, t in zip(out.columns, self.schemas[0].fields)])
@@ -448,12 +450,12 @@ class QueryChain:
                 sq.stop()
 
     def awaitTermination(self, timeout: float | None = None) -> bool:  # noqa: N802
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else Deadline(timeout)
         while self.isActive:
             if self.exception() is not None:
                 self.stop()
                 return True
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and deadline.expired():
                 return False
             time.sleep(0.2)
         return True

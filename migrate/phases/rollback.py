@@ -5,6 +5,7 @@ or rolls back)."""
 from __future__ import annotations
 
 from compat.errors import MigrationError, RuntimeFailure
+from gates import control
 from gates.startgate import read_start_gate, write_start_gate
 from gates.state import GateState, veto, write_gate
 from migrate import sides
@@ -56,6 +57,8 @@ def abort(m: Migration, ctx: Context, drop_side: bool = True) -> Migration:
         for lp in sides.loops(ctx.store, inst).values():
             write_gate(root, lp["gate"], GateState("open", {}, m.epoch + 1))
     m.epoch += 1
+    # made at step 5 for the propagated cut, which an aborted migration never writes
+    control.close_producer(ctx.producers.pop(m.id, None))
     if drop_side and (m.reconciling or m.feeds) and inst:
         # the side topic of an aborted migration (reconciling, or feeding a cascade)
         ctx.processes.wait_stopped(m)

@@ -10,6 +10,7 @@ from compat.errors import MigrationError
 from gates import control
 from gates.broker import client_conf, watermarks
 from gates.deadline import Deadline
+from gates.retry import retry
 from migrate import sides
 from migrate.record import Migration, int_offsets
 
@@ -32,30 +33,35 @@ class TopicAdmin:
         """Create ``topic`` unless it exists (the side topic of ``m``'s shadow)."""
         # confluent_kafka is imported where it is used: off the import path of the commands
         # that never reach a broker
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(client_conf(m.bootstrap))
         what = f"the broker {m.bootstrap} to list its topics"
         try:
-            if topic in admin.list_topics(timeout=self.deadline.timeout(what)).topics:
-                return
+            listed = retry(lambda t: admin.list_topics(timeout=t).topics, self.deadline, what)
         except KafkaException as e:
-            self.deadline.check(what)
             raise MigrationError(f"cannot list the broker's topics: {e}",
                                  file=m.new_plan, found=m.bootstrap) from None
+        if topic in listed:
+            return
         what = f"the comparison topic '{topic}' to be created"
-        timeout = self.deadline.timeout(what)
-        # -1: the cluster's default replication factor
-        fut = admin.create_topics([NewTopic(topic, partitions, -1, config=config or {})],
-                                  request_timeout=timeout)[topic]
+
+        def create(timeout: float) -> None:
+            # -1: the cluster's default replication factor
+            fut = admin.create_topics([NewTopic(topic, partitions, -1, config=config or {})],
+                                      request_timeout=timeout)[topic]
+            try:
+                fut.result(timeout)
+            except KafkaException as e:  # created concurrently (a resumed run) is fine
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
         try:
-            fut.result(timeout)
-        except Exception as e:  # created concurrently (a resumed run) is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(e):
-                self.deadline.check(what)
-                raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
-                                     file=m.new_plan) from None
+            retry(create, self.deadline, what)
+        except KafkaException as e:
+            raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
+                                 file=m.new_plan) from None
 
     def delete_side_topic(self, m: Migration) -> None:
         """The side topic served the reconciliation only (kept with --compare, for reading)."""
@@ -65,9 +71,12 @@ class TopicAdmin:
 
         topic = sides.compare_topic(m)
         admin = AdminClient(client_conf(m.bootstrap))
-        timeout = self.deadline.timeout(f"the side topic '{topic}' to be deleted")
-        try:
+
+        def delete(timeout: float) -> None:
             admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
+
+        try:
+            retry(delete, self.deadline, f"the side topic '{topic}' to be deleted")
             self.echo(f"  deleted the side topic {topic}")
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
