@@ -154,6 +154,15 @@ class MigrationError(TheseusError):
     exit_code = 5
 
 
+class Refused(TheseusError):
+    """An operation refused before it changed anything, because of the state it found: the
+    migration is owned by another live process (its lease), a guard tripped (a destructive
+    reconciliation, a missing topic), or there is nothing it could act on.  Distinct from a
+    failed step (5): running it again later, or as the message says, is safe."""
+
+    exit_code = 6
+
+
 class StoreError(RuntimeFailure):
     """The store (a directory, or its Kafka mirror) cannot be read or written."""
 
