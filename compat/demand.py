@@ -13,7 +13,8 @@ step reads never reaches it.  Three users share this one statement of it:
 - the fleet's contract across a topic (``compat.fleet.contract``): which declared columns
   a consumer really reads;
 - the state rules: the columns a stateful step receives, and so keeps in state, are the
-  ones demanded of its inputs (``state_inputs``), never the declared source schema.
+  ones demanded of its inputs (``demand_at``; a stream-stream join's ``state_rows``), never
+  the declared source schema.
 
 A demand maps a lower-case column name to the ids of the steps that read it (for
 messages: "read by 'f', 'agg'").
