@@ -432,6 +432,7 @@ def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
     import socket
 
     import gates.broker
+    import migrate.plantopics
     import migrate.run
     from migrate.ckcheck import locate
     from migrate.store import open_store
@@ -447,6 +448,7 @@ def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
         raise Started
 
     monkeypatch.setattr(gates.broker, "check_access", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.plantopics, "prepare", lambda *a, **kw: None)
     monkeypatch.setattr(migrate.run, "start_query", start_query)
     monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
     with pytest.raises(Started):
