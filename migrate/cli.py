@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from compat import exits
 from compat.errors import InvalidRequest, Refused, TheseusError
 from compat.legend import LEGEND
 
@@ -141,7 +142,8 @@ def _crash_line(e: BaseException) -> str:
     return f"{what} ({where}); this is a bug in theseus, please report it with that file"
 
 
-@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exits.text())
 @click.version_option(package_name="theseus", prog_name="theseus")
 def main() -> None:
     """Theseus keeps never-ending Spark streaming queries correct while they change."""
