@@ -4,8 +4,10 @@ it is over.  Every call takes what is left of the run's one deadline."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+from compat.errors import TheseusError
 from gates import control
 from gates.broker import client_conf, create_topic, topics_of, watermarks
 from gates.deadline import Deadline
@@ -54,10 +56,22 @@ class TopicAdmin:
 
         try:
             retry(delete, self.deadline, f"the topic '{topic}' to be deleted")
-            self.echo(f"  deleted the topic {topic}")
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
                 self.echo(f"  could not delete the topic {topic}: {e}")
+            return
+        # Deletion ends after the call returns: a migration started next would find the
+        # topic still listed, skip creating it, and write into a topic being deleted.
+        wait, listed = self.deadline.within(30), True
+        try:
+            while listed and not wait.expired():
+                listed = topic in topics_of(bootstrap, wait)
+                if listed:
+                    time.sleep(0.2)
+        except TheseusError:  # the broker did not answer in time: still listed, as said
+            pass
+        self.echo(f"  deleted the topic {topic}" if not listed else
+                  f"  asked the broker to delete the topic {topic} (still listed after 30 s)")
 
     def tombstone_controls(self, m: Migration) -> None:
         """The migration is over: its control records need not stay in compacted topics
