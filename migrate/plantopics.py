@@ -32,6 +32,7 @@ from compat.errors import BrokerError, Refused
 from compat.model import Plan
 from compat.steps import Source
 from gates.broker import create_topic, topics_of
+from gates.kafkaconf import user
 
 
 def sources(plan: Plan) -> list[Source]:
@@ -51,12 +52,14 @@ def missing_source(plan: Plan, have: Mapping[str, int], file: str,
                    bootstrap: str) -> Refused | None:
     """The refusal for the first source whose topic the cluster does not have (None when
     every one is there).  ``file``: the plan file the user gave."""
+    # an authorizer lists only the topics the user may describe
+    seen = f" that user '{user()}' may describe" if user() else ""
     for n in sources(plan):
         if n.topic not in have:
             return Refused(f"source '{n.id}' reads topic '{n.topic}', which does not exist",
                            **located(plan, n.id, file, "topic"),
                            expected="an existing topic",
-                           found=f"no topic '{n.topic}' on {bootstrap}",
+                           found=f"no topic '{n.topic}' on {bootstrap}{seen}",
                            hint="create the topic, or correct its name in the plan; "
                                 "nothing was written")
     return None
