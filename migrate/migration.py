@@ -34,12 +34,16 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
     # the time budget starts here
     ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)
     ctx.save(m)
-    return ended(store, runner.run(m, ctx))
+    try:
+        return runner.run(m, ctx)
+    finally:
+        ended(store, m)
 
 
 def ended(store: DirectoryStore, m: Migration) -> Migration:
-    """A dry run that ran to its end leaves the query's current migration as it was."""
-    if m.dry_run and m.phase == "previewed":
+    """A dry run that ended (reported, or refused) leaves the query's current migration as
+    it was; one whose step failed stays current, to be resumed."""
+    if m.dry_run and m.phase in TERMINAL:
         restore_current(store, m)
     return m
 
@@ -56,8 +60,10 @@ def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = prin
         raise Refused(f"migration {m.id} of '{query}' is {m.phase}: nothing to resume" +
                       (f" ({m.error})" if m.error else ""), file=str(store.root),
                       expected="a migration in progress", found=m.phase)
-    return ended(store, runner.run(m, Context(store, echo, timeout,
-                                              hint=resume_hint(query), live=live)))
+    try:
+        return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query), live=live))
+    finally:
+        ended(store, m)
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:

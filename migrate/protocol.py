@@ -14,7 +14,9 @@ broker that does not answer, a control record not delivered) ends the run with o
 :class:`~compat.errors.MigrationError` naming the step, the phase stays recorded, and
 ``resume`` retries it.
 
-1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
+1. Check     refuse ``unsupported``; the preflight, before anything is written: refuse a
+             source topic of the new plan that does not exist, warn on an empty one;
+             ``in_place`` is a graceful stop and a restart on the
              same checkpoint (unless ``--strategy shadow``): the in-place path, below —
              once the checkpoint check agrees (``auto`` goes through a shadow when the
              checkpoint contradicts the plan check or cannot be read on this host).
@@ -24,7 +26,11 @@ broker that does not answer, a control record not delivered) ends the run with o
              (:mod:`migrate.phases.shadow`)
 3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
              row), cap both queries at the high watermarks H and wait until both
-             acknowledge H. (:mod:`migrate.phases.pause`)
+             acknowledge H. (:mod:`migrate.phases.pause`)  A reconciling migration then
+             counts what a cut at H would reconcile and, without ``--allow-deletes``,
+             stops here, the pause rolled back, when it would delete more than
+             ``--max-delete-ratio`` of the output's keys: no control event is ever
+             written before this guard passed. (:mod:`migrate.phases.guard`)
 4. Cut       write one control event into every partition of every source topic; their
              offsets are the cut C (``--cut offsets``: C = H, nothing is written).  C is
              checked to be at or beyond H in every partition (a topic deleted and

@@ -310,6 +310,17 @@ def test_a_dry_run_of_an_in_place_upgrade_starts_nothing(tmp_path, monkeypatch):
     assert not store.stop_requested("q")
 
 
+def test_a_dry_run_refused_at_step_1_leaves_no_current_migration_either(tmp_path,
+                                                                         monkeypatch):
+    store, new, fakes, r = dry_run(tmp_path, monkeypatch, agg_doc("q", "orders_us", "totals"),
+                                   previous="m0")
+    assert r.exit_code == 6 and "'orders_us', which does not exist" in r.output
+    assert migration.current(store, "q").id == "m0" and fakes.spawned == []
+    refused = [m for m in (store.root / "migrations").glob("m2*.json")
+               if not m.name.endswith(".plan.json")]
+    assert len(refused) == 1 and Migration.load(store, refused[0].stem).phase == "refused"
+
+
 def test_dry_run_and_the_guard_take_one_plan(tmp_path):
     r = cli("migrate", "start", "a.json", "b.json", "--bootstrap", "x:9", "--dry-run",
             "--state", str(tmp_path / "st"))
