@@ -23,6 +23,7 @@ store, marked ``dry_run``; the query's current migration is the one before it
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from compat.errors import Refused
@@ -100,7 +101,8 @@ def render(m: Migration) -> list[str]:
         return lines
     if g:
         lines.append(f"  reconciliation at the cut (counted with the shadow at the head "
-                     f"{p.get('head')}): {g['corrected']} corrected, {g['added']} added, "
+                     f"{json.dumps(p.get('head'))}): {g['corrected']} corrected, "
+                     f"{g['added']} added, "
                      f"{g['deleted']} deleted, {g['matched']} already right, of the "
                      f"output's {g['keys']} keys")
         lines.append("  delete guard: " + (
