@@ -163,6 +163,24 @@ class Refused(TheseusError):
     exit_code = 6
 
 
+class Unsupported(Refused):
+    """Refused because the change cannot be done live at all, whatever the state: the
+    checker's ``unsupported`` verdict, or a plan the migrator cannot cut (two recursive
+    steps, a downstream fed by two queries of a cascade).  Exit 3, as ``theseus check``
+    says ``unsupported``."""
+
+    exit_code = 3
+
+
+class InvalidRequest(Refused):
+    """Refused because what was asked contradicts the plans, whatever the state: flags that
+    cannot apply to this upgrade (``--strategy in-place`` for an upgrade that needs a
+    shadow, ``--reconcile on`` for an output without keys), plans that do not form a
+    cascade.  Exit 2, as for any invalid input."""
+
+    exit_code = 2
+
+
 class StoreError(RuntimeFailure):
     """The store (a directory, or its Kafka mirror) cannot be read or written."""
 

@@ -93,6 +93,66 @@ def watermarks(bootstrap: str, topics: list[str], deadline: Deadline | float = 3
 LEADER_WAIT = 60.0
 
 
+def topics_of(bootstrap: str, deadline: Deadline | float = 30.0) -> dict[str, int]:
+    """Every topic of the cluster with its partition count, from one metadata request
+    (which, unlike a producer's or a consumer's, never auto-creates a topic)."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    deadline = Deadline.of(deadline)
+    admin = AdminClient(client_conf(bootstrap))
+    what = f"the broker {bootstrap} to list its topics"
+    try:
+        listed = retry(lambda t: admin.list_topics(timeout=t).topics, deadline, what)
+    except KafkaException as e:
+        deadline.check(what)
+        raise BrokerError(f"cannot list the topics of broker {bootstrap}: "
+                          f"{_kafka_error(e)}") from e
+    return {t: len(md.partitions) for t, md in listed.items() if md.error is None}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int,
+                 config: dict[str, str] | None = None,
+                 deadline: Deadline | float = 60.0) -> bool:
+    """Create ``topic`` (the cluster's default replication factor) and wait until every
+    partition has a leader: a transactional producer's first write to a partition without
+    one fails.  False when it existed already (created meanwhile by another process)."""
+    # librdkafka loads with the first call that reaches a broker (start-up time)
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    deadline = Deadline.of(deadline)
+    admin = AdminClient(client_conf(bootstrap))
+    created = {"now": True}
+
+    def create(timeout: float) -> None:
+        fut = admin.create_topics([NewTopic(topic, partitions, -1, config=config or {})],
+                                  request_timeout=timeout)[topic]
+        try:
+            fut.result(timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            created["now"] = False
+
+    what = f"topic '{topic}' to be created"
+    try:
+        retry(create, deadline, what)
+        what = f"the partitions of topic '{topic}' to have leaders"
+        while True:
+            md = admin.list_topics(topic, timeout=deadline.timeout(what)).topics.get(topic)
+            if md is not None and md.error is None and len(md.partitions) >= partitions and \
+                    all(p.leader >= 0 for p in md.partitions.values()):
+                return created["now"]
+            deadline.sleep(0.1, what)
+    except KafkaException as e:
+        deadline.check(what)
+        raise BrokerError(f"cannot create the topic: {_kafka_error(e)}", topic=topic,
+                          expected=f"a topic of {partitions} partition(s)",
+                          found=_kafka_error(e)) from e
+
+
 def wait_coordinators(bootstrap: str, deadline: Deadline | float = 120.0) -> float:
     """Block until a committed-offset fetch and a transactional producer init succeed.
 

@@ -242,6 +242,41 @@ class TopicView:
             c.close()
 
 
+class Comparison:
+    """The two views the reconciliation compares and their :class:`KeyDiff`, kept up to
+    date: the side topic (the new plan's last value per key, from ``side_from``) against the
+    output (the old plan's).  The shadow's sink corrects from it at the hand-over
+    (:class:`Reconciler`); the migrator counts from it before the cut (the delete guard of
+    step 3 and a dry run, :mod:`migrate.phases.guard`), so both count alike.  The first
+    :meth:`refresh` reads both topics and compares every key; later ones read the tails and
+    compare the keys they read."""
+
+    def __init__(self, bootstrap: str, side_topic: str, side_from: Mapping[int, int] | None,
+                 output_topic: str, timeout: float = 120.0) -> None:
+        self.new = TopicView(bootstrap, side_topic, side_from, timeout)
+        self.old = TopicView(bootstrap, output_topic, None, timeout)
+        self.diff: KeyDiff | None = None
+
+    def refresh(self) -> KeyDiff:
+        new, old = self.new, self.old
+        new.refresh()
+        old.refresh()
+        keys = None
+        if self.diff is None:
+            self.diff = KeyDiff()
+        else:  # the keys these refreshes read; a view that cannot say: every key
+            ch_new, ch_old = getattr(new, "changed", None), getattr(old, "changed", None)
+            if ch_new is not None and ch_old is not None:
+                keys = ch_new | ch_old
+        self.diff.update(old.latest, new.latest, keys)
+        return self.diff
+
+    def output_keys(self) -> int:
+        """The output's live keys (a tombstoned key is not one): what a deletion removes a
+        share of."""
+        return sum(1 for v in self.old.latest.values() if v is not None)
+
+
 def latest_per_key(bootstrap: str, topic: str, start: Mapping[int, int] | None = None,
                    timeout: float = 120.0) -> Latest:
     """Per key, the value of its last committed record in ``topic`` (see :class:`TopicView`)."""
@@ -263,8 +298,8 @@ class Reconciler:
         self.output_topic = output_topic
         self.timeout = timeout
         self._done = False
-        self._views: tuple[Any, TopicView, TopicView] | None = None
-        self._diff: KeyDiff | None = None  # the views' comparison, kept up to date
+        #: the migration whose views these are, and their comparison, kept up to date
+        self._views: tuple[Any, Comparison] | None = None
         self.prefetch_seconds = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -355,25 +390,15 @@ class Reconciler:
         threading.Thread(target=loop, name="theseus-reconcile-read-ahead",
                          daemon=True).start()
 
-    def _refresh(self, spec: Mapping[str, Any]) -> tuple[Any, TopicView, TopicView]:
+    def _refresh(self, spec: Mapping[str, Any]) -> Comparison:
         if self._views is None or self._views[0] != spec.get("migration"):
             start = {int(p): int(o) for p, o in (spec.get("from") or {}).items()}
             self._views = (spec.get("migration"),
-                           TopicView(self.bootstrap, str(spec["topic"]), start, self.timeout),
-                           TopicView(self.bootstrap, self.output_topic, None, self.timeout))
-            self._diff = None
-        _, new, old = self._views
-        new.refresh()
-        old.refresh()
-        keys = None
-        if self._diff is None:
-            self._diff = KeyDiff()
-        else:  # the keys these refreshes read; a view that cannot say: every key
-            ch_new, ch_old = getattr(new, "changed", None), getattr(old, "changed", None)
-            if ch_new is not None and ch_old is not None:
-                keys = ch_new | ch_old
-        self._diff.update(old.latest, new.latest, keys)
-        return self._views
+                           Comparison(self.bootstrap, str(spec["topic"]), start,
+                                      self.output_topic, self.timeout))
+        views = self._views[1]
+        views.refresh()
+        return views
 
     def corrections(self, spec: Mapping[str, Any]
                     ) -> tuple[list[tuple[bytes, bytes | None]], dict[str, int]]:
@@ -381,9 +406,9 @@ class Reconciler:
         self._stop.set()  # no read-ahead from here on
         with self._lock:
             fresh = self._views is None or self._views[0] != spec.get("migration")
-            _, new, old = self._refresh(spec)  # after a prefetch: the tails only
-            assert self._diff is not None  # set by _refresh
-            out, counts = self._diff.result(new.latest)
+            views = self._refresh(spec)  # after a prefetch: the tails only
+            assert views.diff is not None  # set by refresh
+            out, counts = views.diff.result(views.new.latest)
         counts["seconds"] = round(time.monotonic() - t0, 3)  # type: ignore[assignment]
         counts["prefetched"] = not fresh  # type: ignore[assignment]
         return out, counts

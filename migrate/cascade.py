@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import MigrationError
+from compat.errors import InvalidRequest, MigrationError, Refused, Unsupported
 from compat.model import Plan
 from compat.steps import Source
 from gates.deadline import Deadline
@@ -118,7 +118,7 @@ def chain(plans: dict[str, Plan], paths: dict[str, str]
     by_topic: dict[str, str] = {}
     for q, p in plans.items():
         if p.sink.topic in by_topic:
-            raise MigrationError(f"two plans of the cascade write topic '{p.sink.topic}'",
+            raise InvalidRequest(f"two plans of the cascade write topic '{p.sink.topic}'",
                                  file=paths[q], node=p.sink.id,
                                  expected="one writer per topic",
                                  found=f"'{by_topic[p.sink.topic]}' and '{q}'")
@@ -133,7 +133,7 @@ def chain(plans: dict[str, Plan], paths: dict[str, str]
             # its own moment); a downstream takes one propagated cut over (one side topic to
             # backfill from, one switch, one upstream holding its output until then).
             second = reader_of(p, plans[ups[1]].sink.topic)
-            raise MigrationError(
+            raise Unsupported(
                 f"query '{q}' reads the outputs of {len(ups)} queries of the cascade "
                 f"({', '.join(ups)}): a downstream takes over the propagated cut of one "
                 "upstream only; several upstreams, each cut at its own point, are not "
@@ -147,16 +147,16 @@ def chain(plans: dict[str, Plan], paths: dict[str, str]
             other = sorted(stream_topics(p) - {plans[ups[0]].sink.topic})
             if other:
                 node = reader_of(p, other[0])
-                raise MigrationError(f"query '{q}' also reads {', '.join(other)}, which no "
-                                     "query of the cascade writes: its input would not be cut "
-                                     "at one logical point", file=paths[q], node=node.id,
-                                     pointer=p.pointer(node.id),
-                                     expected=f"only topic '{plans[ups[0]].sink.topic}'",
-                                     found=", ".join(sorted(stream_topics(p))))
+                raise Unsupported(f"query '{q}' also reads {', '.join(other)}, which no "
+                                  "query of the cascade writes: its input would not be cut "
+                                  "at one logical point", file=paths[q], node=node.id,
+                                  pointer=p.pointer(node.id),
+                                  expected=f"only topic '{plans[ups[0]].sink.topic}'",
+                                  found=", ".join(sorted(stream_topics(p))))
     linked = {x for lk in links for x in (lk["upstream"], lk["downstream"])}
     for q in plans:
         if q not in linked:
-            raise MigrationError(f"query '{q}' neither feeds nor reads another query of the "
+            raise InvalidRequest(f"query '{q}' neither feeds nor reads another query of the "
                                  "cascade", file=paths[q],
                                  expected="plans chained through topics (an output topic "
                                  "that another plan reads)",
@@ -165,7 +165,7 @@ def chain(plans: dict[str, Plan], paths: dict[str, str]
     try:
         order = list(ts.static_order())
     except graphlib.CycleError as e:
-        raise MigrationError("the plans of the cascade feed each other in a cycle",
+        raise InvalidRequest("the plans of the cascade feed each other in a cycle",
                              file=paths[next(iter(paths))], found=" -> ".join(e.args[1])) \
             from None
     return order, links
@@ -181,14 +181,14 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
     together. Every query is migrated through a shadow query: a downstream's input changes
     even when its own plan does not."""
     if cut_mode != "control-events":
-        raise MigrationError("a cascade propagates its cut as control events",
+        raise InvalidRequest("a cascade propagates its cut as control events",
                              expected="--cut control-events", found=f"--cut {cut_mode}")
     plans: dict[str, Plan] = {}
     paths: dict[str, str] = {}
     for path in plan_paths:
         p = load_plan(path)
         if p.query in plans:
-            raise MigrationError(f"two plans of the cascade are query '{p.query}'", file=path,
+            raise InvalidRequest(f"two plans of the cascade are query '{p.query}'", file=path,
                                  expected="one plan per query", found=paths[p.query])
         plans[p.query], paths[p.query] = p, path
     order, links = chain(plans, paths)
@@ -197,14 +197,14 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
         old_up = load_plan(str(store.plan_path(store.live_instance(up))))
         old_down = load_plan(str(store.plan_path(store.live_instance(down))))
         if old_up.sink.topic != topic:
-            raise MigrationError(f"query '{up}' runs a plan writing '{old_up.sink.topic}', its "
-                                 f"new plan writes '{topic}'", file=paths[up],
-                                 node=plans[up].sink.id, expected="the same output topic",
-                                 found=topic)
+            raise Refused(f"query '{up}' runs a plan writing '{old_up.sink.topic}', its "
+                          f"new plan writes '{topic}'", file=paths[up],
+                          node=plans[up].sink.id, expected="the same output topic",
+                          found=topic)
         if topic not in stream_topics(old_down):
-            raise MigrationError(f"query '{down}' runs a plan that does not read '{topic}'",
-                                 file=paths[down], expected=f"a stream source of '{topic}'",
-                                 found=", ".join(sorted(stream_topics(old_down))) or "none")
+            raise Refused(f"query '{down}' runs a plan that does not read '{topic}'",
+                          file=paths[down], expected=f"a stream source of '{topic}'",
+                          found=", ".join(sorted(stream_topics(old_down))) or "none")
     cid = f"c{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     ms = {q: new_migration(store, q, paths[q], bootstrap=bootstrap, strategy="shadow",
                            cut_mode=cut_mode, require=require, compare=compare,
@@ -256,7 +256,7 @@ class Driver:
         try:
             for m in order:
                 self.advance(m, "shadow")
-        except MigrationError as e:
+        except (MigrationError, Refused) as e:
             for m in order:
                 if m.phase not in TERMINAL and ORDER.index(m.phase) <= ORDER.index("shadow"):
                     rollback.abort(m, self.ctx)
@@ -326,11 +326,13 @@ def resume(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None
     migration of ``query`` (the first query of the chain by default)."""
     c = Cascade.load(store, cascade_id)
     if c.phase in ("done", "aborted", "refused"):
-        echo(f"cascade {c.id} is {c.phase}")
-    else:
-        deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} continues "
-                            "the cascade")
-        Driver(store, c, echo, deadline, live).run()
+        # nothing to resume (6), as for a single migration
+        raise Refused(f"cascade {c.id} is {c.phase}: nothing to resume" +
+                      (f" ({c.error})" if c.error else ""), file=str(store.root),
+                      expected="a cascade in progress", found=c.phase)
+    deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} continues "
+                        "the cascade")
+    Driver(store, c, echo, deadline, live).run()
     return _of(store, c, query)
 
 

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from compat.errors import TheseusError
+from compat import exits
+from compat.errors import InvalidRequest, Refused, TheseusError
 from compat.legend import LEGEND
 
 FORMATS = ("text", "json", "markdown", "sarif", "github")
@@ -141,7 +142,8 @@ def _crash_line(e: BaseException) -> str:
     return f"{what} ({where}); this is a bug in theseus, please report it with that file"
 
 
-@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exits.text())
 @click.version_option(package_name="theseus", prog_name="theseus")
 def main() -> None:
     """Theseus keeps never-ending Spark streaming queries correct while they change."""
@@ -534,13 +536,19 @@ def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master:
 @kafka_config_option
 def stop(query: str, state: str) -> None:
     """Ask the host running QUERY to stop it after its current batch."""
+    from migrate.services.processes import not_running
     from migrate.store import open_store
 
     store = open_store(state)
     instance = store.live_instance(query)
-    if not store.status(instance):
+    st = store.status(instance)
+    if not st:
         raise TheseusError(f"no query named '{query}' in the store", file=state,
                            expected="a query started with theseus run", found=repr(query))
+    why = not_running(st)
+    if why:
+        raise Refused(f"'{query}' ({instance}) is not running: {why}; nothing to stop",
+                      file=state, expected="a running query", found=why)
     store.request_stop(instance)
     click.echo(f"theseus: asked '{query}' ({instance}) to stop")
 
@@ -573,21 +581,48 @@ def migrate() -> None:
 @click.option("--trigger", default="1 second", show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
+@click.option("--dry-run", is_flag=True,
+              help="Run the shadow to the head and report what the cutover would do "
+                   "(rows the reconciliation would correct, add and delete, topics it would "
+                   "create, control events it would write), without a cut: nothing is "
+                   "written to the output or the source topics. Exit 6 when the delete "
+                   "guard would refuse the migration.")
+@click.option("--allow-deletes", is_flag=True,
+              help="Let the reconciliation delete more than --max-delete-ratio of the "
+                   "output's keys (without it, the migration stops before the cut).")
+@click.option("--max-delete-ratio", type=click.FloatRange(0.0, 1.0), default=0.1,
+              show_default=True,
+              help="The largest share of the output's keys the reconciliation may delete "
+                   "(counted at the pause, before the cut).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True,
+              help="json: the outcome (a dry run's report) as JSON on stdout; the phases "
+                   "go to stderr.")
 @kafka_config_option
 def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: str,
                   state: str, strategy: str, require: str, cut_mode: str, compare: bool,
-                  reconcile: str, master: str, trigger: str, timeout: float) -> None:
+                  reconcile: str, master: str, trigger: str, timeout: float, dry_run: bool,
+                  allow_deletes: bool, max_delete_ratio: float, fmt: str) -> None:
     """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
     through topics (an output topic another plan reads) are migrated together as one
     cascade, cut at one logical point of the chain. With --fleet NEW_DIR, every query of
     the fleet whose plan changed (each migration with its own --timeout)."""
+    import json
+
     from compat.check import load_plan, parse_require
     from migrate import migration
+    from migrate.phases import preview
     from migrate.progress import Progress
     from migrate.store import open_store
 
     if bool(new_plans) == bool(fleet_dir):
         raise click.UsageError("give the new PLANs or --fleet NEW_DIR (one of the two)")
+    if (dry_run or allow_deletes or fmt == "json") and (fleet_dir or len(new_plans) > 1):
+        # a cascade's downstream is cut at its upstream's propagated cut: neither a dry run
+        # nor the delete guard (of a single migration's pause) applies
+        raise InvalidRequest("--dry-run, --allow-deletes and --format json take one plan",
+                             expected="one PLAN", found="--fleet" if fleet_dir else
+                             f"{len(new_plans)} plans")
     common = dict(bootstrap=bootstrap, cut_mode=cut_mode, require=parse_require(require),
                   compare=compare, reconcile=reconcile, master=master, trigger=trigger,
                   timeout=timeout)
@@ -620,12 +655,28 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
         return
     new_plan = new_plans[0]
     plan = load_plan(new_plan)
-    progress = Progress()
+    progress = Progress(sys.stderr if fmt == "json" else None)
     try:
         m = migration.start(open_store(state), plan.query, new_plan, strategy=strategy,
-                            **common, echo=progress, live=progress.live)
+                            **common, echo=progress, live=progress.live, dry_run=dry_run,
+                            allow_deletes=allow_deletes, max_delete_ratio=max_delete_ratio)
     finally:
         progress.close()
+    if dry_run:
+        if fmt == "json":
+            click.echo(json.dumps(preview.report(m), indent=2))
+        refusal = preview.would_refuse(m)
+        if refusal is not None:
+            raise refusal
+        if fmt == "text":
+            click.echo(f"theseus: dry run {m.id}: the migration would go through; nothing "
+                       "was cut or written")
+        return
+    if fmt == "json":
+        click.echo(json.dumps({"migration": m.id, "query": m.query, "phase": m.phase,
+                               "path": m.kind, "cut": m.cut, "counts": m.counts,
+                               "delete_guard": m.guard}, indent=2))
+        return
     click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the new plan "
                f"({m.kind})")
 
@@ -644,19 +695,24 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
     from dataclasses import asdict
 
     from migrate import migration
+    from migrate.record import NoMigration
     from migrate.store import open_store
 
     store = open_store(state)
-    if watch:
-        from migrate.progress import Progress
-        from migrate.progress import watch as follow
+    try:
+        if watch:
+            from migrate.progress import Progress
+            from migrate.progress import watch as follow
 
-        progress = Progress()
-        try:
-            follow(store, query, progress)
-        finally:
-            progress.close()
-    m = migration.current(store, query)
+            progress = Progress()
+            try:
+                follow(store, query, progress)
+            finally:
+                progress.close()
+        m = migration.current(store, query)
+    except NoMigration:  # nothing to show is not a failure (0)
+        click.echo("null" if fmt == "json" else f"query '{query}': no migration")
+        return
     if m.cascade:
         from migrate.cascade import Cascade
 

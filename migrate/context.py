@@ -74,7 +74,7 @@ class Context:
         m.phase = phase
         m.history.append([phase, round(time.time(), 3)])
         self.save(m)
-        n = step_number(m.kind, phase)
+        n = step_number(m.kind, phase, m.dry_run)
         self.echo(f"[{m.id}] {phase}" if n is None else f"[{m.id}] {n}. {phase}")
         fault = os.environ.get("THESEUS_FAULT")  # tests: die right after recording a phase
         if fault == f"after:{phase}":

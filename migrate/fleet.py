@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.errors import MigrationError
+from compat.errors import InvalidRequest
 from compat.fleet.graph import Fleet, load_fleet
 from compat.serde import dumps
 from migrate.store import DirectoryStore
@@ -106,7 +106,7 @@ def start(store: DirectoryStore, root: str, *, strategy: str = "auto",
     echo(plan.describe(root))
     if strategy == "in-place" and any(len(g) > 1 for g in plan.groups):
         g = next(g for g in plan.groups if len(g) > 1)
-        raise MigrationError("changed queries chained through topics are migrated as one "
+        raise InvalidRequest("changed queries chained through topics are migrated as one "
                              "cascade, through shadow queries", file=root,
                              expected="--strategy auto or shadow",
                              found=f"--strategy in-place for {' -> '.join(g)}")

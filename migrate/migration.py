@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from compat.errors import Refused
 from migrate import cascade, runner
 from migrate.context import Context
 from migrate.phases import rollback
 from migrate.protocol import TERMINAL
-from migrate.record import Migration, current, new_migration, resume_hint
+from migrate.record import Migration, current, new_migration, restore_current, resume_hint
 from migrate.store import DirectoryStore
 
 
@@ -23,15 +24,28 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
           master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-          ) -> Migration:
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+          dry_run: bool = False, allow_deletes: bool = False,
+          max_delete_ratio: float = 0.1) -> Migration:
     m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
                       cut_mode=cut_mode, require=require, compare=compare,
                       reconcile=reconcile, master=master, trigger=trigger)
+    m.dry_run, m.allow_deletes, m.max_delete_ratio = dry_run, allow_deletes, max_delete_ratio
     # the time budget starts here
     ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)
     ctx.save(m)
-    return runner.run(m, ctx)
+    try:
+        return runner.run(m, ctx)
+    finally:
+        ended(store, m)
+
+
+def ended(store: DirectoryStore, m: Migration) -> Migration:
+    """A dry run that ended (reported, or refused) leaves the query's current migration as
+    it was; one whose step failed stays current, to be resumed."""
+    if m.dry_run and m.phase in TERMINAL:
+        restore_current(store, m)
+    return m
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
@@ -42,9 +56,14 @@ def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = prin
         return cascade.resume(store, m.cascade, echo=echo, timeout=timeout, live=live,
                               query=query)
     if m.phase in TERMINAL:
-        echo(f"migration {m.id} is {m.phase}")
-        return m
-    return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query), live=live))
+        # nothing to resume: a script must not read "resumed" into it (6)
+        raise Refused(f"migration {m.id} of '{query}' is {m.phase}: nothing to resume" +
+                      (f" ({m.error})" if m.error else ""), file=str(store.root),
+                      expected="a migration in progress", found=m.phase)
+    try:
+        return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query), live=live))
+    finally:
+        ended(store, m)
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:

@@ -123,7 +123,7 @@ def backfill(store: Any, m: Any, topics: list[str], deadline: Any = 10.0
 
 def describe(m: Any) -> str:
     """One line about a migration's phase, as ``migrate status --watch`` shows it."""
-    n = step_number(m.kind, m.phase)
+    n = step_number(m.kind, m.phase, m.dry_run)
     text = f"[{m.id}] {n}. {m.phase}" if n is not None else f"[{m.id}] {m.phase}"
     if m.phase == "cutover" and m.reconciling and not m.counts:
         text += " (reconciling at the hand-over)"

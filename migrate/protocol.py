@@ -14,7 +14,9 @@ broker that does not answer, a control record not delivered) ends the run with o
 :class:`~compat.errors.MigrationError` naming the step, the phase stays recorded, and
 ``resume`` retries it.
 
-1. Check     refuse ``unsupported``; ``in_place`` is a graceful stop and a restart on the
+1. Check     refuse ``unsupported``; the preflight, before anything is written: refuse a
+             source topic of the new plan that does not exist, warn on an empty one;
+             ``in_place`` is a graceful stop and a restart on the
              same checkpoint (unless ``--strategy shadow``): the in-place path, below —
              once the checkpoint check agrees (``auto`` goes through a shadow when the
              checkpoint contradicts the plan check or cannot be read on this host).
@@ -24,7 +26,11 @@ broker that does not answer, a control record not delivered) ends the run with o
              (:mod:`migrate.phases.shadow`)
 3. Pause     when the shadow keeps pace near the head (``steady_batches`` batches in a
              row), cap both queries at the high watermarks H and wait until both
-             acknowledge H. (:mod:`migrate.phases.pause`)
+             acknowledge H. (:mod:`migrate.phases.pause`)  A reconciling migration then
+             counts what a cut at H would reconcile and, without ``--allow-deletes``,
+             stops here, the pause rolled back, when it would delete more than
+             ``--max-delete-ratio`` of the output's keys: no control event is ever
+             written before this guard passed. (:mod:`migrate.phases.guard`)
 4. Cut       write one control event into every partition of every source topic; their
              offsets are the cut C (``--cut offsets``: C = H, nothing is written).  C is
              checked to be at or beyond H in every partition (a topic deleted and
@@ -58,6 +64,19 @@ The in-place path (DESIGN.md's step 1 carried out) has its own numbers:
              (:mod:`migrate.phases.in_place`)
 3. Finish    record the new plan as the query's; the migration is done.
 
+The dry run (``migrate start --dry-run``) has its own numbers.  It writes no control event,
+caps neither query, writes nothing to the output, and leaves the query's current migration
+as it found it:
+
+1. Check     as above: the real run's refusals, preflight included.
+2. Shadow    as above, when step 1 decided a shadow migration (``only_if``).
+3. Preview   wait until the shadow reached the head; count what the cutover would do
+             (the reconciliation against the output's last value per key, the delete
+             guard's verdict, the topics it would create, the control events it would
+             write); stop the shadow and delete the side topic it created.
+             (:mod:`migrate.phases.preview`)
+4. Previewed the report is in the record; the query's current migration is the one before.
+
 ``abort`` before the cutover vetoes the hand-over atomically with the old query's
 acknowledgements (one lock, one file) and refuses when the old query already acknowledged
 C (the shadow may be writing): ``resume`` then finishes (:mod:`migrate.phases.rollback`).
@@ -83,16 +102,18 @@ class Phase(NamedTuple):
     only_if: str = ""
     #: the migration ends here: nothing runs, a resume has nothing to do
     terminal: bool = False
+    #: its step on the dry run's path (``--dry-run``)
+    dry_run: int | None = None
 
 
-# Every phase of both paths, in the order they run: phase -> Phase(its step on the shadow
-# path, on the in-place path, ...).  A phase runs its handler and then the next phase of its
-# path (the record's ``kind``, decided in step 1) is recorded; a resume re-enters at the
-# recorded phase.
+# Every phase of the three paths, in the order they run: phase -> Phase(its step on the
+# shadow path, on the in-place path, ..., on the dry run's).  A phase runs its handler and
+# then the next phase of its path (the record's ``kind``, decided in step 1, or its
+# ``dry_run``) is recorded; a resume re-enters at the recorded phase.
 PHASES: dict[str, Phase] = {
-    "check": Phase(1, 1),
+    "check": Phase(1, 1, dry_run=1),
     "in_place": Phase(None, 2),
-    "shadow": Phase(2, None),
+    "shadow": Phase(2, None, only_if="shadowing", dry_run=2),
     "pause": Phase(3, None),
     "cut": Phase(4, None),
     "align": Phase(5, None),
@@ -103,6 +124,8 @@ PHASES: dict[str, Phase] = {
     "done": Phase(8, 4, terminal=True),
     "aborted": Phase(None, None, terminal=True),
     "refused": Phase(None, None, terminal=True),
+    "preview": Phase(None, None, dry_run=3),
+    "previewed": Phase(None, None, terminal=True, dry_run=4),
 }
 TERMINAL = tuple(name for name, row in PHASES.items() if row.terminal)
 #: phases recorded under another name by an earlier Theseus: (path, phase) -> where a resume
@@ -110,15 +133,21 @@ TERMINAL = tuple(name for name, row in PHASES.items() if row.terminal)
 RENAMED = {("in_place", "cutover"): "in_place"}
 
 
-def step_number(kind: str, phase: str) -> int | None:
+def step_number(kind: str, phase: str, dry_run: bool = False) -> int | None:
     """The number of ``phase`` on the path ``kind`` (``shadow``, ``in_place``, or "" while
-    undecided), None for a phase that is not a step (``aborted``, ``refused``)."""
+    undecided; a dry run has a path of its own), None for a phase that is not a step
+    (``aborted``, ``refused``)."""
     row = PHASES.get(phase, Phase(None, None))
+    if dry_run:
+        return row.dry_run
     return row.in_place if kind == "in_place" else row.shadow
 
 
-def path_of(kind: str) -> tuple[str, ...]:
-    """The phases of the path ``kind`` in order (the shadow path while undecided)."""
+def path_of(kind: str, dry_run: bool = False) -> tuple[str, ...]:
+    """The phases of the path ``kind`` in order (the shadow path while undecided; with
+    ``dry_run``, the dry run's whatever the kind)."""
+    if dry_run:
+        return tuple(name for name, row in PHASES.items() if row.dry_run is not None)
     if kind == "in_place":
         return tuple(name for name, row in PHASES.items() if row.in_place is not None)
     return tuple(name for name, row in PHASES.items()
@@ -127,7 +156,7 @@ def path_of(kind: str) -> tuple[str, ...]:
 
 def next_phase(m: Any) -> str:
     """The phase that follows the recorded one of the migration ``m`` on its path."""
-    order = path_of(m.kind)
+    order = path_of(m.kind, getattr(m, "dry_run", False))
     if m.phase in order:
         for name in order[order.index(m.phase) + 1:]:
             row = PHASES[name]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import MigrationError, StoreError
+from compat.errors import InvalidRequest, MigrationError, Refused, StoreError
 from compat.serde import dumps
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -67,6 +67,27 @@ class Migration:
     #: into the loop's internal topic (C' for the old query, C'' for the shadow); for a
     #: side without recursion, C on its source topics
     output_cuts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    #: the plan file as the user gave it (``new_plan`` is the store's copy): what refusals
+    #: and messages name
+    plan_file: str = ""
+    #: ``--dry-run``: the shadow runs to the head, nothing is cut (:mod:`migrate.protocol`)
+    dry_run: bool = False
+    #: the delete guard (step 3): ``--allow-deletes``, and the largest share of the
+    #: output's keys the reconciliation may delete without it (``--max-delete-ratio``)
+    allow_deletes: bool = False
+    max_delete_ratio: float = 0.1
+    #: what the delete guard counted at the pause (or a dry run at the head): the
+    #: reconciliation's counts, the output's live keys, where, and its verdict
+    guard: dict[str, Any] = field(default_factory=dict)
+    #: a dry run's report: what the cutover would do (:mod:`migrate.phases.preview`)
+    preview: dict[str, Any] = field(default_factory=dict)
+    #: the query's migration before this one ("" for none): a dry run leaves it current
+    previous: str = ""
+
+    @property
+    def shadowing(self) -> bool:
+        """Step 1 decided a shadow migration (the dry run's step 2 runs only then)."""
+        return self.kind == "shadow"
 
     def save(self, store: DirectoryStore, deadline: Deadline | None = None) -> None:
         atomic_write(store.migration_path(self.id), json.dumps(asdict(self), indent=2) + "\n")
@@ -94,13 +115,42 @@ def load_record(cls: Any, store: DirectoryStore, path: Path, kind: str, record_i
                          expected=f"the fields of a {kind}", found=str(e)) from None
 
 
+class NoMigration(Refused):
+    """The query has no migration: nothing to resume or abort (6); ``migrate status``
+    shows "no migration" (0)."""
+
+
 def current(store: DirectoryStore, query: str) -> Migration:
     p = store.query_dir(query) / "migration"
     if not p.exists():
-        raise MigrationError(f"query '{query}' has no migration", file=str(store.root),
-                             expected="a migration started with theseus migrate start",
-                             found="none")
+        known(store, query)
+        raise NoMigration(f"query '{query}' has no migration", file=str(store.root),
+                          expected="a migration started with theseus migrate start",
+                          found="none")
     return Migration.load(store, p.read_text().strip())
+
+
+def known(store: DirectoryStore, query: str) -> None:
+    """A query name the store does not know is invalid input (2), not a state (6)."""
+    if not store.query_dir(query).is_dir():
+        raise InvalidRequest(f"no query named '{query}' in the store", file=str(store.root),
+                             expected="a query started with theseus run", found=repr(query))
+
+
+def restore_current(store: DirectoryStore, m: Migration) -> None:
+    """A finished dry run leaves the query's current migration as it found it: the one
+    before (``previous``), or none.  Its own record stays, marked ``dry_run``."""
+    pointer = store.query_dir(m.query) / "migration"
+    if m.previous:
+        atomic_write(pointer, m.previous)
+    else:
+        pointer.unlink(missing_ok=True)
+    store.flush()
+
+
+def user_plan(m: Migration) -> str:
+    """The plan file as the user named it (a record of an older Theseus: the store's copy)."""
+    return m.plan_file or m.new_plan
 
 
 def resume_hint(query: str) -> str:
@@ -128,18 +178,16 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
     running = store.live_instance(query)
     st = store.status(running)
     if not st:
-        raise MigrationError(f"query '{query}' is not known to the store",
-                             file=str(store.root), expected="a query started with "
-                             "theseus run", found="nothing")
+        raise InvalidRequest(f"query '{query}' is not known to the store",
+                             file=new_plan_path, expected="a query started with theseus "
+                             f"run in the store {store.root}", found="nothing")
     try:
-        prev = current(store, query)
-        if prev.phase not in TERMINAL:
-            raise MigrationError(f"migration {prev.id} of '{query}' is still in phase "
-                                 f"{prev.phase}", file=str(store.root),
-                                 hint="theseus migrate resume or abort it first")
-    except MigrationError as e:
-        if "has no migration" not in e.message:
-            raise
+        prev: Migration | None = current(store, query)
+    except NoMigration:
+        prev = None
+    if prev is not None and prev.phase not in TERMINAL:
+        raise Refused(f"migration {prev.id} of '{query}' is still in phase {prev.phase}",
+                      file=str(store.root), hint="theseus migrate resume or abort it first")
     gen = int(st.get("generation", 0)) + 1
     while store.query_dir(f"{query}.g{gen}").exists() or \
             ack_path(store.root, f"{query}.g{gen}").exists():
@@ -152,4 +200,5 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                      new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                      cut_mode=cut_mode, require=list(require or []), compare=compare,
                      reconcile=reconcile, bootstrap=bootstrap, master=master,
-                     trigger=trigger)
+                     trigger=trigger, plan_file=new_plan_path,
+                     previous=prev.id if prev is not None else "")

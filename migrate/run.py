@@ -1,6 +1,8 @@
 """The query host: ``theseus run PLAN`` builds the plan's query on Spark and keeps it running.
 
 1. Load and validate the plan (``compat``): a plan Spark cannot run fails here, with the reason.
+   A source topic that does not exist is refused, and a missing output topic created
+   (:mod:`migrate.plantopics`), before anything is written and before Spark starts.
 2. Record the plan, its checkpoint and status ``starting`` in the store.
 3. Start Spark (shuffle partitions = ``config.state_partitions``) and the query.
 4. Report progress per micro-batch; stop after the current batch on Ctrl-C or on a stop
@@ -21,10 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import RuntimeFailure, TheseusError
+from compat.errors import BrokerError, DeadlineExceeded, RuntimeFailure, TheseusError
 from compat.model import Plan
 from compat.serde import dumps
 from gates.deadline import Deadline
+from migrate import plantopics
 from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
@@ -113,7 +116,13 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     plan = load_plan(plan_path)
     from gates.broker import check_access
 
-    check_access(bootstrap, plan_access(plan, shadow_topic))
+    try:
+        check_access(bootstrap, plan_access(plan, shadow_topic))
+        plantopics.prepare(plan, bootstrap, plan_path, echo)
+    except DeadlineExceeded as e:
+        # no migration step here (5): a broker that does not answer in time is a runtime
+        # failure of the run (4)
+        raise BrokerError(f"broker {bootstrap}: {e.message}") from None
     store = open_store(state)
     name = instance or plan.query
     # Step 2. Record what runs where.

@@ -9,7 +9,17 @@ from collections.abc import Callable
 
 from compat.errors import DeadlineExceeded, MigrationError, RuntimeFailure
 from migrate.context import Context
-from migrate.phases import align, check, cut, cutover, finish, in_place, pause, shadow
+from migrate.phases import (
+    align,
+    check,
+    cut,
+    cutover,
+    finish,
+    in_place,
+    pause,
+    preview,
+    shadow,
+)
 from migrate.protocol import TERMINAL, next_phase, resume_phase, step_number
 from migrate.record import Migration, resume_hint
 
@@ -24,6 +34,7 @@ HANDLERS: dict[str, Callable[[Migration, Context], None]] = {
     "propagate": align.propagate,
     "cutover": cutover.cutover,
     "finish": finish.finish,
+    "preview": preview.preview,
 }
 
 
@@ -52,7 +63,7 @@ def step(m: Migration, ctx: Context) -> None:
             m.phase = after
             ctx.save(m)
     except DeadlineExceeded as e:
-        n = step_number(m.kind, phase)
+        n = step_number(m.kind, phase, m.dry_run)
         e.message = f"step {n} ({phase}) of migration {m.id}: {e.message}"
         e.args = (e.render(),)
         raise
@@ -61,7 +72,7 @@ def step(m: Migration, ctx: Context) -> None:
     except RuntimeFailure as e:
         # Kafka, the store or a gate failed under this step: one message that says
         # which step, what failed, and that the recorded phase can be resumed.
-        n = step_number(m.kind, phase)
+        n = step_number(m.kind, phase, m.dry_run)
         m.error = e.render()
         ctx.save(m)
         raise MigrationError(f"step {n} ({phase}) of migration {m.id} failed: "

@@ -432,6 +432,7 @@ def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
     import socket
 
     import gates.broker
+    import migrate.plantopics
     import migrate.run
     from migrate.ckcheck import locate
     from migrate.store import open_store
@@ -447,6 +448,7 @@ def test_a_query_moved_to_another_host_is_located_there(tmp_path, monkeypatch):
         raise Started
 
     monkeypatch.setattr(gates.broker, "check_access", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.plantopics, "prepare", lambda *a, **kw: None)
     monkeypatch.setattr(migrate.run, "start_query", start_query)
     monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
     with pytest.raises(Started):
@@ -502,6 +504,7 @@ def _migrator(tmp_path, strategy, outcome, monkeypatch):
     monkeypatch.setattr(migrate.ckcheck, "check_checkpoint", fake)
     monkeypatch.setattr(check_phase, "require_history", lambda m, ctx, new: None)
     monkeypatch.setattr(check_phase, "require_access", lambda m, ctx, old, new, shadow: None)
+    monkeypatch.setattr(check_phase, "preflight", lambda m, ctx, new: {})
     lines: list[str] = []
     return m, Context(store, lines.append, 60), lines, seen, store
 
@@ -518,10 +521,10 @@ def test_auto_falls_back_to_shadow_when_the_checkpoint_contradicts(tmp_path, mon
 
 
 def test_in_place_is_refused_when_the_checkpoint_contradicts(tmp_path, monkeypatch):
-    from compat.errors import MigrationError
+    from compat.errors import Refused
 
     m, ctx, _lines, _seen, _store = _migrator(tmp_path, "in-place", "fails", monkeypatch)
-    with pytest.raises(MigrationError, match="checkpoint contradicts.*STATE_STORE_KEY"):
+    with pytest.raises(Refused, match="checkpoint contradicts.*STATE_STORE_KEY"):
         runner.step(m, ctx)
     assert m.phase == "refused"
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from compat.check import load_plan
-from compat.errors import MigrationError
+from compat.errors import InvalidRequest
 from compat.fleet.graph import load_fleet
 from compat.serde import dumps
 from migrate import cascade, fleet, migration
@@ -91,7 +91,7 @@ def test_in_place_is_refused_for_a_chained_group_before_anything_starts(tmp_path
                                                                         monkeypatch):
     store, root = fleet_dirs(tmp_path)
     monkeypatch.setattr(migration, "start", lambda *a, **k: pytest.fail("started"))
-    with pytest.raises(MigrationError, match="one cascade") as e:
+    with pytest.raises(InvalidRequest, match="one cascade") as e:
         fleet.start(store, root, strategy="in-place", bootstrap="h:1", echo=lambda s: None)
     assert "a -> b" in e.value.render()
 

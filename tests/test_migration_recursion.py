@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from compat.errors import DeadlineExceeded, MigrationError
+from compat.errors import DeadlineExceeded, InvalidRequest, Refused, Unsupported
 from compat.serde import dumps, from_doc
 from gates.startgate import read_start_gate
 from gates.state import GateState, read_gate, write_ack
@@ -151,6 +151,7 @@ def test_an_output_query_reading_a_stream_besides_the_loop_is_refused():
 def check(store, m, monkeypatch, lines) -> None:
     for name in ("require_access", "require_history"):  # Kafka: not here
         monkeypatch.setattr(check_phase, name, lambda *a: None)
+    monkeypatch.setattr(check_phase, "preflight", lambda *a: {})
     monkeypatch.setattr(check_phase, "checkpoint_agrees", lambda *a: True)
     runner.step(m, Context(store, lines.append, 60))
 
@@ -167,7 +168,7 @@ def test_a_changed_body_goes_live_through_a_shadow_without_reconciliation(tmp_pa
 
 def test_reconcile_on_is_refused_with_the_reason(tmp_path, monkeypatch):
     store, m = setup(tmp_path, "check", reconcile="on")
-    with pytest.raises(MigrationError) as e:
+    with pytest.raises(InvalidRequest) as e:
         check(store, m, monkeypatch, [])
     assert "cannot reconcile the output: a plan with a recursive step" in str(e.value)
     assert m.phase == "refused"
@@ -176,7 +177,7 @@ def test_reconcile_on_is_refused_with_the_reason(tmp_path, monkeypatch):
 def test_an_old_query_that_does_not_record_its_loop_must_be_restarted_first(tmp_path,
                                                                            monkeypatch):
     store, m = setup(tmp_path, "check", loops=False)
-    with pytest.raises(MigrationError) as e:
+    with pytest.raises(Refused) as e:
         check(store, m, monkeypatch, [])
     assert "restart it with theseus run" in str(e.value)
     assert m.phase == "refused" and "does not record its loop" in m.error
@@ -192,7 +193,7 @@ def test_a_refusal_names_the_plan_file_node_and_pointer(tmp_path, monkeypatch):
                                   "inputs": ["closure", "closure2"]}]
     with open(m.new_plan, "w") as f:
         json.dump(doc, f)
-    with pytest.raises(MigrationError) as e:
+    with pytest.raises(Unsupported) as e:
         check(store, m, monkeypatch, [])
     assert e.value.file == m.new_plan and e.value.node == "closure2"
     assert e.value.pointer == "/nodes/3" and m.phase == "refused"
@@ -325,7 +326,7 @@ def test_abort_after_the_old_output_query_reached_c_prime_is_refused(tmp_path,
     m = migration.current(store, "q")
     m.phase = "align"  # as if killed before recording the end of step 5
     m.save(store)
-    with pytest.raises(MigrationError) as e:
+    with pytest.raises(Refused) as e:
         rollback.abort(m, Context(store, lambda s: None, 5))
     assert "the old query finished the input before the cut" in str(e.value)
 

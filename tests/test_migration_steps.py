@@ -9,7 +9,7 @@ import os
 import pytest
 
 from compat.check import load_plan
-from compat.errors import MigrationError
+from compat.errors import InvalidRequest, MigrationError
 from compat.serde import dumps
 from migrate import migration, runner, sides
 from migrate.context import Context
@@ -27,7 +27,7 @@ SHIP_LOAD = str(FIXTURES / "plans" / "ship_load.json")
 
 def test_every_phase_of_the_table_that_acts_has_one_handler():
     assert set(HANDLERS) == {p for p, row in PHASES.items() if not row.terminal}
-    assert "in_place" in PHASES and TERMINAL == ("done", "aborted", "refused")
+    assert "in_place" in PHASES and TERMINAL == ("done", "aborted", "refused", "previewed")
 
 
 def test_each_path_is_numbered_one_to_n_in_order():
@@ -264,10 +264,11 @@ def test_an_in_place_upgrade_of_a_table_query_goes_through_a_shadow(tmp_path, mo
                   bootstrap="unused:9092")
     for name in ("require_access", "require_history"):  # Kafka: not here
         monkeypatch.setattr(check_phase, name, lambda *a: None)
+    monkeypatch.setattr(check_phase, "preflight", lambda *a: {})
     monkeypatch.setattr(check_phase, "checkpoint_agrees", lambda *a: True)
     lines: list[str] = []
     if kind == "refused":
-        with pytest.raises(MigrationError) as e:
+        with pytest.raises(InvalidRequest) as e:
             check_phase.check(m, Context(store, lines.append, 60))
         assert "--strategy in-place" in str(e.value) and "changelogs" in str(e.value)
         assert m.phase == "refused" and "retract rows" in m.error

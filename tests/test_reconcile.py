@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from compat.errors import MigrationError
+from compat.errors import InvalidRequest
 from compat.serde import dumps, from_doc
 from gates.reconcile import Reconciler, diff, read_record, write_record
 from gates.startgate import read_start_gate, write_start_gate
@@ -148,7 +148,7 @@ def test_reconcile_decision(tmp_path, doc, asked, want):
 ])
 def test_reconcile_on_refuses_what_it_cannot_reconcile_with_the_reason(tmp_path, doc, reason):
     m, ctx = migration(tmp_path, doc, "on")
-    with pytest.raises(MigrationError) as e:
+    with pytest.raises(InvalidRequest) as e:
         decide_reconcile(m, ctx, from_doc(doc))
     assert reason in e.value.message and "--reconcile off" in e.value.render()
     assert m.phase == "refused"

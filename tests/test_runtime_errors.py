@@ -36,6 +36,7 @@ RUNTIME_MODULES = ["gates.broker", "gates.control", "gates.deadline", "gates.fil
                    "migrate.phases.check", "migrate.phases.cut", "migrate.phases.cutover",
                    "migrate.phases.finish", "migrate.phases.in_place", "migrate.phases.pause",
                    "migrate.phases.rollback", "migrate.phases.shadow",
+                   "migrate.phases.guard", "migrate.phases.preview", "migrate.plantopics",
                    "migrate.services.arming", "migrate.services.processes",
                    "migrate.services.topics"]
 

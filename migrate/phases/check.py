@@ -1,6 +1,15 @@
-"""Step 1 (both paths). Check the upgrade; refuse what cannot be done live, and decide the
+"""Step 1 (every path). Check the upgrade; refuse what cannot be done live, and decide the
 path: an in-place restart on the checkpoint, or a shadow migration (and whether the shadow
-reconciles the output at the cut)."""
+reconciles the output at the cut).
+
+Every refusal is recorded (phase ``refused``, with why) before it is raised, names the plan
+file the user gave (never the store's copy), and says by its class what a script may do:
+:class:`~compat.errors.Unsupported` (3: cannot be done live),
+:class:`~compat.errors.InvalidRequest` (2: the flags contradict the upgrade),
+:class:`~compat.errors.Refused` (6: the state found, the cluster's, the checkpoint's or the
+store's, forbids it now).  The preflight (:func:`preflight`) comes first, before anything
+is written: a source topic of the new plan that does not exist is refused, an empty one
+warned about."""
 
 from __future__ import annotations
 
@@ -8,14 +17,15 @@ import os
 
 from compat.check import check_plans
 from compat.checkpoint import CheckpointError
-from compat.errors import BrokerError, MigrationError
+from compat.errors import BrokerError, InvalidRequest, Refused, Unsupported
 from compat.model import Plan
 from compat.steps import Recursive, Source
 from compat.steps.source import SNAPSHOT, table_read
 from gates.broker import check_access
-from migrate import ckcheck, sides
+from migrate import ckcheck, plantopics, sides
 from migrate.context import Context
-from migrate.record import Migration
+from migrate.phases import preview
+from migrate.record import Migration, user_plan
 from migrate.run import plan_access
 
 
@@ -26,18 +36,21 @@ def check(m: Migration, ctx: Context) -> None:
     if report.verdict == "unsupported":
         refuse(m, ctx, "; ".join(f"[{f.code}] {f.message}" for f in report.findings
                                  if f.effect == "unsupported"))
-        raise MigrationError("the checker says this upgrade is unsupported: " + m.error,
-                             file=m.new_plan, hint="see theseus check for every finding")
+        raise Unsupported("the checker says this upgrade is unsupported: " + m.error,
+                          file=user_plan(m), hint="see theseus check for every finding")
+    have = preflight(m, ctx, new)
     if m.strategy == "in-place" and report.verdict == "migrate":
-        raise MigrationError("--strategy in-place, but the state is incompatible",
-                             file=m.new_plan, expected="in_place or identical",
+        refuse(m, ctx, "--strategy in-place, but the state is incompatible")
+        raise InvalidRequest("--strategy in-place, but the state is incompatible",
+                             file=user_plan(m), expected="in_place or identical",
                              found=report.verdict)
     shadow = m.strategy == "shadow" or (m.strategy == "auto" and report.verdict == "migrate")
     if not shadow and m.reconcile == "on":
         if m.strategy == "in-place":
-            raise MigrationError("--reconcile on needs a shadow that recomputes every key "
+            refuse(m, ctx, "--reconcile on needs a shadow; --strategy in-place has none")
+            raise InvalidRequest("--reconcile on needs a shadow that recomputes every key "
                                  "over the history; an in-place restart cannot",
-                                 file=m.new_plan, expected="--strategy auto or shadow",
+                                 file=user_plan(m), expected="--strategy auto or shadow",
                                  found="--strategy in-place")
         shadow = True  # only a shadow knows the new plan's value for every key
     agrees = checkpoint_agrees(m, ctx) if not shadow else True
@@ -62,8 +75,8 @@ def check(m: Migration, ctx: Context) -> None:
         # run on wrong state.  auto falls back to a shadow (a fresh checkpoint).
         if m.strategy == "in-place":
             refuse(m, ctx, m.checkpoint)
-            raise MigrationError("--strategy in-place, but the checkpoint contradicts "
-                                 "the plan check: " + m.checkpoint, file=m.new_plan,
+            raise Refused("--strategy in-place, but the checkpoint contradicts "
+                          "the plan check: " + m.checkpoint, file=user_plan(m),
                                  hint="use --strategy auto or shadow (a live migration "
                                       "on a fresh checkpoint)")
         ctx.echo(f"theseus: the checkpoint contradicts the plan check "
@@ -81,8 +94,8 @@ def check(m: Migration, ctx: Context) -> None:
             refuse(m, ctx, "the query reads tables as changelogs: a restart on the "
                            "checkpoint would retract rows the new plan never wrote, and "
                            "keep rows it would not write")
-            raise MigrationError("--strategy in-place, but " + m.error,
-                                 file=m.new_plan, expected="--strategy auto or shadow",
+            raise InvalidRequest("--strategy in-place, but " + m.error,
+                                 file=user_plan(m), expected="--strategy auto or shadow",
                                  found="--strategy in-place",
                                  hint="a shadow starts on a fresh state and reconciles "
                                       "the output's keys at the cut")
@@ -97,6 +110,8 @@ def check(m: Migration, ctx: Context) -> None:
     if shadow:
         m.reconciling = decide_reconcile(m, ctx, new, old)
         require_history(m, ctx, new)
+    if m.dry_run:
+        m.preview.update(preview.planned(m, old, new, have))
 
 
 def refuse(m: Migration, ctx: Context, why: str) -> None:
@@ -104,6 +119,29 @@ def refuse(m: Migration, ctx: Context, why: str) -> None:
     m.phase = "refused"
     m.error = why
     ctx.save(m)
+
+
+def preflight(m: Migration, ctx: Context, new: Plan) -> dict[str, int]:
+    """Before anything is written (a shadow, a gate, a control event: step 2 on): every
+    source topic of the new plan must exist (a missing one is refused, naming it, its node
+    and the user's plan file: a wrong name would otherwise get control events, and a
+    producer's auto-creation, at the cut), and an empty one gets a one-line warning (a plan
+    reading the wrong topic recomputes nothing; the delete guard of step 3 stops it from
+    deleting the output).  Returns the cluster's topics and partition counts."""
+    have = ctx.topics.present(m.bootstrap)
+    refusal = plantopics.missing_source(new, have, user_plan(m), m.bootstrap)
+    if refusal is not None:
+        refuse(m, ctx, refusal.render())
+        raise refusal
+    topics = sorted({n.topic for n in plantopics.sources(new)})
+    low = ctx.topics.low_watermarks(m.bootstrap, topics)
+    high = ctx.topics.high_watermarks(m.bootstrap, topics)
+    for n in plantopics.empty_sources(new, low, high):
+        line = plantopics.empty_warning(n, user_plan(m))
+        ctx.echo(line)
+        if m.dry_run:
+            m.preview.setdefault("warnings", []).append(line)
+    return have
 
 
 def recursion_problem(plan: Plan) -> tuple[str, str, str] | None:
@@ -143,32 +181,33 @@ def recursion_problem(plan: Plan) -> tuple[str, str, str] | None:
 def refuse_recursion(m: Migration, ctx: Context, old: Plan, new: Plan) -> None:
     """A shadow migration where a plan has a recursive step: refuse, with the reason, what
     the cut through a loop's internal topic (step 5) does not cover."""
-    why = None
     for label, plan, path in (("old", old, str(ctx.store.plan_path(m.old_instance))),
-                              ("new", new, m.new_plan)):
+                              ("new", new, user_plan(m))):
         problem = recursion_problem(plan)
         if problem is not None:
             node, pointer, reason = problem
             refuse(m, ctx, f"the {label} plan: {reason}")
-            raise MigrationError("a live migration of this recursive query is not "
-                                 f"supported: {reason}", file=path, node=node,
-                                 pointer=pointer, expected="one recursive step whose "
-                                 "loop is the only stream the output query reads",
-                                 found=reason, hint="run the new plan as a new query on "
-                                 "a new output topic")
+            raise Unsupported("a live migration of this recursive query is not "
+                              f"supported: {reason}", file=path, node=node,
+                              pointer=pointer, expected="one recursive step whose "
+                              "loop is the only stream the output query reads",
+                              found=reason, hint="run the new plan as a new query on "
+                              "a new output topic")
     if not sides.has_recursion(old) and not sides.has_recursion(new):
         return
-    if m.cascade or m.feeds or m.cut_from:
+    expected = "a single query with one recursive step"
+    if m.cascade or m.feeds or m.cut_from:  # cannot be cut at all (3)
         why = ("a cascade with a recursive query: the cut would have to pass through the "
                "loop's internal topic and the queries' shared topic in one chain")
-    elif sides.has_recursion(old) and not ctx.store.status(m.old_instance).get("loops"):
+        refuse(m, ctx, why)
+        raise Unsupported(f"refused: {why}", file=user_plan(m), expected=expected, found=why)
+    if sides.has_recursion(old) and not ctx.store.status(m.old_instance).get("loops"):
+        # a state that a restart of the old query changes (6)
         why = (f"the old query '{m.old_instance}' was started by a theseus that "
                "does not record its loop query's gate: restart it with theseus run "
                "(its checkpoint keeps its place), then migrate")
-    if why is not None:
         refuse(m, ctx, why)
-        raise MigrationError(f"refused: {why}", file=m.new_plan,
-                             expected="a single query with one recursive step", found=why)
+        raise Refused(f"refused: {why}", file=user_plan(m), expected=expected, found=why)
 
 
 def checkpoint_agrees(m: Migration, ctx: Context) -> bool | None:
@@ -236,8 +275,8 @@ def decide_reconcile(m: Migration, ctx: Context, new: Plan, old: Plan | None = N
     if why is not None:
         if asked == "on":
             refuse(m, ctx, f"--reconcile on: {why}")
-            raise MigrationError(f"cannot reconcile the output: {why}",
-                                 file=m.new_plan, node=sink.id,
+            raise InvalidRequest(f"cannot reconcile the output: {why}",
+                                 file=user_plan(m), node=sink.id,
                                  expected="a keyed update or append sink fed from the "
                                  "earliest offsets", found=f"mode {sink.mode}, key "
                                  f"{list(sink.key_columns)}", hint="--reconcile off "
@@ -262,7 +301,7 @@ def require_access(m: Migration, ctx: Context, old: Plan, new: Plan, shadow: boo
         check_access(m.bootstrap, needs, ctx.deadline)
     except BrokerError as e:
         refuse(m, ctx, e.render())
-        raise MigrationError(f"refused: {e.render()}", file=m.new_plan) from None
+        raise Refused(f"refused: {e.render()}", file=user_plan(m)) from None
 
 
 def require_history(m: Migration, ctx: Context, new: Plan) -> None:
@@ -278,7 +317,7 @@ def require_history(m: Migration, ctx: Context, new: Plan) -> None:
                                                 for p, o in ps.items())
                           for t, ps in lost.items())
         refuse(m, ctx, f"history deleted by retention (earliest available: {shown})")
-        raise MigrationError("the new plan is stateful and needs the source history "
-                             "from offset 0, but retention deleted part of it",
-                             file=m.new_plan, expected="earliest offsets 0",
+        raise Refused("the new plan is stateful and needs the source history "
+                      "from offset 0, but retention deleted part of it",
+                      file=user_plan(m), expected="earliest offsets 0",
                              found=f"earliest available offsets: {shown}")

@@ -1,6 +1,9 @@
 """Step 3. Pause: once the shadow keeps pace near the head, cap both queries at the high
-watermarks H and wait until both acknowledge H.  A cascade's downstream has no pause of its
-own: its shadow catches up with the upstream shadow's side topic (:func:`catch_up`)."""
+watermarks H and wait until both acknowledge H; a reconciling migration then counts what a
+cut there would correct, add and delete, and stops before the cut when it would delete too
+much of the output (the delete guard, :mod:`migrate.phases.guard`).  A cascade's downstream
+has no pause of its own: its shadow catches up with the upstream shadow's side topic
+(:func:`catch_up`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from gates.cascade import read_switch
 from gates.state import is_acked, read_ack
 from migrate import sides
 from migrate.context import Context
+from migrate.phases.guard import DeleteGuard
 from migrate.progress import Rate, bar_line
 from migrate.record import Migration, json_offsets
 
@@ -30,6 +34,7 @@ def pause(m: Migration, ctx: Context) -> None:
     # then, it would reach the cut a batch late and the output would stall for it.
     steady = {"batches": 0, "at": ""}  # batches in a row near the head, and the last
     rate = Rate()
+    guard = DeleteGuard(m, ctx)
     src = sides.source_gate(ctx.store, inst)  # the loop query of a recursive plan
 
     def keeping_up() -> bool:
@@ -52,6 +57,7 @@ def pause(m: Migration, ctx: Context) -> None:
         n = steady["batches"]
         speed = rate.add(records - total)
         if n:
+            guard.read_ahead()  # near the head: read both topics now, the tails at H
             ctx.live(f"  shadow near the head: lag {total:,} records, {n} of "
                      f"{ctx.steady_batches} batches in a row", "steady")
         else:
@@ -70,6 +76,8 @@ def pause(m: Migration, ctx: Context) -> None:
         cap = {t: high[t] for t in ts}
         ctx.wait(m, f"'{q}' to reach H", lambda q=q, cap=cap: is_acked(
             ctx.store.root, q, cap, first))
+    # Before any control event: what a cut at H would reconcile, and the delete guard.
+    guard.judge(m.high)
 
 
 def catch_up(m: Migration, ctx: Context) -> None:

@@ -4,7 +4,7 @@ or rolls back)."""
 
 from __future__ import annotations
 
-from compat.errors import MigrationError, RuntimeFailure
+from compat.errors import MigrationError, Refused, RuntimeFailure
 from gates import control
 from gates.startgate import read_start_gate, write_start_gate
 from gates.state import GateState, veto, write_gate
@@ -14,20 +14,23 @@ from migrate.protocol import TERMINAL
 from migrate.record import Migration, int_offsets
 
 
-def abort(m: Migration, ctx: Context, drop_side: bool = True) -> Migration:
+def abort(m: Migration, ctx: Context, drop_side: bool = True,
+          outcome: str = "aborted") -> Migration:
     """Roll back before the point of no return. ``drop_side``: delete the side topic
     here (a cascade deletes its side topics once every shadow of the chain stopped:
-    a downstream shadow reads its upstream's)."""
+    a downstream shadow reads its upstream's).  ``outcome``: the phase it ends in (the
+    delete guard of step 3 rolls a pause back into ``refused``).  Past the point of no
+    return it refuses (6), touching nothing."""
     if m.phase in ("finish", "done"):
-        raise MigrationError(f"migration {m.id} is past its cutover; the new plan "
-                             "is live", file=str(ctx.store.root),
-                             hint="migrate again to go back")
+        raise Refused(f"migration {m.id} is past its cutover; the new plan "
+                      "is live", file=str(ctx.store.root),
+                      hint="migrate again to go back")
     if m.phase in TERMINAL:
         return m
     if m.phase == "cutover" and m.kind == "shadow":
-        raise MigrationError("the cutover has begun: the shadow may already write the "
-                             "output from the cut on", file=str(ctx.store.root),
-                             hint="theseus migrate resume finishes the cutover")
+        raise Refused("the cutover has begun: the shadow may already write the "
+                      "output from the cut on", file=str(ctx.store.root),
+                      hint="theseus migrate resume finishes the cutover")
     root = ctx.store.root
     old, inst = m.old_instance, m.new_instance
     if m.kind == "shadow" and m.cut and inst:
@@ -41,9 +44,9 @@ def abort(m: Migration, ctx: Context, drop_side: bool = True) -> Migration:
             # before, it has nothing to open from
             theirs = int_offsets(read_start_gate(root, inst).get("follow_from") or {})
         if theirs and not veto(root, old, theirs, m.id):
-            raise MigrationError("the old query finished the input before the cut: the "
-                                 "shadow takes over from there", file=str(root),
-                                 hint="theseus migrate resume finishes the migration")
+            raise Refused("the old query finished the input before the cut: the "
+                          "shadow takes over from there", file=str(root),
+                          hint="theseus migrate resume finishes the migration")
         ctx.flush()
         ctx.gates.set(m, inst, "paused")
         write_start_gate(root, inst, False, m.id)
@@ -63,9 +66,7 @@ def abort(m: Migration, ctx: Context, drop_side: bool = True) -> Migration:
         # the side topic of an aborted migration (reconciling, or feeding a cascade)
         ctx.processes.wait_stopped(m)
         ctx.topics.delete_side_topic(m)
-    ctx.enter(m, "aborted")
-    m.phase = "aborted"
-    ctx.save(m)
+    ctx.enter(m, outcome)
     try:
         ctx.topics.tombstone_controls(m)
     except (RuntimeFailure, MigrationError) as e:  # the abort is done; they stay

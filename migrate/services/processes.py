@@ -47,6 +47,17 @@ def exited(st: dict[str, Any]) -> bool:
         not pid_alive(int(st["pid"]))
 
 
+def not_running(st: dict[str, Any]) -> str:
+    """Why the instance whose status is ``st`` is not running ("" when it is, or may be:
+    a process on another host is taken at its status's word)."""
+    status = st.get("status")
+    if status not in ("starting", "running"):
+        return f"its status is {status or 'unknown'}"
+    if exited(st):
+        return f"its process {st['pid']} on this host is gone (status {status})"
+    return ""
+
+
 def last_error_line(log: Path) -> str:
     """The last line of a query host's log that is not librdkafka's (``%3|...``) or
     Spark's progress: what ``theseus run`` said when it exited."""

@@ -4,11 +4,12 @@ it is over.  Every call takes what is left of the run's one deadline."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
-from compat.errors import MigrationError
+from compat.errors import TheseusError
 from gates import control
-from gates.broker import client_conf, watermarks
+from gates.broker import client_conf, create_topic, topics_of, watermarks
 from gates.deadline import Deadline
 from gates.retry import retry
 from migrate import sides
@@ -31,56 +32,46 @@ class TopicAdmin:
     def ensure(self, m: Migration, topic: str, partitions: int,
                config: dict[str, str] | None = None) -> None:
         """Create ``topic`` unless it exists (the side topic of ``m``'s shadow)."""
-        # confluent_kafka is imported where it is used: off the import path of the commands
-        # that never reach a broker
-        from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        if topic not in topics_of(m.bootstrap, self.deadline):
+            create_topic(m.bootstrap, topic, partitions, config, self.deadline)
 
-        admin = AdminClient(client_conf(m.bootstrap))
-        what = f"the broker {m.bootstrap} to list its topics"
-        try:
-            listed = retry(lambda t: admin.list_topics(timeout=t).topics, self.deadline, what)
-        except KafkaException as e:
-            raise MigrationError(f"cannot list the broker's topics: {e}",
-                                 file=m.new_plan, found=m.bootstrap) from None
-        if topic in listed:
-            return
-        what = f"the comparison topic '{topic}' to be created"
-
-        def create(timeout: float) -> None:
-            # -1: the cluster's default replication factor
-            fut = admin.create_topics([NewTopic(topic, partitions, -1, config=config or {})],
-                                      request_timeout=timeout)[topic]
-            try:
-                fut.result(timeout)
-            except KafkaException as e:  # created concurrently (a resumed run) is fine
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-
-        try:
-            retry(create, self.deadline, what)
-        except KafkaException as e:
-            raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
-                                 file=m.new_plan) from None
+    def present(self, bootstrap: str) -> dict[str, int]:
+        """The topics of the cluster and their partition counts."""
+        return topics_of(bootstrap, self.deadline)
 
     def delete_side_topic(self, m: Migration) -> None:
         """The side topic served the reconciliation only (kept with --compare, for reading)."""
         if not (m.reconciling or m.feeds) or m.compare:
             return
+        self.delete_topic(m.bootstrap, sides.compare_topic(m))
+
+    def delete_topic(self, bootstrap: str, topic: str) -> None:
+        """Delete a topic the migration created; one already gone is fine (a resumed run)."""
         from confluent_kafka.admin import AdminClient  # as in ensure: off the import path
 
-        topic = sides.compare_topic(m)
-        admin = AdminClient(client_conf(m.bootstrap))
+        admin = AdminClient(client_conf(bootstrap))
 
         def delete(timeout: float) -> None:
             admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
 
         try:
-            retry(delete, self.deadline, f"the side topic '{topic}' to be deleted")
-            self.echo(f"  deleted the side topic {topic}")
+            retry(delete, self.deadline, f"the topic '{topic}' to be deleted")
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
-                self.echo(f"  could not delete the side topic {topic}: {e}")
+                self.echo(f"  could not delete the topic {topic}: {e}")
+            return
+        # Deletion ends after the call returns: a migration started next would find the
+        # topic still listed, skip creating it, and write into a topic being deleted.
+        wait, listed = self.deadline.within(30), True
+        try:
+            while listed and not wait.expired():
+                listed = topic in topics_of(bootstrap, wait)
+                if listed:
+                    time.sleep(0.2)
+        except TheseusError:  # the broker did not answer in time: still listed, as said
+            pass
+        self.echo(f"  deleted the topic {topic}" if not listed else
+                  f"  asked the broker to delete the topic {topic} (still listed after 30 s)")
 
     def tombstone_controls(self, m: Migration) -> None:
         """The migration is over: its control records need not stay in compacted topics

@@ -162,7 +162,7 @@ def test_migration_refused_without_control_event_write_then_exact(secure_kafka, 
                     "--strategy", "shadow", "--timeout", "120", "--kafka-config",
                     sk.files["carol"])
         outputs.append(r.stdout + r.stderr)
-        assert r.returncode == 5, r.stdout + r.stderr
+        assert r.returncode == 6, r.stdout + r.stderr  # refused: nothing changed
         err = [ln for ln in r.stderr.splitlines() if ln.startswith("theseus: error")]
         assert len(err) == 1 and f"topic '{src}'" in err[0], r.stderr
         assert "no WRITE permission" in err[0] and "control events" in err[0]
@@ -223,7 +223,7 @@ def test_migration_refused_when_the_new_query_cannot_write_the_output(secure_kaf
         r = theseus("migrate", "start", q.new_p, "--bootstrap", sk.bootstrap, "--state",
                     state, "--strategy", "shadow", "--timeout", "120", "--kafka-config",
                     sk.files["dave"])
-        assert r.returncode == 5, r.stdout + r.stderr
+        assert r.returncode == 6, r.stdout + r.stderr  # refused: nothing changed
         assert "Traceback" not in r.stderr
         err = [ln for ln in r.stderr.splitlines() if ln.startswith("theseus: error")]
         assert len(err) == 1, r.stderr

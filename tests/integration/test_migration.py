@@ -363,7 +363,7 @@ def test_migration_refuses_a_backfill_that_retention_deleted(kafka, tmp_path):
     new_p.write_text(json.dumps(agg_plan(query, src, out, True)))
     r = theseus("migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
                 str(state), "--strategy", "shadow")
-    assert r.returncode == 5, r.stdout + r.stderr
+    assert r.returncode == 6, r.stdout + r.stderr  # refused: nothing changed
     msg = r.stderr
     assert "retention deleted" in msg and "Traceback" not in msg
     assert "partition 0 from offset 4" in msg and "partition 1 from offset 2" in msg

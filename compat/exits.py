@@ -1,0 +1,80 @@
+"""The exit codes of every ``theseus`` command: one table, the one place they are written.
+
+``theseus --help`` shows it (:func:`text`), the README carries it (:func:`markdown`, a test
+compares them), and ``tests/test_exit_codes.py`` walks it: every situation listed here is
+brought about and must end with its row's code.  The codes themselves come from the
+exception classes (:mod:`compat.errors`, ``exit_code``); the CLI turns an error into its
+code in one place."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Exit(NamedTuple):
+    code: int
+    meaning: str
+    #: situations that end with this code, each "command: situation"
+    cases: tuple[str, ...]
+
+
+EXITS: tuple[Exit, ...] = (
+    Exit(0, "success; also nothing to show or nothing left to do", (
+        "check: the verdict is identical or in_place",
+        "migrate start: the migration is done",
+        "migrate start --dry-run: the migration would go through",
+        "migrate status: the query has no migration (it says so)",
+        "migrate abort: the migration is aborted, or had already ended aborted",
+        "stop: the query was asked to stop")),
+    Exit(1, "the upgrade needs a live migration (0 with --allow-migration)", (
+        "check: the verdict is migrate",)),
+    Exit(2, "invalid input or usage; also an internal error (its line names the file "
+            "that holds the traceback)", (
+        "check: a plan that cannot be read or is invalid",
+        "migrate status: a query the store does not know",
+        "migrate start: flags the upgrade contradicts (--strategy in-place for a "
+        "migrate verdict)",
+        "migrate start: --dry-run with several plans")),
+    Exit(3, "unsupported: the upgrade cannot be done live on the same output", (
+        "check: the verdict is unsupported",
+        "migrate start: the checker says unsupported")),
+    Exit(4, "a runtime failure outside a migration step: Kafka, Spark or the store", (
+        "run: the query failed",
+        "migrate status: the store cannot be opened")),
+    Exit(5, "a migration step failed; its phase is recorded: migrate resume retries it, "
+            "migrate abort rolls back", (
+        "migrate resume: a step fails (a broker that does not answer within --timeout)",)),
+    Exit(6, "refused before anything changed, by the state found; nothing to undo", (
+        "migrate start: a source topic of the new plan does not exist",
+        "migrate start, resume: at the pause, the reconciliation would delete more than "
+        "--max-delete-ratio of the output's keys (without --allow-deletes)",
+        "migrate start: retention has deleted history the new stateful plan needs",
+        "migrate start --dry-run: the migration would be refused by the delete guard",
+        "migrate start: another migration of the query is in progress",
+        "migrate resume: the query has no migration",
+        "migrate resume: the migration has ended (done, aborted or refused)",
+        "migrate abort: the query has no migration",
+        "migrate abort: the migration is past its point of no return (resume finishes it)",
+        "run: a source topic does not exist, or the output topic cannot be created",
+        "stop: the query is not running")),
+    Exit(130, "interrupted (Ctrl-C)", (
+        "migrate start: interrupted",)),
+)
+
+
+def text() -> str:
+    """The table as ``theseus --help`` shows it (click keeps ``\\b`` paragraphs as they
+    are)."""
+    lines = ["\b", "Exit codes (every command):"]
+    for e in EXITS:
+        lines.append(f"  {e.code:<4} {e.meaning}")
+        lines += [f"         - {c}" for c in e.cases]
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    """The table as the README carries it."""
+    rows = ["| code | meaning | for example |", "|---|---|---|"]
+    for e in EXITS:
+        rows.append(f"| {e.code} | {e.meaning} | " + "<br>".join(e.cases) + " |")
+    return "\n".join(rows) + "\n"
