@@ -28,6 +28,9 @@ from gates.deadline import Deadline
 from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
+#: a migration's shadow (``--gated-start``) reads its history in about this many batches, so
+#: that its progress shows while it reads (``gates.source``'s ``backfillBatches``)
+BACKFILL_BATCHES = 10
 
 
 def spark_env() -> None:
@@ -86,7 +89,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None,
                 shadow_topic: str | None = None, on_retire: Any = None,
-                reconciler: Any = None) -> Any:
+                reconciler: Any = None, backfill_batches: int = 0) -> Any:
     from migrate.build import Builder, BuildOptions
 
     name = query_name or plan.query
@@ -96,7 +99,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
                         available_now=available_now, trigger_interval=trigger_interval,
                         checkpoint=str(checkpoint), start_gate=start_gate,
                         shadow_topic=shadow_topic, on_retire=on_retire,
-                        reconciler=reconciler)
+                        reconciler=reconciler, backfill_batches=backfill_batches)
     return Builder(spark, plan, opts).start()
 
 
@@ -144,7 +147,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                         available_now=available_now, generation=generation,
                         trigger_interval=trigger_interval, query_name=name,
                         start_gate=start_gate, shadow_topic=shadow_topic,
-                        on_retire=handed_over.set, reconciler=reconciler)
+                        on_retire=handed_over.set, reconciler=reconciler,
+                        backfill_batches=BACKFILL_BATCHES if gated_start else 0)
     # A plan with recursion runs loop queries beside its output query: their gates and
     # internal topics are recorded, for a migration caps the loops and cuts the topics.
     store.set_status(name, status="running", query_id=str(query.id),
