@@ -23,11 +23,12 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
           master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-          ) -> Migration:
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+          plan_file: str | None = None, rollback_of: str = "") -> Migration:
     m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
                       cut_mode=cut_mode, require=require, compare=compare,
-                      reconcile=reconcile, master=master, trigger=trigger)
+                      reconcile=reconcile, master=master, trigger=trigger,
+                      plan_file=plan_file, rollback_of=rollback_of)
     # the time budget starts here
     ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)
     ctx.save(m)

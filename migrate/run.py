@@ -31,6 +31,9 @@ DEFAULT_STATE_PARTITIONS = 4
 #: a migration's shadow (``--gated-start``) reads its history in about this many batches, so
 #: that its progress shows while it reads (``gates.source``'s ``backfillBatches``)
 BACKFILL_BATCHES = 10
+#: seconds between two heartbeats of a host in its status (``heartbeat_at``): how another
+#: host tells that the process is alive (``theseus status``)
+HEARTBEAT_EVERY = 5.0
 
 
 def spark_env() -> None:
@@ -130,7 +133,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
                      checkpoint=str(store.checkpoint(plan.query, generation)),
                      generation=generation, plan_query=plan.query,
-                     host=socket.gethostname())
+                     host=socket.gethostname(), plan_file=os.path.abspath(plan_path),
+                     heartbeat_at=time.time(), heartbeat_every=HEARTBEAT_EVERY)
     start_gate = reconciler = None
     if gated_start:
         from gates.reconcile import Reconciler
@@ -166,6 +170,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     old_handler = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
     seen = -1
+    beat = time.monotonic()
     try:
         # a plan with recursion runs as a chain of queries: its loops report in notes
         notes = getattr(query, "notes", list)
@@ -185,6 +190,10 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
             if stop["asked"] or store.stop_requested(name):
                 stop_after_batch(query)
                 break
+            if time.monotonic() - beat >= HEARTBEAT_EVERY:
+                # alive, as a host elsewhere can tell (a pid says it on this host only)
+                store.set_status(name, heartbeat_at=time.time(), last_batch=seen)
+                beat = time.monotonic()
             handed_over.wait(0.5)
         for line in notes():
             echo(line)
