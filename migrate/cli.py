@@ -565,6 +565,22 @@ def status(state: str, fmt: str, bootstrap: str | None, timeout: float) -> None:
     click.echo(to_json(doc) if fmt == "json" else render_text(doc), nl=False)
 
 
+@main.command()
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--port", type=click.IntRange(0, 65535), default=8470, show_default=True,
+              help="Port on 127.0.0.1 (0: any free port, printed).")
+@click.option("--refresh", type=click.FloatRange(min=0.5), default=2.0, show_default=True,
+              help="Seconds between two refreshes of the page.")
+@kafka_config_option
+def serve(state: str, port: int, refresh: float) -> None:
+    """Serve what `theseus status` shows, and the recent migrations and the fleet picture,
+    as a read-only page on 127.0.0.1 that refreshes itself (Ctrl-C stops)."""
+    from migrate.serve import serve as serve_store
+    from migrate.view import existing_store
+
+    sys.exit(serve_store(existing_store(state), port, refresh, echo=click.echo))
+
+
 @main.group()
 def migrate() -> None:
     """Live migrations of running queries (swap in place at one exact cut)."""

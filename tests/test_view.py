@@ -358,3 +358,110 @@ def test_time_is_shown_in_utc():
     assert when(0.0) == "1970-01-01 00:00:00Z" and when(None) == "-"
     assert time.gmtime(NOW).tm_hour == 15  # the history test's times above
 
+
+# -- theseus serve ----------------------------------------------------------------------
+
+@pytest.fixture
+def served(store, heads, monkeypatch):
+    """`theseus serve` over the store, on a free port; counts the pages it served."""
+    import threading
+
+    from migrate import serve
+
+    looks = []
+    real = serve.look
+
+    def look(*args):
+        looks.append(time.monotonic())
+        return real(*args)
+
+    monkeypatch.setattr(serve, "look", look)
+    # the store's times are NOW's: so is the view's clock
+    monkeypatch.setattr(view, "time", SimpleNamespace(time=lambda: NOW))
+    server = serve.make_server(store, 0, refresh=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, looks
+    server.shutdown()
+    server.server_close()
+
+
+def test_serve_answers_reads_only_on_loopback(served):
+    import urllib.error
+    import urllib.request
+
+    server, _ = served
+    host, port = server.server_address[:2]
+    assert host == "127.0.0.1"
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(base + "/") as r:
+        page = r.read().decode()
+        assert r.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert '<meta http-equiv="refresh" content="1">' in page
+    with urllib.request.urlopen(base + "/status.json") as r:
+        jsonschema.validate(json.loads(r.read()), STATUS_SCHEMA)
+    for method, path, code in (("POST", "/", 405), ("DELETE", "/status.json", 405),
+                               ("GET", "/../state/queries", 404)):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(base + path, method=method))
+        assert e.value.code == code
+    req = urllib.request.Request(base + "/", method="HEAD")
+    with urllib.request.urlopen(req) as r:
+        assert r.read() == b"" and int(r.headers["Content-Length"]) == len(page.encode())
+
+
+def test_serve_page_renders_in_chromium_and_refreshes_itself(served, tmp_path):
+    import re
+    import signal
+    import subprocess
+
+    from tests.test_html_diff import CHROMIUM, FLAGS, _chromium, _png_size
+
+    server, looks = served
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    shot = tmp_path / "serve.png"
+    _chromium(tmp_path, "--window-size=1280,900", "--hide-scrollbars",
+              f"--screenshot={shot}", url)
+    data = shot.read_bytes()
+    assert _png_size(data) == (1280, 900) and len(data) > 20_000  # drawn, not blank
+    dom = _chromium(tmp_path, "--dump-dom", url).stdout
+    rows = dict(re.findall(r'<tr class="query" data-query="(\w+)"([^>]*)>', dom))
+    assert sorted(rows) == ["alpha", "beta", "delta", "gamma"]
+    assert 'data-alive="true" data-lag="110" data-phase="shadow"' in rows["alpha"]
+    assert 'data-alive="false" data-lag="" data-phase=""' in rows["beta"]
+    assert 'data-alive="false"' in rows["delta"] and 'data-alive="true"' in rows["gamma"]
+    assert '<div class="bar" data-fraction="0.4000"><span style="width:40.0%">' in dom
+    assert "backfill 40%: 400/1,000 records (+200 since)" in dom
+    assert "owner unknown" in dom and "2. shadow" in dom
+    # the fleet picture: one box per query, drawn by the fleet page's code
+    boxes = re.findall(r'<g class="query" data-query="(\w+)"', dom)
+    assert sorted(boxes) == ["alpha", "beta", "delta", "gamma"]
+    assert 'g.query[data-query="alpha"] > rect:first-of-type { stroke: #ef6c00;' in dom
+    # left open (a browser on the page, nothing asked of it), it reloads by itself: the
+    # page asks no script, its meta refresh does (virtual time would reload it in a loop)
+    looks.clear()
+    browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'open'}",
+                                "--remote-debugging-port=0", url],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(looks) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        os.killpg(browser.pid, signal.SIGTERM)
+        browser.wait(30)
+    assert len(looks) >= 3, looks
+    gaps = [b - a for a, b in zip(looks, looks[1:])]
+    assert all(0.8 < g < 5 for g in gaps), gaps  # every second or so (refresh=1)
+
+
+def test_serve_refuses_a_port_in_use(store):
+    from migrate import serve
+
+    first = serve.make_server(store, 0)
+    try:
+        with pytest.raises(Exception) as e:
+            serve.make_server(store, first.server_address[1])
+        assert e.value.exit_code == 4 and "cannot listen on 127.0.0.1:" in e.value.message
+    finally:
+        first.server_close()
