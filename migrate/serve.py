@@ -123,7 +123,7 @@ def _query_row(q: dict[str, Any], now: float) -> str:
             f'<td><code>{_e(plan["file"] or plan["recorded"])}</code><br>'
             f'<small>{_e(plan["digest"] or "no plan recorded")}</small></td>'
             f'<td>{_e(batch_text(q, now))}</td>'
-            f'<td class="lag">{_e(lag_text(q) if q["alive"] else "not running")}</td>'
+            f'<td class="lag">{_e("not running" if q["alive"] is False else lag_text(q))}</td>'
             + _migration_cell(mv, now) + "</tr>")
 
 

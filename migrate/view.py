@@ -223,7 +223,7 @@ def instance_view(store: DirectoryStore, instance: str, heads: Heads | None,
     }
     if unreadable:
         view["liveness"] = unreadable
-    if alive:
+    if alive is not False:  # a host elsewhere without a heartbeat may well be reading
         view["lag"], view["lag_note"] = lag(store, instance, heads)
     else:
         view["lag"], view["lag_note"] = None, "not running"
@@ -395,7 +395,7 @@ def render_text(doc: dict[str, Any]) -> str:
         out += ["", f"{q['query']}{inst}: {q['status']}, {alive_text(q)}",
                 f"  plan {q['plan']['file'] or q['plan']['recorded']}  "
                 f"{q['plan']['digest'] or '(no plan recorded)'}",
-                f"  {batch_text(q, now)}, {lag_text(q) if q['alive'] else 'not running'}"]
+                f"  {batch_text(q, now)}, {'not running' if q['alive'] is False else lag_text(q)}"]
         if q["migration"]:
             out += migration_lines(q["migration"], now)
     return "\n".join(out) + "\n"
@@ -409,7 +409,7 @@ def render_migration_text(doc: dict[str, Any]) -> list[str]:
         v = doc[side]
         if v is None:
             continue
-        tail = f", {lag_text(v)}" if v["alive"] else ""
+        tail = "" if v["alive"] is False else f", {lag_text(v)}"
         lines.append(f"  {side} {v['instance']}: {alive_text(v)}{tail}")
     if doc.get("progress"):
         lines.append(f"  {progress_text(doc['progress'])}")

@@ -169,6 +169,19 @@ def test_without_a_broker_the_lag_is_unknown_and_says_why(store):
                                           "fraction": 0.4}
 
 
+def test_a_host_elsewhere_without_a_heartbeat_is_unknown_and_its_lag_still_shown(
+        tmp_path, heads):
+    s = DirectoryStore(tmp_path / "state")
+    put_query(s, tmp_path, "eps", plan_doc("eps", "v1"), status="running", pid=5,
+              host="elsewhere", bootstrap="broker:9092")
+    put_ack(s, "eps", {0: 690, 1: 400}, NOW - 3)
+    text = view.render_text(view.snapshot(s, view.Heads(), now=NOW))
+    assert text.splitlines()[2:] == [
+        "eps: running, liveness unknown (pid 5 on elsewhere: no heartbeat recorded)",
+        f"  plan {tmp_path / 'eps.json'}  {view.digest(s.plan_path('eps'))}",
+        "  last batch, input committed 3 s ago, lag 10 records"]
+
+
 def test_a_dead_pid_on_this_host_is_not_alive_whatever_its_status_says():
     alive, how = view.liveness({"status": "running", "pid": 999_999_999, "host": HERE})
     assert alive is False and "is gone (running recorded)" in how
