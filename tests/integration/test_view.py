@@ -206,6 +206,9 @@ def test_the_backfill_bar_moves_and_never_goes_back(scene):
     inside = sorted({round(f, 6) for f in fractions if 0 < f < 1})
     assert len(inside) >= 3, fractions  # it moved while the shadow read, not 0% then 100%
     assert any(arrived for *_, arrived in scene.samples)  # input arrived meanwhile
+    took = scene.samples[-1][0] - scene.samples[0][0]
+    print(f"backfill sampled {len(scene.samples)} times over {took:.1f} s: "
+          + ", ".join(f"{f:.0%}" for f in sorted(set(fractions))))
 
 
 def test_watch_prints_every_phase_of_a_real_migration(scene):
