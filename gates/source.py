@@ -16,7 +16,11 @@ Options (names are case-insensitive, values strings):
     default | ``string``), ``schema`` (Spark DDL of the output columns; for ``string`` default
     ``value STRING``: the value decoded as UTF-8 goes into the first column),
 ``maxRecordsPerBatch`` (admission control, default 100000 offsets per micro-batch over all
-    partitions, spread fairly; ``0`` = unlimited), ``store`` + ``query`` (gate state, see
+    partitions, spread fairly; ``0`` = unlimited), ``backfillBatches`` (a migration's shadow:
+    read the history up to the head found at the first batch in about this many batches,
+    each of at least ``BACKFILL_FLOOR`` offsets, so that the acknowledgements, and the
+    migration's progress bar with them, move while it reads; ``0``, the default: off),
+``store`` + ``query`` (gate state, see
     :mod:`gates.state`; both optional), ``startingOffsets`` (``earliest`` default | ``latest``),
 ``role`` (``stream`` default | ``table`` | ``changelog``), ``key_columns`` (comma list;
     required for ``table`` and ``changelog``), ``readTimeoutSeconds`` (a task fails if it
@@ -124,6 +128,10 @@ NAME = "theseus_kafka"
 _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
 _CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
+#: the fewest offsets a batch of a shadow's backfill reads (``backfillBatches``): a batch
+#: costs at least a trigger whatever it reads, and below a few thousand records that cost
+#: is all there is; a smaller backfill is read in fewer batches
+BACKFILL_FLOOR = 2000
 
 
 # --------------------------------------------------------------------------- options
@@ -147,6 +155,7 @@ class SourceOptions:
     # never in the repr, which error messages and logs could show)
     kafka_conf: tuple[tuple[str, str], ...] = field(repr=False)
     node: str | None = None
+    backfill_batches: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -183,7 +192,7 @@ class SourceOptions:
             raise SourceError(f"{NAME}: role '{role}' needs option 'key_columns'", topic=topic)
         iso = choice("isolationLevel", "read_committed", ("read_committed", "read_uncommitted"))
         numbers = (("partitions", int, None), ("maxRecordsPerBatch", int, 100000),
-                   ("readTimeoutSeconds", float, 120))
+                   ("readTimeoutSeconds", float, 120), ("backfillBatches", int, 0))
         values = {}
         for name, kind, default in numbers:
             v = get(name, default)
@@ -200,7 +209,8 @@ class SourceOptions:
         return cls(bootstrap=bootstrap, topic=topic, partitions=parts, format=fmt, schema=schema,
                    max_records=max_records, store=get("store"), query=get("query"),
                    starting=starting, role=role, key_columns=keys, read_timeout=read_timeout,
-                   isolation=iso, kafka_conf=kafka_conf, node=get("node"))
+                   isolation=iso, kafka_conf=kafka_conf, node=get("node"),
+                   backfill_batches=max(0, values["backfillBatches"]))
 
     def consumer_conf(self) -> dict:
         conf = {
@@ -813,6 +823,9 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._target: dict[int, int] | None = None  # availableNow end
         self._last_ack: tuple | None = None
         self._reader = _reader_name(opts)
+        # ``backfillBatches``: the head found at the first batch, and the offsets per batch
+        # until it is reached
+        self._backfill: tuple[dict[int, int], int] | None = None
 
     # -- driver side
     def initialOffset(self) -> dict:
@@ -889,8 +902,13 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 if cap is not None:
                     bound = min(bound, cap)
             end[p] = max(begin[p], bound)
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            take = spread_limit({p: end[p] - begin[p] for p in end}, int(limit.max_rows))
+        budget = int(limit.max_rows) if ReadMaxRows is not None and \
+            isinstance(limit, ReadMaxRows) else None
+        step = self._backfill_step(begin, latest)
+        if step is not None:
+            budget = step if budget is None else min(budget, step)
+        if budget is not None:
+            take = spread_limit({p: end[p] - begin[p] for p in end}, budget)
             end = {p: begin[p] + take[p] for p in end}
         unchanged = end == begin and not newp
         if state is not None and not unchanged and state.mode == "capped" and \
@@ -903,6 +921,23 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if unchanged:
             return start  # same JSON as Spark's start
         return _to_offset(topic, end)
+
+    def _backfill_step(self, begin: Mapping[int, int], latest: Mapping[int, int]
+                       ) -> int | None:
+        """The offsets this batch may read while a shadow reads its history
+        (``backfillBatches``), None once it reached the head it found at its first batch
+        (or when off): one batch of the whole history would leave its acknowledgements, and
+        the progress a migration shows from them, at 0% until it ends."""
+        n = self.opts.backfill_batches
+        if n <= 0:
+            return None
+        if self._backfill is None:
+            backlog = sum(max(0, latest.get(p, b) - b) for p, b in begin.items())
+            self._backfill = (dict(latest), max(BACKFILL_FLOOR, -(-backlog // n)))
+        head, step = self._backfill
+        if all(begin.get(p, 0) >= o for p, o in head.items()):
+            return None
+        return step
 
     def reportLatestOffset(self):
         try:
@@ -950,6 +985,12 @@ class BackfillStreamReader(TheseusKafkaStreamReader):
         self.side = str(switch["side"])
         self.side_opts = dataclasses.replace(opts, topic=self.side, partitions=None)
         self._side_reader = f"{self._reader}@{self.side}"
+
+    def _backfill_step(self, begin: Mapping[int, int], latest: Mapping[int, int]
+                       ) -> int | None:
+        # its history is the side topic, read as before; the real topic from the cut must
+        # not be split: each batch of the hand-over adds to the chain's stall
+        return None
 
     def _switch(self) -> dict:
         try:

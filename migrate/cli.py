@@ -553,6 +553,42 @@ def stop(query: str, state: str) -> None:
     click.echo(f"theseus: asked '{query}' ({instance}) to stop")
 
 
+@main.command("status")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: schemas/status.v1.json.")
+@click.option("--bootstrap", default=None, metavar="HOST:PORT",
+              help="Ask this broker for the high watermarks (default: the one each query "
+                   "runs with).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
+              help="Seconds to wait for a broker; without its answer the lag is unknown.")
+@kafka_config_option
+def status(state: str, fmt: str, bootstrap: str | None, timeout: float) -> None:
+    """Every query in the store: its plan (file and digest), its host and whether that
+    process is alive, its last batch and lag, and its migration with phase, owner and
+    backfill.  Reads only."""
+    from migrate.view import Heads, existing_store, render_text, snapshot, to_json
+
+    doc = snapshot(existing_store(state), Heads(timeout, bootstrap))
+    click.echo(to_json(doc) if fmt == "json" else render_text(doc), nl=False)
+
+
+@main.command()
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--port", type=click.IntRange(0, 65535), default=8470, show_default=True,
+              help="Port on 127.0.0.1 (0: any free port, printed).")
+@click.option("--refresh", type=click.FloatRange(min=0.5), default=2.0, show_default=True,
+              help="Seconds between two refreshes of the page.")
+@kafka_config_option
+def serve(state: str, port: int, refresh: float) -> None:
+    """Serve what `theseus status` shows, and the recent migrations and the fleet picture,
+    as a read-only page on 127.0.0.1 that refreshes itself (Ctrl-C stops)."""
+    from migrate.serve import serve as serve_store
+    from migrate.view import existing_store
+
+    sys.exit(serve_store(existing_store(state), port, refresh, echo=click.echo))
+
+
 @main.group()
 def migrate() -> None:
     """Live migrations of running queries (swap in place at one exact cut)."""
@@ -736,8 +772,11 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
         if c.error:
             click.echo(f"  error: {c.error}")
         return
+    from migrate.view import Heads, migration_status, render_migration_text, to_json
+
+    view = migration_status(store, m, Heads(3.0))
     if fmt == "json":
-        click.echo(json.dumps(asdict(m), indent=2))
+        click.echo(to_json(view), nl=False)
         return
     click.echo(f"migration {m.id} of '{m.query}': phase {m.phase} ({m.kind or 'undecided'}, "
                f"verdict {m.verdict or '-'})")
@@ -756,6 +795,59 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
             if c else "pending (at the hand-over)"))
     if m.error:
         click.echo(f"  error: {m.error}")
+    for line in render_migration_text(view):
+        click.echo(line)
+
+
+@migrate.command("history")
+@click.argument("query")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@kafka_config_option
+def migrate_history(query: str, state: str, fmt: str) -> None:
+    """The migrations of QUERY, oldest first: outcome (done, aborted, refused, running),
+    when, verdict, plans, cut and reconciliation."""
+    import json
+
+    from migrate.history import history, render_text
+    from migrate.view import existing_store
+
+    doc = history(existing_store(state), query)
+    click.echo(json.dumps(doc, indent=2) + "\n" if fmt == "json" else render_text(doc),
+               nl=False)
+
+
+@migrate.command("rollback")
+@click.argument("query")
+@click.option("--bootstrap", envvar="KAFKA_BOOTSTRAP", default=None, metavar="HOST:PORT",
+              help="Default: $KAFKA_BOOTSTRAP, else the broker of the migration undone.")
+@click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--strategy", type=click.Choice(["auto", "in-place", "shadow"]), default="auto",
+              show_default=True)
+@click.option("--reconcile", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True)
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds for the whole migration.")
+@kafka_config_option
+def migrate_rollback(query: str, bootstrap: str | None, state: str, strategy: str,
+                     reconcile: str, timeout: float) -> None:
+    """Migrate QUERY live back to the plan it ran before its last done migration: a
+    migration like `migrate start` (same phases, checks and guards).  Refused (exit 6)
+    while a migration of QUERY runs, or when there is no plan to go back to."""
+    from migrate.history import rollback
+    from migrate.progress import Progress
+    from migrate.view import existing_store
+
+    progress = Progress()
+    try:
+        last, m = rollback(existing_store(state), query, bootstrap=bootstrap,
+                           strategy=strategy, reconcile=reconcile, timeout=timeout,
+                           echo=progress, live=progress.live)
+    finally:
+        progress.close()
+    click.echo(f"theseus: migration {m.id} {m.phase}: '{m.query}' runs the plan it ran "
+               f"before migration {last.id} again ({m.kind})")
 
 
 @migrate.command("resume")

@@ -26,10 +26,12 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           trigger: str = "1 second", echo: Callable[[str], None] = print,
           timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
           dry_run: bool = False, allow_deletes: bool = False,
-          max_delete_ratio: float = 0.1) -> Migration:
+          max_delete_ratio: float = 0.1,
+          plan_file: str | None = None, rollback_of: str = "") -> Migration:
     m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
                       cut_mode=cut_mode, require=require, compare=compare,
-                      reconcile=reconcile, master=master, trigger=trigger)
+                      reconcile=reconcile, master=master, trigger=trigger,
+                      plan_file=plan_file, rollback_of=rollback_of)
     m.dry_run, m.allow_deletes, m.max_delete_ratio = dry_run, allow_deletes, max_delete_ratio
     # the time budget starts here
     ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)

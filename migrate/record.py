@@ -5,6 +5,7 @@ and how a new one is made.  The record alone says where a migration resumes: its
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import InvalidRequest, MigrationError, Refused, StoreError
+from compat.errors import InvalidRequest, MigrationError, Refused, StoreError, TheseusError
 from compat.serde import dumps
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -84,6 +85,17 @@ class Migration:
     #: the query's migration before this one ("" for none): a dry run leaves it current
     previous: str = ""
 
+    #: a copy of the plan the query ran before (what ``migrate rollback`` goes back to),
+    #: and the user's file it came from ("" when not known)
+    old_plan: str = ""
+    old_plan_file: str = ""
+    #: ``migrate rollback``: the migration whose plan change this one undoes
+    rollback_of: str = ""
+    #: the shadow's backfill, recorded at step 2 before it starts: ``from`` where it reads
+    #: each partition of its source topics, ``to`` the high watermarks then (the progress
+    #: bar's whole: :func:`migrate.progress.backfill`)
+    backfill: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+
     @property
     def shadowing(self) -> bool:
         """Step 1 decided a shadow migration (the dry run's step 2 runs only then)."""
@@ -153,6 +165,21 @@ def user_plan(m: Migration) -> str:
     return m.plan_file or m.new_plan
 
 
+def user_file(store: DirectoryStore, instance: str) -> str:
+    """The user's file of the plan ``instance`` runs, as its host recorded it (``theseus
+    run``); an instance a migration started runs the store's copy of the migration's new
+    plan: that migration's ``plan_file`` then.  "" when not recorded (an older host)."""
+    f = str(store.status(instance).get("plan_file") or "")
+    p = Path(f)
+    if p.parent.name == "migrations" and p.name.endswith(".plan.json") and \
+            not p.name.endswith(".old.plan.json"):
+        try:
+            return Migration.load(store, p.name[:-len(".plan.json")]).plan_file or f
+        except (TheseusError, OSError):
+            return f
+    return f
+
+
 def resume_hint(query: str) -> str:
     return (f"theseus migrate resume {query} continues from here; theseus migrate abort "
             f"{query} rolls back")
@@ -172,9 +199,11 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                   strategy: str = "auto", cut_mode: str = "control-events",
                   require: list[str] | None = None, compare: bool = False,
                   reconcile: str = "auto", master: str = "local[2]",
-                  trigger: str = "1 second") -> Migration:
+                  trigger: str = "1 second", plan_file: str | None = None,
+                  rollback_of: str = "") -> Migration:
     """A new migration of the running ``query`` to the plan at ``new_plan_path`` (recorded
-    in the store), not saved yet; refused when the query is unknown or already migrating."""
+    in the store), not saved yet; refused when the query is unknown or already migrating.
+    ``plan_file``: the user's file of that plan (default: ``new_plan_path``)."""
     running = store.live_instance(query)
     st = store.status(running)
     if not st:
@@ -196,9 +225,19 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     # the plan as JSON (a SQL plan compiled), as `theseus run` records the plan it runs
     atomic_write(recorded, dumps(load_plan(new_plan_path)))
+    # the plan the query runs now, kept: the store keeps one plan per instance, and a
+    # migration's finish writes the new one over the query's (migrate rollback goes back)
+    kept = store.root / "migrations" / f"{mid}.old.plan.json"
+    try:
+        atomic_write(kept, store.plan_path(running).read_text(encoding="utf-8"))
+        old_plan = str(kept)
+    except FileNotFoundError:  # a status without a plan: nothing to go back to
+        old_plan = ""
     return Migration(id=mid, query=query, new_plan=str(recorded), old_instance=running,
                      new_instance=f"{query}.g{gen}", generation=gen, strategy=strategy,
                      cut_mode=cut_mode, require=list(require or []), compare=compare,
                      reconcile=reconcile, bootstrap=bootstrap, master=master,
-                     trigger=trigger, plan_file=new_plan_path,
-                     previous=prev.id if prev is not None else "")
+                     trigger=trigger,
+                     plan_file=plan_file or os.path.abspath(new_plan_path),
+                     old_plan=old_plan, old_plan_file=user_file(store, running),
+                     rollback_of=rollback_of, previous=prev.id if prev is not None else "")

@@ -31,6 +31,12 @@ from migrate import plantopics
 from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
+#: a migration's shadow (``--gated-start``) reads its history in about this many batches, so
+#: that its progress shows while it reads (``gates.source``'s ``backfillBatches``)
+BACKFILL_BATCHES = 10
+#: seconds between two heartbeats of a host in its status (``heartbeat_at``): how another
+#: host tells that the process is alive (``theseus status``)
+HEARTBEAT_EVERY = 5.0
 
 
 def spark_env() -> None:
@@ -89,7 +95,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
                 available_now: bool, generation: int = 0, query_name: str | None = None,
                 trigger_interval: str = "1 second", start_gate: Any = None,
                 shadow_topic: str | None = None, on_retire: Any = None,
-                reconciler: Any = None) -> Any:
+                reconciler: Any = None, backfill_batches: int = 0) -> Any:
     from migrate.build import Builder, BuildOptions
 
     name = query_name or plan.query
@@ -99,7 +105,7 @@ def start_query(plan: Plan, *, bootstrap: str, store: DirectoryStore, master: st
                         available_now=available_now, trigger_interval=trigger_interval,
                         checkpoint=str(checkpoint), start_gate=start_gate,
                         shadow_topic=shadow_topic, on_retire=on_retire,
-                        reconciler=reconciler)
+                        reconciler=reconciler, backfill_batches=backfill_batches)
     return Builder(spark, plan, opts).start()
 
 
@@ -136,7 +142,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     store.set_status(name, status="starting", pid=os.getpid(), bootstrap=bootstrap,
                      checkpoint=str(store.checkpoint(plan.query, generation)),
                      generation=generation, plan_query=plan.query,
-                     host=socket.gethostname())
+                     host=socket.gethostname(), plan_file=os.path.abspath(plan_path),
+                     heartbeat_at=time.time(), heartbeat_every=HEARTBEAT_EVERY)
     start_gate = reconciler = None
     if gated_start:
         from gates.reconcile import Reconciler
@@ -153,7 +160,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                         available_now=available_now, generation=generation,
                         trigger_interval=trigger_interval, query_name=name,
                         start_gate=start_gate, shadow_topic=shadow_topic,
-                        on_retire=handed_over.set, reconciler=reconciler)
+                        on_retire=handed_over.set, reconciler=reconciler,
+                        backfill_batches=BACKFILL_BATCHES if gated_start else 0)
     # A plan with recursion runs loop queries beside its output query: their gates and
     # internal topics are recorded, for a migration caps the loops and cuts the topics.
     store.set_status(name, status="running", query_id=str(query.id),
@@ -171,6 +179,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     old_handler = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
     seen = -1
+    beat = time.monotonic()
     try:
         # a plan with recursion runs as a chain of queries: its loops report in notes
         notes = getattr(query, "notes", list)
@@ -190,6 +199,10 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
             if stop["asked"] or store.stop_requested(name):
                 stop_after_batch(query)
                 break
+            if time.monotonic() - beat >= HEARTBEAT_EVERY:
+                # alive, as a host elsewhere can tell (a pid says it on this host only)
+                store.set_status(name, heartbeat_at=time.time(), last_batch=seen)
+                beat = time.monotonic()
             handed_over.wait(0.5)
         for line in notes():
             echo(line)

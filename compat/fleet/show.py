@@ -330,6 +330,12 @@ def _svg(doc: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def svg(doc: dict[str, Any]) -> str:
+    """The drawing of the global plan alone, an inline SVG (``theseus serve`` puts it in
+    its page)."""
+    return _svg(doc)
+
+
 def render_html(doc: dict[str, Any]) -> str:
     """The page: the drawing, then the topics table, cycles and shared subplans."""
     rows = []

@@ -59,6 +59,9 @@ class BuildOptions:
     store: str | None = None
     query: str | None = None  # name used for gate state and transactional ids
     max_records_per_batch: int = 100_000
+    #: a migration's shadow reads its history in about this many batches
+    #: (``gates.source``'s ``backfillBatches``); 0: as fast as maxRecordsPerBatch allows
+    backfill_batches: int = 0
     available_now: bool = False
     trigger_interval: str = "1 second"
     checkpoint: str | None = None

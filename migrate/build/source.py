@@ -21,6 +21,7 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
         "schema": ddl(info.columns, info.names), "role": node.role,
         "startingOffsets": node.starting_offsets,
         "maxRecordsPerBatch": str(b.opts.max_records_per_batch),
+        "backfillBatches": str(b.opts.backfill_batches),
         "node": node.id,  # names the source's acknowledgements (two may read one topic)
     }
     # The executors read Kafka with the same settings as the driver: they get them as

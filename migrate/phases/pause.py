@@ -16,7 +16,7 @@ from gates.state import is_acked, read_ack
 from migrate import sides
 from migrate.context import Context
 from migrate.phases.guard import DeleteGuard
-from migrate.progress import Rate, bar_line
+from migrate.progress import Rate, backfill_counts, bar_line
 from migrate.record import Migration, json_offsets
 
 
@@ -43,7 +43,6 @@ def pause(m: Migration, ctx: Context) -> None:
         lag = {t: {p: max(0, hi - done.get(t, {}).get(p, 0)) for p, hi in parts.items()}
                for t, parts in high.items()}
         total = sum(sum(ps.values()) for ps in lag.values())
-        records = sum(sum(ps.values()) for ps in high.values())
         if total > ctx.lag_threshold or not ctx.processes.running(inst):
             steady.update(batches=0, at="")
         else:
@@ -55,13 +54,14 @@ def pause(m: Migration, ctx: Context) -> None:
             if total == 0 or at != steady["at"]:  # a new batch, or idle at the head
                 steady.update(batches=steady["batches"] + 1, at=at)
         n = steady["batches"]
-        speed = rate.add(records - total)
         if n:
             guard.read_ahead()  # near the head: read both topics now, the tails at H
             ctx.live(f"  shadow near the head: lag {total:,} records, {n} of "
                      f"{ctx.steady_batches} batches in a row", "steady")
         else:
-            ctx.live("  " + bar_line(records - total, records, speed), "backfill")
+            read, whole, since = backfill_counts(m.backfill or {"to": json_offsets(high)},
+                                                 done, high)
+            ctx.live("  " + bar_line(read, whole, rate.add(read), arrived=since), "backfill")
         return n >= ctx.steady_batches
 
     ctx.wait(m, "the shadow to catch up", keeping_up, interval=1.0, show=False)

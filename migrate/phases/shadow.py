@@ -3,12 +3,14 @@ gate closed (its output discarded, or written to the side topic ``<output>.shado
 
 from __future__ import annotations
 
+from compat.check import load_plan
 from compat.errors import MigrationError
 from gates.cascade import write_switch
 from gates.startgate import write_start_gate
 from gates.state import GateState, read_gate, write_gate
 from migrate import sides
 from migrate.context import Context
+from migrate.progress import backfill_range
 from migrate.record import Migration, resume_hint
 
 
@@ -42,5 +44,13 @@ def shadow(m: Migration, ctx: Context) -> None:
         ctx.flush()
         ctx.echo(f"  the shadow reads {side} (the new upstream's output before the "
                  f"cut), then {topic} from the upstream's cut")
+    if not m.backfill and not m.cut_from:
+        # what the shadow is about to read as its history: the progress bar's whole,
+        # fixed, so that the bar never goes back while the head grows
+        topics = sides.source_topics(load_plan(m.new_plan))
+        m.backfill = backfill_range(load_plan(m.new_plan),
+                                    ctx.topics.low_watermarks(m.bootstrap, topics),
+                                    ctx.topics.high_watermarks(m.bootstrap, topics))
+        ctx.save(m)
     ctx.processes.spawn(m, m.new_plan, inst, m.generation, gated=True)
     ctx.wait(m, f"shadow '{inst}' to start", lambda: ctx.processes.running(inst))
