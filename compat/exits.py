@@ -24,6 +24,8 @@ EXITS: tuple[Exit, ...] = (
         "migrate start: the migration is done",
         "migrate start --dry-run: the migration would go through",
         "migrate status: the query has no migration (it says so)",
+        "status: the store's queries are listed (none: it says so)",
+        "migrate history: the query's past migrations are listed (none: it says so)",
         "migrate abort: the migration is aborted, or had already ended aborted",
         "stop: the query was asked to stop")),
     Exit(1, "the upgrade needs a live migration (0 with --allow-migration)", (
@@ -32,6 +34,7 @@ EXITS: tuple[Exit, ...] = (
             "that holds the traceback)", (
         "check: a plan that cannot be read or is invalid",
         "migrate status: a query the store does not know",
+        "status: no store at --state",
         "migrate start: flags the upgrade contradicts (--strategy in-place for a "
         "migrate verdict)",
         "migrate start: --dry-run with several plans")),
@@ -54,6 +57,7 @@ EXITS: tuple[Exit, ...] = (
         "migrate resume: the query has no migration",
         "migrate resume: the migration has ended (done, aborted or refused)",
         "migrate abort: the query has no migration",
+        "migrate rollback: a migration of the query runs, or no plan before it was kept",
         "migrate abort: the migration is past its point of no return (resume finishes it)",
         "run: a source topic does not exist, or the output topic cannot be created",
         "stop: the query is not running")),

@@ -220,6 +220,12 @@ SCENARIOS: dict[str, Callable] = {
         on_store(None, "migrate", "status", "q"),
     "migrate abort: the migration is aborted, or had already ended aborted":
         on_store("aborted", "migrate", "abort", "q"),
+    "status: the store's queries are listed (none: it says so)": on_store("shadow", "status"),
+    "migrate history: the query's past migrations are listed (none: it says so)":
+        on_store(None, "migrate", "history", "q"),
+    "status: no store at --state": lambda tmp, mp: cli("status", "--state", str(tmp / "no")),
+    "migrate rollback: a migration of the query runs, or no plan before it was kept":
+        on_store(None, "migrate", "rollback", "q"),
     "stop: the query was asked to stop": on_store(None, "stop", "q"),
     "check: the verdict is migrate": check_migrate,
     "check: a plan that cannot be read or is invalid": check_invalid,
