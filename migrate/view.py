@@ -237,12 +237,12 @@ def migration_view(store: DirectoryStore, m: Migration, heads: Heads | None,
     started = m.history[0][1] if m.history else None
     ended = m.history[-1][1] if m.history and m.phase in TERMINAL else None
     view: dict[str, Any] = {
-        "id": m.id, "phase": m.phase, "step": step_number(m.kind, m.phase),
+        "id": m.id, "phase": m.phase, "step": step_number(m.kind, m.phase, m.dry_run),
         "kind": m.kind, "verdict": m.verdict, "owner": owner_of(store, m),
         "started_at": started, "ended_at": ended, "plan_file": m.plan_file or m.new_plan,
         "cascade": m.cascade, "rollback_of": m.rollback_of, "cut": m.cut,
         "counts": m.counts, "error": m.error,
-        "phases": [{"phase": p, "step": step_number(m.kind, p)} for p in phase_log(m)],
+        "phases": [{"phase": p, "step": step_number(m.kind, p, m.dry_run)} for p in phase_log(m)],
         "shadow": None, "progress": None,
     }
     if m.kind == "shadow" and m.new_instance and m.phase not in TERMINAL:
