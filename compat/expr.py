@@ -28,7 +28,6 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from compat import ansi as A
@@ -726,9 +725,10 @@ def unknown_function(name: str, text: str) -> ExpressionError:
 
 @cache
 def _spark_functions_doc() -> dict[str, Any]:
-    path = Path(__file__).with_name("spark_functions.json")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    from importlib import resources
+
+    doc = resources.files("compat").joinpath("spark_functions.json").read_text(encoding="utf-8")
+    return json.loads(doc)
 
 
 @cache

@@ -1,4 +1,4 @@
-"""``schemas/plan.v1.json``, generated from the step classes.
+"""``compat/schemas/plan.v1.json``, generated from the step classes.
 
 Each step's JSON Schema follows its dataclass fields (``compat.model.prop``): a field
 without a default is required; strings, integers and booleans take the schema the field

@@ -1,4 +1,4 @@
-"""Validation of plan documents against ``schemas/plan.v1.json``.
+"""Validation of plan documents against ``compat/schemas/plan.v1.json``.
 
 The happy path must be fast (a 20,000-node plan is checked in a few times the cost of
 ``json.load``) and must not pay for importing ``jsonschema``.  So the schema is compiled once
@@ -14,22 +14,21 @@ import json
 import re
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from compat.errors import PlanError
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-if not SCHEMA_DIR.is_dir():  # installed without the repository around it
-    SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+#: the JSON schemas (``compat/schemas/``), shipped with the package: read as resources, so
+#: that they are found wherever and however Theseus is installed
+SCHEMAS = resources.files("compat") / "schemas"
 
 Check = Callable[[Any], bool]
 
 
 @cache
 def load_schema(name: str) -> dict[str, Any]:
-    with open(SCHEMA_DIR / name, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads((SCHEMAS / name).read_text(encoding="utf-8"))
 
 
 class _CodeGen:

@@ -1,6 +1,6 @@
 """Plans to and from JSON documents: the only module that knows the JSON layout.
 
-``load`` reads a file, validates it against ``schemas/plan.v1.json`` and builds the model;
+``load`` reads a file, validates it against ``compat/schemas/plan.v1.json`` and builds the model;
 ``from_doc`` builds the model from an already schema-valid document; ``to_doc`` writes it
 back.  One generic reader and writer serve every step: they walk the dataclass fields of the
 step's class (``compat.model.prop`` declares each field's JSON key and default), so a new

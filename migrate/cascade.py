@@ -29,7 +29,7 @@ logical point:
             query writes the output from C.
 7. Finish   every query records its new plan; the side topics are deleted.
 
-The cascade's record (``<store>/migrations/<id>.cascade.json``, ``schemas/cascade.v1.json``)
+The cascade's record (``<store>/migrations/<id>.cascade.json``, ``compat/schemas/cascade.v1.json``)
 lists every query with its migration, phase and counts; each migration's record names the
 cascade, so ``migrate status|resume|abort`` accept any query of the chain.  Every step of every
 migration is recorded before it acts, so a migrator killed anywhere resumes the whole chain.

@@ -87,10 +87,78 @@ class TheseusGroup(click.Group):
             except (OSError, ValueError):
                 pass
             ctx.exit(INTERNAL_ERROR_EXIT)
+        except ModuleNotFoundError as e:
+            line = missing_runtime(e, sys.argv[1:])
+            if line is None:
+                click.echo(_printable(_redacted(f"theseus: internal error: {_crash_line(e)}")),
+                           err=True)
+            else:
+                click.echo(line, err=True)
+            ctx.exit(INTERNAL_ERROR_EXIT)
         except Exception as e:  # the one place where a crash becomes an exit code
             click.echo(_printable(_redacted(f"theseus: internal error: {_crash_line(e)}")),
                        err=True)
             ctx.exit(INTERNAL_ERROR_EXIT)
+
+
+#: the modules of the ``runtime`` extra (``pyproject.toml``): Spark and the Kafka client, and
+#: what PySpark's pandas-based state uses (protobuf's is ``google.protobuf``)
+RUNTIME_MODULES = frozenset({"pyspark", "py4j", "confluent_kafka", "pandas", "pyarrow",
+                             "google"})
+RUNTIME_INSTALL = "pip install 'theseus[runtime]'"
+
+
+def missing_runtime(e: ModuleNotFoundError, argv: list[str]) -> str | None:
+    """The one line for a command that needs the ``runtime`` extra where it is not
+    installed (``pip install theseus`` is the offline gate alone: check, plan, fleet), or
+    None when the missing module is not one of the extra's (a bug)."""
+    top = (e.name or "").split(".")[0]
+    if top not in RUNTIME_MODULES:
+        return None
+    return (f"theseus: error: `theseus {command_name(argv)}` needs the runtime extra "
+            f"(Spark and the Kafka client; no module named '{e.name}' here): "
+            f"{RUNTIME_INSTALL}")
+
+
+def command_name(argv: list[str]) -> str:
+    """The command that ``argv`` runs, as its words (``plan import``, ``run``)."""
+    words: list[str] = []
+    cmd: click.Command = main
+    for arg in argv:
+        if arg.startswith("-") or not isinstance(cmd, click.Group):
+            continue
+        sub = cmd.commands.get(arg)
+        if sub is None:
+            break
+        words.append(arg)
+        cmd = sub
+    return " ".join(words) or "theseus"
+
+
+def version_text() -> str:
+    """``theseus --version``: this build's version and the plan format it reads and writes,
+    with the highest version of each step it knows (a plan with a higher one was written
+    for a newer Theseus and is refused)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from compat.model import STEPS
+    from compat.serde import FORMAT
+
+    try:
+        mine = version("theseus")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        mine = "(not installed)"
+    newer = sorted(f"{name} 1-{cls.max_version}" for name, cls in STEPS.items()
+                   if cls.max_version > 1)
+    steps = (", ".join(newer) + ", every other step 1") if newer else "every step 1"
+    return (f"theseus {mine}\n"
+            f"plan format: reads and writes {FORMAT} (step versions: {steps})")
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit(0)
 
 
 def _redacted(text: str) -> str:
@@ -144,7 +212,9 @@ def _crash_line(e: BaseException) -> str:
 
 @click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog=exits.text())
-@click.version_option(package_name="theseus", prog_name="theseus")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show the version and the plan format versions it reads and writes.")
 def main() -> None:
     """Theseus keeps never-ending Spark streaming queries correct while they change."""
 
@@ -427,7 +497,7 @@ def fleet() -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
               show_default=True,
               help="text: queries upstream first, topics, external topics, cycles; json: "
-                   "the same for tools (schemas/fleet.v1.json); html: a page drawing the "
+                   "the same for tools (compat/schemas/fleet.v1.json); html: a page drawing the "
                    "global graph.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write to a file instead of stdout.")
@@ -556,7 +626,7 @@ def stop(query: str, state: str) -> None:
 @main.command("status")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="json: schemas/status.v1.json.")
+              show_default=True, help="json: compat/schemas/status.v1.json.")
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Ask this broker for the high watermarks (default: the one each query "
                    "runs with).")

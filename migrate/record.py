@@ -1,6 +1,6 @@
-"""The migration record: what the store keeps of one migration (``schemas/migration.v1.json``),
-and how a new one is made.  The record alone says where a migration resumes: its ``phase``
-(:mod:`migrate.protocol`)."""
+"""The migration record: what the store keeps of one migration
+(``compat/schemas/migration.v1.json``), and how a new one is made.  The record alone says
+where a migration resumes: its ``phase`` (:mod:`migrate.protocol`)."""
 
 from __future__ import annotations
 

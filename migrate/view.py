@@ -300,7 +300,7 @@ def _safe(f: Any) -> Any:
 def snapshot(store: DirectoryStore, heads: Heads | None = None, now: float | None = None
              ) -> dict[str, Any]:
     """The whole view of the store (``theseus status --format json``,
-    ``schemas/status.v1.json``) at ``now`` (default: now)."""
+    ``compat/schemas/status.v1.json``) at ``now`` (default: now)."""
     here, now = socket.gethostname(), time.time() if now is None else now
     return {"format": FORMAT, "store": str(store), "host": here, "at": round(now, 3),
             "queries": [query_view(store, q, heads, here, now) for q in query_names(store)]}

@@ -1,4 +1,4 @@
-"""Writes schemas/plan.v1.json from the step classes (``compat.plan_schema``).
+"""Writes compat/schemas/plan.v1.json from the step classes (``compat.plan_schema``).
 
 Run after adding or changing a step type: ``python scripts/gen_plan_schema.py``; a test fails
 while the committed schema is stale."""
@@ -20,6 +20,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    out = ROOT / "schemas" / "plan.v1.json"
+    out = ROOT / "compat" / "schemas" / "plan.v1.json"
     out.write_text(render())
     print(f"wrote {out}")

@@ -601,7 +601,7 @@ def test_check_query_on_a_non_local_checkpoint(tmp_path):
                      "s3a://bucket/ck/0", "copy the checkpoint to local disk")
 
 
-# -- the report: every format, the JSON valid against schemas/report.v1.json ---------------
+# -- the report: every format, the JSON valid against compat/schemas/report.v1.json ---------------
 
 def _report(new_ops, recorded=None, rec_ops=None):
     from compat.checkpoint_check import checkpoint_report

@@ -144,3 +144,48 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema():
         doc = json.loads(run("check", *pair(name), "--format", "sarif").output)
         errors = list(validator_cls(schema).iter_errors(doc))
         assert not errors, [e.message for e in errors[:3]]
+
+
+def test_version_names_the_plan_format_and_step_versions():
+    r = run("--version")
+    assert r.exit_code == 0
+    first, second = r.output.splitlines()
+    assert first.startswith("theseus ")
+    assert second.startswith("plan format: reads and writes theseus.plan/1 (step versions: ")
+    assert "source 1-2" in second and "every other step 1" in second
+
+
+@pytest.mark.parametrize("argv, module, command", [
+    (["run", "plan.json", "--bootstrap", "h:1"], "confluent_kafka", "run"),
+    (["plan", "import", "job.py", "--partitions", "2"], "pyspark", "plan import"),
+    (["migrate", "start", "--bootstrap", "h:1", "p.json"], "pyspark.sql", "migrate start"),
+    (["check", "old.py", "new.py"], "pyspark", "check"),
+])
+def test_a_missing_runtime_extra_is_one_line_naming_it(monkeypatch, capsys, argv, module,
+                                                         command):
+    """Installed without the runtime extra, a command that needs Spark or the Kafka client
+    says so in one line naming the extra, exit 2: never a traceback nor 'internal error'."""
+    from migrate import cli
+
+    def missing(*a, **k):
+        raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+
+    group = cli.main
+    for word in command.split():
+        group = group.commands[word] if hasattr(group, "commands") else group
+    monkeypatch.setattr(group, "callback", missing)
+    monkeypatch.setattr(sys, "argv", ["theseus", *argv])
+    with pytest.raises(SystemExit) as e:
+        cli.main.main(argv, prog_name="theseus", standalone_mode=True)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err == (f"theseus: error: `theseus {command}` needs the runtime extra (Spark and "
+                   f"the Kafka client; no module named '{module}' here): "
+                   "pip install 'theseus[runtime]'\n")
+
+
+def test_a_missing_module_outside_the_runtime_extra_is_an_internal_error():
+    from migrate.cli import missing_runtime
+
+    e = ModuleNotFoundError("No module named 'compat.fleet'", name="compat.fleet")
+    assert missing_runtime(e, ["fleet", "show", "d"]) is None

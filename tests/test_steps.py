@@ -146,7 +146,7 @@ def test_a_step_type_without_registrations_misses_every_one():
 
 
 def test_the_committed_schema_is_the_generated_one():
-    assert SCHEMA == plan_schema(), "schemas/plan.v1.json is stale: run " \
+    assert SCHEMA == plan_schema(), "compat/schemas/plan.v1.json is stale: run " \
         "python scripts/gen_plan_schema.py"
     assert set(SCHEMA["$defs"]["node"]["properties"]["step"]["enum"]) == set(STEPS)
 

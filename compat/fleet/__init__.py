@@ -5,7 +5,7 @@ query each; a sink topic that another query's source reads is an edge between th
 
 - ``graph``: loading a fleet, the global graph (networkx, imported lazily: it stays off
   ``theseus check``'s path), topological order, cycles, external inputs and outputs.
-- ``show``: ``theseus fleet show``: the global plan as text, JSON (``schemas/fleet.v1.json``)
+- ``show``: ``theseus fleet show``: the global plan as text, JSON (``compat/schemas/fleet.v1.json``)
   and an HTML page drawing it.
 - ``contract``: what a producer writes to its topic (columns, types, key, changelog mode,
   format) and what a consumer's source declares and uses; the ``upstream-*`` findings.

@@ -1,5 +1,5 @@
 """Rendering a fleet check: text for people, JSON for tools
-(``schemas/fleet-report.v1.json``), Markdown for pull-request comments, SARIF and GitHub
+(``compat/schemas/fleet-report.v1.json``), Markdown for pull-request comments, SARIF and GitHub
 workflow annotations for CI.  Each query's findings are rendered by ``compat.report`` as a
 single-query report would be (positions in JSON and SQL plans alike); only the queries
 worth a reader's time are listed in text and Markdown (JSON lists all)."""

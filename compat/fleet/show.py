@@ -1,4 +1,4 @@
-"""``theseus fleet show DIR``: the global plan as text, JSON (``schemas/fleet.v1.json``) or
+"""``theseus fleet show DIR``: the global plan as text, JSON (``compat/schemas/fleet.v1.json``) or
 one self-contained HTML page (inline SVG and CSS, no scripts, no network).
 
 What a topic edge carries is what its producer writes, read from the producer's sink: the

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from compat.errors import JobError
 
+#: the checkout this module runs from, if it does (the jars are cached there, in .cache/)
 ROOT = Path(__file__).resolve().parents[2]
-POM = Path(__file__).with_name("spark-kafka.pom.xml")
+#: the pom that fetches the connector: package data, read as a resource (installed, the
+#: package may not even be a folder) and written into the cache folder, where mvn runs it
+POM = "spark-kafka.pom.xml"
 #: the jars the connector needs at run time (Spark brings the rest)
 PREFIXES = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients",
             "commons-pool2")
@@ -25,9 +28,27 @@ FALLBACK = "4.2.0"
 
 
 def cache_dir() -> Path:
-    """``$THESEUS_SPARK_KAFKA_JARS``, else ``.cache/spark-kafka`` beside the code."""
+    """``$THESEUS_SPARK_KAFKA_JARS``, else ``.cache/spark-kafka`` in the checkout when
+    Theseus runs from one, else ``theseus/spark-kafka`` in the user's cache folder
+    (``$XDG_CACHE_HOME``, default ``~/.cache``): never inside an installed package."""
     env = os.environ.get("THESEUS_SPARK_KAFKA_JARS")
-    return Path(env) if env else ROOT / ".cache" / "spark-kafka"
+    if env:
+        return Path(env)
+    if (ROOT / "pyproject.toml").is_file() and (ROOT / "compat").is_dir():
+        return ROOT / ".cache" / "spark-kafka"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "theseus" / "spark-kafka"
+
+
+def _pom(cache: Path) -> Path:
+    """The connector's pom, written into ``cache`` (mvn runs it there)."""
+    from importlib import resources
+
+    text = resources.files("migrate.adopt").joinpath(POM).read_text(encoding="utf-8")
+    path = cache / POM
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
 
 
 def _cached(cache: Path, versions: list[str]) -> str | None:
@@ -57,7 +78,8 @@ def connector_jars(spark_version: str | None = None) -> list[str]:
             errors.append(r)
         if found is None:
             raise JobError("cannot fetch Spark's Kafka connector from Maven Central",
-                           file=str(POM), expected="mvn on PATH and Maven Central reachable "
+                           file=str(cache / POM),
+                           expected="mvn on PATH and Maven Central reachable "
                            f"(or the jars in {cache}, or $THESEUS_SPARK_KAFKA_JARS)",
                            found=errors[-1])
     return sorted(str(j) for j in cache.glob("*.jar")
@@ -75,8 +97,9 @@ def _fetch(cache: Path, version: str) -> str | None:
     """Copy the connector of ``version`` and its dependencies into ``cache``; None when
     done, else what went wrong."""
     cache.mkdir(parents=True, exist_ok=True)
+    pom = _pom(cache)
     try:
-        r = subprocess.run(["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+        r = subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
                             f"-Dspark.version={version}", f"-DoutputDirectory={cache}"],
                            capture_output=True, text=True, timeout=600)
     except FileNotFoundError:
