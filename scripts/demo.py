@@ -5,11 +5,14 @@ Part 1 (checker): every upgrade pair under fixtures/upgrades/ goes through
 Part 2 (fleet): fixtures/fleets/ship, the ship-load query and two queries reading its alerts,
 as one global plan; a change to the ship-load query whose impact lands on a consumer.
 Part 3: scripts/demo_run.py (run on real Kafka); part 4: scripts/demo_migrate.py (live changes).
+The local broker that parts 3 and 4 start is stopped at the end; one that was running before
+the demo is left running, and the last lines say so.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -88,12 +91,47 @@ def fleet_part() -> int:
     return 0 if ok else 1
 
 
+def broker_running() -> bool:
+    """Whether the local broker of ``scripts/kafka.sh`` runs (``status`` exits 0)."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "status"],
+                       capture_output=True, text=True, cwd=ROOT)
+    return r.returncode == 0
+
+
+def broker_part(ran_before: bool) -> None:
+    """The demo's last lines say what became of the broker: the one it started is stopped
+    (``make kafka`` starts one to keep); one that ran before it is left running, and they
+    say how to stop it."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        print(f"\nkafka: the demo used the broker at $KAFKA_BOOTSTRAP "
+              f"({os.environ['KAFKA_BOOTSTRAP']}), left as it was")
+    elif ran_before:
+        print("\nkafka: the local broker was running before the demo and is still running; "
+              "`make kafka-stop` stops it")
+    elif broker_running():
+        r = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "stop"], cwd=ROOT,
+                           capture_output=True, text=True)
+        if r.returncode == 0 and not broker_running():
+            print("\nkafka: stopped the local broker the demo started "
+                  "(`make kafka` starts one to keep)")
+        else:
+            print("\nkafka: the local broker the demo started is STILL RUNNING (stopping it "
+                  "failed: " + (r.stderr.strip().splitlines() or ["?"])[-1] + "); "
+                  "`make kafka-stop` stops it")
+    else:
+        print("\nkafka: no local broker is left running")
+
+
 def main() -> int:
+    ran_before = not os.environ.get("KAFKA_BOOTSTRAP") and broker_running()
     rc = checker_part()
     rc = fleet_part() or rc
-    for part in ("demo_run.py", "demo_migrate.py"):
-        r = subprocess.run([sys.executable, str(ROOT / "scripts" / part)], cwd=ROOT)
-        rc = r.returncode or rc
+    try:
+        for part in ("demo_run.py", "demo_migrate.py"):
+            r = subprocess.run([sys.executable, str(ROOT / "scripts" / part)], cwd=ROOT)
+            rc = r.returncode or rc
+    finally:
+        broker_part(ran_before)
     return rc
 
 
