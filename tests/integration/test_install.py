@@ -303,10 +303,16 @@ def test_pipx_installs_the_wheel(dist, tools, work):
     t.report()
 
 
-def test_the_actions_install_and_its_commands(repo_copy, work):
-    """action.yml: ``pip install <the action's path>`` (not editable), then its two
-    ``theseus check --against`` commands (GitHub annotations, then Markdown)."""
+def test_the_actions_install_and_its_commands(repo_copy, tools, work):
+    """action.yml (valid YAML: GitHub refuses an action it cannot parse): ``pip install
+    <the action's path>`` (not editable), then its two ``theseus check --against``
+    commands (GitHub annotations, then Markdown)."""
     t = Timer()
+    steps = ok(sh([tools / "python", "-c", "import json, sys, yaml; print(json.dumps(yaml."
+                   "safe_load(open(sys.argv[1]))['runs']['steps']))", ROOT / "action.yml"],
+                  cwd=work))
+    install = [s["run"] for s in json.loads(steps.stdout) if s.get("name") == "Install theseus"]
+    assert install and 'pip install --quiet "${{ github.action_path }}$extra"' in install[0]
     bin_ = venv(work / "action-venv")
     ok(sh([bin_ / "python", "-m", "pip", "install", "--quiet", repo_copy], cwd=work))
     t.lap("action venv and pip install <repo>")
