@@ -531,18 +531,16 @@ def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master:
 @main.command()
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for the host to stop (exit 4 past them).")
 @kafka_config_option
-def stop(query: str, state: str) -> None:
-    """Ask the host running QUERY to stop it after its current batch."""
+def stop(query: str, state: str, timeout: float) -> None:
+    """Stop the host running QUERY after its current batch, and wait until it stopped.
+    Exit 0 also when it was not running (the line says so)."""
+    from migrate.run import stop_host
     from migrate.store import open_store
 
-    store = open_store(state)
-    instance = store.live_instance(query)
-    if not store.status(instance):
-        raise TheseusError(f"no query named '{query}' in the store", file=state,
-                           expected="a query started with theseus run", found=repr(query))
-    store.request_stop(instance)
-    click.echo(f"theseus: asked '{query}' ({instance}) to stop")
+    click.echo(stop_host(open_store(state), query, timeout))
 
 
 @main.group()
