@@ -117,6 +117,15 @@ def kafka_config_option(f):
              "(default: $THESEUS_KAFKA_CONFIG).")(f)
 
 
+def lease_ttl_option(f):
+    return click.option(
+        "--lease-ttl", "lease_ttl", type=click.FloatRange(min=0, min_open=True),
+        default=None, metavar="SECONDS",
+        help="How long the queries stay paused for this migrator once it stops renewing its "
+             "lease (killed, hung): then they write on and a resume pauses them again "
+             "[default: $THESEUS_LEASE_TTL, else 15].")(f)
+
+
 def _printable(text: str) -> str:
     """An error line that any terminal can take: a file name that is not UTF-8 (Python
     keeps its bytes as lone surrogates) is written with backslash escapes."""
@@ -571,10 +580,12 @@ def migrate() -> None:
 @click.option("--trigger", default="1 second", show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True,
               help="Seconds for the whole migration.")
+@lease_ttl_option
 @kafka_config_option
 def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: str,
                   state: str, strategy: str, require: str, cut_mode: str, compare: bool,
-                  reconcile: str, master: str, trigger: str, timeout: float) -> None:
+                  reconcile: str, master: str, trigger: str, timeout: float,
+                  lease_ttl: float | None) -> None:
     """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
     through topics (an output topic another plan reads) are migrated together as one
     cascade, cut at one logical point of the chain. With --fleet NEW_DIR, every query of
@@ -588,7 +599,7 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
         raise click.UsageError("give the new PLANs or --fleet NEW_DIR (one of the two)")
     common = dict(bootstrap=bootstrap, cut_mode=cut_mode, require=parse_require(require),
                   compare=compare, reconcile=reconcile, master=master, trigger=trigger,
-                  timeout=timeout)
+                  timeout=timeout, lease_ttl=lease_ttl)
     if fleet_dir:
         from migrate import fleet
 
@@ -704,9 +715,11 @@ def migrate_status(query: str, state: str, fmt: str, watch: bool) -> None:
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--timeout", type=float, default=600.0, show_default=True)
+@lease_ttl_option
 @kafka_config_option
-def migrate_resume(query: str, state: str, timeout: float) -> None:
-    """Continue QUERY's migration from its last recorded phase."""
+def migrate_resume(query: str, state: str, timeout: float, lease_ttl: float | None) -> None:
+    """Continue QUERY's migration from its last recorded phase (refused while another live
+    process runs it)."""
     from migrate import migration
     from migrate.progress import Progress
     from migrate.store import open_store
@@ -714,7 +727,7 @@ def migrate_resume(query: str, state: str, timeout: float) -> None:
     progress = Progress()
     try:
         m = migration.resume(open_store(state), query, echo=progress, live=progress.live,
-                             timeout=timeout)
+                             timeout=timeout, lease_ttl=lease_ttl)
     finally:
         progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}")
@@ -725,7 +738,8 @@ def migrate_resume(query: str, state: str, timeout: float) -> None:
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @kafka_config_option
 def migrate_abort(query: str, state: str) -> None:
-    """Roll QUERY's migration back (before its cutover): the old query keeps running."""
+    """Roll QUERY's migration back (before its cutover): the old query keeps running.  A
+    migrator still running it is stopped first (it loses the migration's lease)."""
     from migrate import migration
     from migrate.store import open_store
 

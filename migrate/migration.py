@@ -4,7 +4,9 @@
 steps and the table of its phases are :mod:`migrate.protocol`'s, each phase's handler is in
 :mod:`migrate.phases`, and :mod:`migrate.runner` runs them.  A migration that is part of a
 cascade (several queries chained through topics) is resumed and aborted with its chain
-(:mod:`migrate.cascade`)."""
+(:mod:`migrate.cascade`).  Each command first takes the query's lease (:mod:`migrate.lease`):
+one process owns a migration at a time; ``start`` and ``resume`` are refused while a live
+process owns it, ``abort`` takes it over and stops that process."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Callable
 
 from migrate import cascade, runner
 from migrate.context import Context
+from migrate.lease import Lease
 from migrate.phases import rollback
 from migrate.protocol import TERMINAL
 from migrate.record import Migration, current, new_migration, resume_hint
@@ -23,32 +26,49 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           require: list[str] | None = None, compare: bool = False, reconcile: str = "auto",
           master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-          ) -> Migration:
-    m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
-                      cut_mode=cut_mode, require=require, compare=compare,
-                      reconcile=reconcile, master=master, trigger=trigger)
-    # the time budget starts here
-    ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)
-    ctx.save(m)
-    return runner.run(m, ctx)
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+          lease_ttl: float | None = None) -> Migration:
+    lease = Lease.take(store, [query], "", what="theseus migrate start", ttl=lease_ttl)
+    with lease.installed():
+        m = new_migration(store, query, new_plan_path, bootstrap=bootstrap,
+                          strategy=strategy, cut_mode=cut_mode, require=require,
+                          compare=compare, reconcile=reconcile, master=master,
+                          trigger=trigger)
+        lease.migration = m.id
+        lease.renew(force=True)  # the lease names the migration it runs
+        # the time budget starts here
+        ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live, lease=lease)
+        ctx.save(m)
+        return runner.run(m, ctx)
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
-           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-           ) -> Migration:
+           timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+           lease_ttl: float | None = None) -> Migration:
     m = current(store, query)
     if m.cascade:  # one migration of a chain: the chain goes on
         return cascade.resume(store, m.cascade, echo=echo, timeout=timeout, live=live,
-                              query=query)
+                              query=query, lease_ttl=lease_ttl)
     if m.phase in TERMINAL:
         echo(f"migration {m.id} is {m.phase}")
         return m
-    return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query), live=live))
+    lease = Lease.take(store, [m.query], m.id, what="theseus migrate resume", ttl=lease_ttl)
+    with lease.installed():
+        m = Migration.load(store, m.id)  # as its last owner left it
+        if m.phase in TERMINAL:
+            echo(f"migration {m.id} is {m.phase}")
+            return m
+        return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query),
+                                     live=live, lease=lease))
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:
     m = current(store, query)
     if m.cascade:
         return cascade.abort(store, m.cascade, echo=echo, query=query)
-    return rollback.abort(m, Context(store, echo, hint=resume_hint(query)))
+    rollback.refuse_late(m, store)  # before anything is taken over
+    lease = Lease.take(store, [m.query], m.id, what="theseus migrate abort", preempt=True)
+    with lease.installed():
+        lease.await_preempted(echo)
+        m = Migration.load(store, m.id)  # as the process it stopped left it
+        return rollback.abort(m, Context(store, echo, hint=resume_hint(query), lease=lease))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import MigrationError, StoreError
+from compat.errors import MigrationError, Refused, StoreError
 from compat.serde import dumps
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -133,13 +133,17 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                              "theseus run", found="nothing")
     try:
         prev = current(store, query)
-        if prev.phase not in TERMINAL:
-            raise MigrationError(f"migration {prev.id} of '{query}' is still in phase "
-                                 f"{prev.phase}", file=str(store.root),
-                                 hint="theseus migrate resume or abort it first")
     except MigrationError as e:
         if "has no migration" not in e.message:
             raise
+    else:
+        if prev.phase not in TERMINAL:
+            # The caller holds the query's lease (migrate.lease): no process runs this
+            # one, so resuming or aborting it runs beside nobody.
+            raise Refused(f"migration {prev.id} of '{query}' is in phase {prev.phase} and "
+                          "no process runs it", file=str(store.migration_path(prev.id)),
+                          hint=f"theseus migrate resume {query} continues it; theseus "
+                               f"migrate abort {query} rolls it back")
     gen = int(st.get("generation", 0)) + 1
     while store.query_dir(f"{query}.g{gen}").exists() or \
             ack_path(store.root, f"{query}.g{gen}").exists():

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,11 @@ def last_error_line(log: Path) -> str:
 class Processes:
     """The query hosts of the migrations of one run, as the store records them."""
 
-    def __init__(self, store: DirectoryStore, deadline: Deadline) -> None:
+    def __init__(self, store: DirectoryStore, deadline: Deadline,
+                 guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
         self.store = store
         self.deadline = deadline
+        self.guard = guard  # a process start is a write of the migrator (its lease's)
 
     def spawn(self, m: Migration, plan_path: str, instance: str, generation: int,
               gated: bool) -> int:
@@ -80,9 +84,10 @@ class Processes:
             cmd.append("--gated-start")
             if sides.side_topic_used(m):
                 cmd += ["--shadow-topic", sides.compare_topic(m)]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        self.store.set_status(instance, status="starting", pid=proc.pid)
+        with self.guard():
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self.store.set_status(instance, status="starting", pid=proc.pid)
         return proc.pid
 
     def running(self, instance: str) -> bool:

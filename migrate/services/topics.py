@@ -5,6 +5,8 @@ it is over.  Every call takes what is left of the run's one deadline."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from compat.errors import MigrationError
 from gates import control
@@ -12,13 +14,16 @@ from gates.broker import client_conf, watermarks
 from gates.deadline import Deadline
 from gates.retry import retry
 from migrate import sides
+from migrate.lease import LeaseLost
 from migrate.record import Migration, int_offsets
 
 
 class TopicAdmin:
-    def __init__(self, deadline: Deadline, echo: Callable[[str], None]) -> None:
+    def __init__(self, deadline: Deadline, echo: Callable[[str], None],
+                 guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
         self.deadline = deadline
         self.echo = echo
+        self.guard = guard  # topics created, deleted and written: writes of the migrator
 
     def high_watermarks(self, bootstrap: str, topics: list[str]
                         ) -> dict[str, dict[int, int]]:
@@ -58,7 +63,8 @@ class TopicAdmin:
                     raise
 
         try:
-            retry(create, self.deadline, what)
+            with self.guard():
+                retry(create, self.deadline, what)
         except KafkaException as e:
             raise MigrationError(f"cannot create the comparison topic {topic}: {e}",
                                  file=m.new_plan) from None
@@ -76,8 +82,11 @@ class TopicAdmin:
             admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
 
         try:
-            retry(delete, self.deadline, f"the side topic '{topic}' to be deleted")
+            with self.guard():
+                retry(delete, self.deadline, f"the side topic '{topic}' to be deleted")
             self.echo(f"  deleted the side topic {topic}")
+        except LeaseLost:
+            raise
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
                 self.echo(f"  could not delete the side topic {topic}: {e}")
@@ -92,5 +101,7 @@ class TopicAdmin:
         where = {**({} if m.cut_from else int_offsets(m.cut)), **int_offsets(m.out_cut)}
         if not where:
             return
-        n = control.tombstone_control_events(m.bootstrap, m.id, where, deadline=self.deadline)
+        with self.guard():
+            n = control.tombstone_control_events(m.bootstrap, m.id, where,
+                                                 deadline=self.deadline)
         self.echo(f"  tombstoned the control records' key in {n} partition(s)")
