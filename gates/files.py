@@ -28,23 +28,13 @@ _GUARD = threading.local()
 
 
 @contextmanager
-def guarded(guard: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
+def guarded(guard: Callable[[], AbstractContextManager[Any]] | None) -> Iterator[None]:
     """Every :func:`atomic_write` of this thread runs inside ``guard()`` (a migrator's lease:
-    it checks, under the lease's lock, that the lease is still this process's).  Threads of
-    its own (the Kafka store's mirror applying other hosts' writes) are not guarded."""
+    it checks, under the lease's lock, that the lease is still this process's); None: the
+    lease's own writes (it is the guard).  Threads of its own (the Kafka store's mirror
+    applying other hosts' writes) are not guarded."""
     before = getattr(_GUARD, "guard", None)
     _GUARD.guard = guard
-    try:
-        yield
-    finally:
-        _GUARD.guard = before
-
-
-@contextmanager
-def unguarded() -> Iterator[None]:
-    """The lease's own writes (it is the guard)."""
-    before = getattr(_GUARD, "guard", None)
-    _GUARD.guard = None
     try:
         yield
     finally:

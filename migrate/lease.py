@@ -50,7 +50,7 @@ from typing import Any
 
 from compat.errors import MigrationError, Refused
 from gates.deadline import Deadline
-from gates.files import atomic_write, guarded, unguarded
+from gates.files import atomic_write, guarded
 from gates.lease import (
     describe,
     lease_path,
@@ -341,7 +341,7 @@ class Lease:
                          f"{h.get('pid')} on {h.get('host')} (its producer was fenced at "
                          "the broker); this process stops")
             raise LeaseLost(self.lost)
-        with unguarded():  # the lease is the guard; its lock is held
+        with guarded(None):  # the lease is the guard; its lock is held
             atomic_write(lease_path(self.store.root, query), text)
         self.epochs[query], self.seqs[query] = epoch, seq
 

@@ -4,7 +4,6 @@ records (the old query may run on another host)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import Any
 from compat.errors import MigrationError
 from gates import kafkaconf
 from gates.deadline import Deadline
+from gates.lease import process_alive
 from migrate import sides
 from migrate.record import Migration
 from migrate.run import failure_message
@@ -27,19 +27,8 @@ WATCHED = ("shadow", "pause", "cut", "align", "propagate")
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return True
+    """Process ``pid`` of this host runs (a zombie child counts as dead)."""
+    return bool(pid) and process_alive(int(pid or 0))
 
 
 def exited(st: dict[str, Any]) -> bool:
