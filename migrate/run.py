@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -337,13 +338,23 @@ def plan_access(plan: Plan, shadow_topic: str | None = None) -> list[tuple[str, 
 def _quiet_query_failures(spark: Any) -> None:
     """Spark logs a failed query's whole JVM stack trace at ERROR before the host can say
     what failed: the host reports it in one line (:func:`failure_message`) and records the
-    whole text in the store's status, so that log is left out."""
+    whole text in the store's status, so that log is left out.  So is py4j's traceback of an
+    error raised in the sink (``foreachBatch`` runs in this process, called back by the
+    JVM): it reaches the host as the query's exception, and a batch abandoned at a start
+    gate as the host stops is no error at all."""
+    for name in ("py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).addFilter(_not_a_callback_error)
     try:
         jvm = spark.sparkContext._jvm
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF)
     except Exception:  # another logging backend: keep Spark's log
         pass
+
+
+def _not_a_callback_error(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("There was an exception while executing the "
+                                          "Python Proxy")
 
 
 def _error_names() -> set[str]:
