@@ -6,6 +6,9 @@ it, rename it over the target.  A reader sees the old content or the new, never 
 a crash leaves at most a temporary dot file (``.<name>.<random>.tmp``), which readers and the
 Kafka store's mirror ignore.
 
+A migrator guards every file it writes with its lease (:func:`guarded`): each write of its
+thread is made under the guard, which refuses it once the lease is another owner's.
+
 Standard library and ``compat.errors`` only, so that ``gates`` and ``migrate`` both import it.
 """
 from __future__ import annotations
@@ -13,15 +16,46 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from compat.errors import StoreError
 
+_GUARD = threading.local()
+
+
+@contextmanager
+def guarded(guard: Callable[[], AbstractContextManager[Any]] | None) -> Iterator[None]:
+    """Every :func:`atomic_write` of this thread runs inside ``guard()`` (a migrator's lease:
+    it checks, under the lease's lock, that the lease is still this process's); None: the
+    lease's own writes (it is the guard).  Threads of its own (the Kafka store's mirror
+    applying other hosts' writes) are not guarded."""
+    before = getattr(_GUARD, "guard", None)
+    _GUARD.guard = guard
+    try:
+        yield
+    finally:
+        _GUARD.guard = before
+
 
 def atomic_write(path: str | os.PathLike[str], text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) atomically; raises StoreError naming the file."""
-    path = Path(path)
+    guard = getattr(_GUARD, "guard", None)
+    with guard() if guard is not None else nullcontext():
+        _write(Path(path), text)
+
+
+def atomic_remove(path: str | os.PathLike[str]) -> None:
+    """Remove ``path`` (gone already is fine), under the same guard as a write."""
+    guard = getattr(_GUARD, "guard", None)
+    with guard() if guard is not None else nullcontext():
+        Path(path).unlink(missing_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -113,6 +113,7 @@ from gates.broker import LEADER_WAIT, partitions
 from gates.cascade import read_switch
 from gates.control import CONTROL_HEADER
 from gates.deadline import Deadline
+from gates.lease import lifted
 from gates.retry import Unanswered, retry_each, retryable
 from gates.state import (
     OPEN,
@@ -826,6 +827,7 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         # ``backfillBatches``: the head found at the first batch, and the offsets per batch
         # until it is reached
         self._backfill: tuple[dict[int, int], int] | None = None
+        self._lifted: int | None = None  # the gate epoch last said to be lifted
 
     # -- driver side
     def initialOffset(self) -> dict:
@@ -862,6 +864,19 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                   reader=self._reader)
         self._last_ack = key
 
+    def _unless_lifted(self, state: GateState) -> GateState:
+        """A pause or cap held by a migration's lease holds only while the lease does
+        (:mod:`gates.lease`): a dead or hung migrator never stalls the output for longer
+        than its lease's TTL.  Said once per gate epoch, in the query's log."""
+        why = lifted(self.opts.store, state)
+        if why is None:
+            return state
+        if self._lifted != state.epoch:
+            self._lifted = state.epoch
+            print(f"{NAME}: '{self.opts.query}' reads {self.opts.topic} on: its gate "
+                  f"({state.mode}, epoch {state.epoch}) is lifted, {why}", file=sys.stderr)
+        return OPEN
+
     def _pass_cut(self, state: GateState, begin: dict[int, int]) -> GateState:
         """Under a cap with ``follow`` (a shadow at the cut): once every topic of this query
         stands at the cap, read on past it. The start gate holds the output of the batch
@@ -882,6 +897,8 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         # Spark asks for a new batch only after the previous one is committed (sink included):
         # everything below `start` is done. Acknowledge it before deciding what to admit.
         self._ack(state, begin)
+        if state is not None and state.lease:
+            state = self._unless_lifted(state)
         if state is not None and state.mode == "capped" and state.follow:
             state = self._pass_cut(state, begin)
         parts = _kafka_partitions(self.opts)

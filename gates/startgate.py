@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from compat.errors import GateStateError
+from compat.errors import GateError, GateStateError
 from gates.files import atomic_write_json
 from gates.state import handed_over, is_acked, offsets_to_json, vetoed
 
@@ -68,12 +69,21 @@ def read_start_gate(store: str | os.PathLike[str], instance: str) -> dict[str, A
     return doc
 
 
+class Abandoned(GateError):
+    """The host stops while a batch waits at the start gate: the batch is not written (nor
+    committed), and runs again when the query restarts."""
+
+
 class StartGate:
-    """Passed to the sink: ``is_open(batch_id)`` reads the gate file for every batch."""
+    """Passed to the sink: ``is_open(batch_id)`` reads the gate file for every batch.
+    ``abandon``: set by the host when it stops; a batch waiting at the gate then raises
+    :class:`Abandoned` instead of holding the host's stop (and ``abandoned`` says so)."""
 
     def __init__(self, store: str | os.PathLike[str], instance: str) -> None:
         self.store = str(store)
         self.instance = instance
+        self.abandon = threading.Event()
+        self.abandoned: int | None = None  # the batch abandoned at the gate
 
     def is_open(self, batch_id: int, wait: bool = True) -> bool:
         """Whether the batch about to be written goes to the output. Under a gate that opens
@@ -98,6 +108,12 @@ class StartGate:
                 return True
             if not wait or vetoed(self.store, follow, mig):
                 return False
+            if self.abandon.is_set():
+                self.abandoned = batch_id
+                raise Abandoned(f"batch {batch_id} of '{self.instance}' waited at the start "
+                                f"gate for '{follow}' to finish the input before the cut; "
+                                "the host stops, and the batch runs again when the query "
+                                "restarts")
             if time.monotonic() - said > 30:
                 said = time.monotonic()
                 print(f"theseus start gate {self.instance}: batch {batch_id} waits for "

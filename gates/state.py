@@ -104,6 +104,11 @@ class GateState:
     # writes nothing more (a batch driven by the watermark alone would repeat what the new
     # query writes) and its host stops it (:func:`retired`)
     retire: str | None = None
+    # the query whose migration's lease holds this gate: once that lease is stale the gated
+    # source treats the gate as open (:func:`gates.lease.lifted` says which gates may be)
+    lease: str | None = None
+    # the lease epoch of the owner that wrote it (the fencing token it was written under)
+    owner: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -128,6 +133,10 @@ class GateState:
             doc["follow"] = self.follow
         if self.retire:
             doc["retire"] = self.retire
+        if self.lease:
+            doc["lease"] = self.lease
+        if self.owner:
+            doc["owner"] = self.owner
         return doc
 
     @classmethod
@@ -136,18 +145,21 @@ class GateState:
         if not isinstance(doc, Mapping):
             raise GateStateError("malformed gate state", file=where, pointer=pointer,
                                  expected="a JSON object", found=type(doc).__name__)
-        try:
-            epoch = int(doc.get("epoch", 0))
-        except (TypeError, ValueError):
-            raise GateStateError("malformed gate state", file=where,
-                                 pointer=f"{pointer}/epoch", expected="an integer",
-                                 found=repr(doc.get("epoch"))) from None
-        follow, retire = doc.get("follow"), doc.get("retire")
+        numbers = {}
+        for name in ("epoch", "owner"):
+            try:
+                numbers[name] = int(doc.get(name, 0))
+            except (TypeError, ValueError):
+                raise GateStateError("malformed gate state", file=where,
+                                     pointer=f"{pointer}/{name}", expected="an integer",
+                                     found=repr(doc.get(name))) from None
+        follow, retire, lease = doc.get("follow"), doc.get("retire"), doc.get("lease")
         try:
             return cls(mode=str(doc.get("mode", "open")),
-                       cap=_norm_offsets(doc.get("cap"), where, f"{pointer}/cap"), epoch=epoch,
-                       follow=str(follow) if follow else None,
-                       retire=str(retire) if retire else None)
+                       cap=_norm_offsets(doc.get("cap"), where, f"{pointer}/cap"),
+                       epoch=numbers["epoch"], follow=str(follow) if follow else None,
+                       retire=str(retire) if retire else None,
+                       lease=str(lease) if lease else None, owner=numbers["owner"])
         except GateStateError as e:
             if e.pointer == "/mode":
                 e.pointer = f"{pointer}/mode"
@@ -391,13 +403,51 @@ def saw_cap(store: str | os.PathLike, query: str, topics: Iterable[str], epoch: 
 
 def handed_over(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
                 migration: str) -> bool:
-    """True once ``query`` (the old one) acknowledged ``cap`` (the cut) and ``migration``
-    was not vetoed before: from then on the shadow writes the output from the cut on."""
+    """True once ``query`` (the old one) is capped at ``cap`` (the cut) by ``migration``,
+    which retires it there, and acknowledged exactly ``cap`` (everything before the cut
+    done, nothing from it read), unvetoed: from then on the shadow writes the output from
+    the cut on, and the old query writes nothing more.
+
+    Exactly, and under the cap that retires it: a query that read past the cut while its
+    pause was lifted (:mod:`gates.lease`: the migrator's lease went stale before the cap at
+    the cut was written) wrote output from the cut on, and is never handed over at it."""
     try:
+        g = read_gate(store, query)
         doc = read_ack(store, query)
     except GateStateError:
         return False
-    return doc.get("veto") != migration and _acked_in(doc, cap)
+    if g.retire != migration or g.mode != "capped":
+        return False
+    return doc.get("veto") != migration and _exactly_at(doc, cap)
+
+
+def _exactly_at(doc: Mapping, cap: Mapping[str, Mapping[int, int]]) -> bool:
+    for topic, parts in cap.items():
+        e = doc["topics"].get(topic)
+        if e is None:
+            return False
+        offs = {int(p): int(o) for p, o in e.get("offsets", {}).items()}
+        if any(offs.get(int(p), -1) != int(c) for p, c in parts.items()):
+            return False
+    return True
+
+
+def overran(store: str | os.PathLike, query: str,
+            cap: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:
+    """Where ``query`` acknowledged input beyond ``cap`` (the cut), by topic and partition:
+    it read past the cut (its pause was lifted before the cap was written) and can never be
+    handed over at it.  Empty while it did not."""
+    try:
+        done = acked_offsets(store, query)
+    except GateStateError:
+        return {}
+    out: dict[str, dict[int, int]] = {}
+    for t, parts in cap.items():
+        for p, c in parts.items():
+            o = done.get(t, {}).get(int(p))
+            if o is not None and o > int(c):
+                out.setdefault(t, {})[int(p)] = o
+    return out
 
 
 def retired(store: str | os.PathLike, query: str) -> bool:
@@ -408,7 +458,7 @@ def retired(store: str | os.PathLike, query: str) -> bool:
         g = read_gate(store, query)
     except GateStateError:
         return False
-    if not g.retire or g.mode != "capped":
+    if not g.retire:
         return False
     return handed_over(store, query, g.cap, g.retire)
 
@@ -423,16 +473,18 @@ def vetoed(store: str | os.PathLike, query: str, migration: str) -> bool:
 def veto(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[int, int]],
          migration: str) -> bool:
     """Abort's side of the hand-over, atomic with ``query``'s acknowledgements (same lock,
-    same file): veto ``migration`` unless ``query`` already acknowledged ``cap``. Returns
-    False when it is too late (the shadow may be writing the output already)."""
+    same file): veto ``migration`` unless ``query`` already handed over at ``cap``
+    (:func:`handed_over`: the shadow decides by the same rule). Returns False when it is
+    too late (the shadow may be writing the output already)."""
     with _ack_lock(store, query):
         try:
             doc = read_ack(store, query)
+            g = read_gate(store, query)
         except GateStateError:
-            doc = {"query": query, "topics": {}}
+            doc, g = {"query": query, "topics": {}}, OPEN
         if doc.get("veto") == migration:
             return True
-        if _acked_in(doc, cap):
+        if g.retire == migration and g.mode == "capped" and _exactly_at(doc, cap):
             return False
         doc["veto"] = migration
         atomic_write_json(ack_path(store, query), doc)

@@ -55,7 +55,9 @@ from gates.deadline import Deadline
 from gates.files import atomic_write
 from migrate import runner
 from migrate.context import Context
+from migrate.lease import Lease
 from migrate.phases import rollback
+from migrate.phases.catch_up import catch_up
 from migrate.protocol import TERMINAL, path_of
 from migrate.record import Migration, load_record, new_migration
 from migrate.store import DirectoryStore
@@ -175,11 +177,12 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
           cut_mode: str = "control-events", require: list[str] | None = None,
           compare: bool = False, reconcile: str = "auto", master: str = "local[2]",
           trigger: str = "1 second", echo: Callable[[str], None] = print,
-          timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-          ) -> Cascade:
+          timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+          lease_ttl: float | None = None) -> Cascade:
     """Migrate the queries of ``plan_paths`` (one plan each, chained through topics)
     together. Every query is migrated through a shadow query: a downstream's input changes
-    even when its own plan does not."""
+    even when its own plan does not.  One process owns the whole chain: it holds the
+    lease of every query of it (:mod:`migrate.lease`)."""
     if cut_mode != "control-events":
         raise InvalidRequest("a cascade propagates its cut as control events",
                              expected="--cut control-events", found=f"--cut {cut_mode}")
@@ -206,6 +209,19 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
                           file=paths[down], expected=f"a stream source of '{topic}'",
                           found=", ".join(sorted(stream_topics(old_down))) or "none")
     cid = f"c{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    lease = Lease.take(store, order, cid, what="theseus migrate start", ttl=lease_ttl)
+    with lease.installed():
+        return _start(store, lease, cid, order, links, paths, bootstrap=bootstrap,
+                      cut_mode=cut_mode, require=require, compare=compare,
+                      reconcile=reconcile, master=master, trigger=trigger, echo=echo,
+                      timeout=timeout, live=live)
+
+
+def _start(store: DirectoryStore, lease: Lease, cid: str, order: list[str],
+           links: list[dict[str, str]], paths: dict[str, str], *, bootstrap: str,
+           cut_mode: str, require: list[str] | None, compare: bool, reconcile: str,
+           master: str, trigger: str, echo: Callable[[str], None], timeout: float,
+           live: Callable[[str, str], None] | None) -> Cascade:
     ms = {q: new_migration(store, q, paths[q], bootstrap=bootstrap, strategy="shadow",
                            cut_mode=cut_mode, require=require, compare=compare,
                            reconcile=reconcile, master=master, trigger=trigger)
@@ -222,7 +238,7 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
     c = Cascade(id=cid, migrations=[ms[q].id for q in order], queries=order, links=links)
     c.save(store, deadline)
     echo(f"[{cid}] cascade of {len(order)} queries: " + " -> ".join(order))
-    return Driver(store, c, echo, deadline, live).run()
+    return Driver(store, c, echo, deadline, live, lease).run()
 
 
 class Driver:
@@ -230,12 +246,13 @@ class Driver:
     one context: one record in memory per migration."""
 
     def __init__(self, store: DirectoryStore, c: Cascade, echo: Callable[[str], None],
-                 deadline: Deadline, live: Callable[[str, str], None] | None = None) -> None:
+                 deadline: Deadline, live: Callable[[str, str], None] | None = None,
+                 lease: Lease | None = None) -> None:
         self.store = store
         self.c = c
         self.echo = echo
         self.deadline = deadline
-        self.ctx = Context(store, echo, deadline=deadline, live=live)
+        self.ctx = Context(store, echo, deadline=deadline, live=live, lease=lease)
         self.order = [Migration.load(store, mid) for mid in c.migrations]
         # a downstream records in its upstream's migration (side_end)
         self.ctx.records.update((m.id, m) for m in self.order)
@@ -321,28 +338,49 @@ class Driver:
 
 def resume(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None] = print,
            timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
-           query: str | None = None) -> Migration:
+           query: str | None = None, lease_ttl: float | None = None) -> Migration:
     """Continue the cascade from the recorded phases of its migrations; returns the
     migration of ``query`` (the first query of the chain by default)."""
     c = Cascade.load(store, cascade_id)
     if c.phase in ("done", "aborted", "refused"):
-        # nothing to resume (6), as for a single migration
-        raise Refused(f"cascade {c.id} is {c.phase}: nothing to resume" +
-                      (f" ({c.error})" if c.error else ""), file=str(store.root),
-                      expected="a cascade in progress", found=c.phase)
-    deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} continues "
-                        "the cascade")
-    Driver(store, c, echo, deadline, live).run()
+        raise nothing_to_resume(store, c)
+    lease = Lease.take(store, c.queries, c.id, what="theseus migrate resume", ttl=lease_ttl)
+    with lease.installed():
+        c = Cascade.load(store, cascade_id)  # as its last owner left it
+        if c.phase in ("done", "aborted", "refused"):
+            raise nothing_to_resume(store, c)
+        deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} "
+                            "continues the cascade")
+        driver = Driver(store, c, echo, deadline, live, lease)
+        for m in driver.order:  # what an expiry left (migrate.phases.catch_up)
+            catch_up(m, driver.ctx)
+        driver.run()
     return _of(store, c, query)
 
 
 def abort(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None] = print,
           query: str | None = None) -> Migration:
     c = Cascade.load(store, cascade_id)
-    Driver(store, c, echo, Deadline(600.0)).abort()
+    for mid in c.migrations:  # before anything is taken over (upstream first)
+        m = Migration.load(store, mid)
+        if m.phase not in TERMINAL:
+            rollback.refuse_late(m, store)
+            break
+    lease = Lease.take(store, c.queries, c.id, what="theseus migrate abort", preempt=True)
+    with lease.installed():
+        lease.await_preempted(echo)
+        c = Cascade.load(store, cascade_id)  # as the process it stopped left it
+        Driver(store, c, echo, Deadline(600.0), lease=lease).abort()
     return _of(store, c, query)
 
 
 def _of(store: DirectoryStore, c: Cascade, query: str | None) -> Migration:
     i = c.queries.index(query) if query in c.queries else 0
     return Migration.load(store, c.migrations[i])
+
+
+def nothing_to_resume(store: DirectoryStore, c: Cascade) -> Refused:
+    """A cascade that ended: nothing to resume (6), as for a single migration."""
+    return Refused(f"cascade {c.id} is {c.phase}: nothing to resume" +
+                   (f" ({c.error})" if c.error else ""), file=str(store.root),
+                   expected="a cascade in progress", found=c.phase)

@@ -186,6 +186,15 @@ def kafka_config_option(f):
              "(default: $THESEUS_KAFKA_CONFIG).")(f)
 
 
+def lease_ttl_option(f):
+    return click.option(
+        "--lease-ttl", "lease_ttl", type=click.FloatRange(min=0, min_open=True),
+        default=None, metavar="SECONDS",
+        help="How long the queries stay paused for this migrator once it stops renewing its "
+             "lease (killed, hung): then they write on and a resume pauses them again "
+             "[default: $THESEUS_LEASE_TTL, else 15].")(f)
+
+
 def _printable(text: str) -> str:
     """An error line that any terminal can take: a file name that is not UTF-8 (Python
     keeps its bytes as lone surrogates) is written with backslash escapes."""
@@ -603,24 +612,16 @@ def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master:
 @main.command()
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for the host to stop (exit 4 past them).")
 @kafka_config_option
-def stop(query: str, state: str) -> None:
-    """Ask the host running QUERY to stop it after its current batch."""
-    from migrate.services.processes import not_running
+def stop(query: str, state: str, timeout: float) -> None:
+    """Stop the host running QUERY after its current batch, and wait until it stopped.
+    Exit 6 when it was not running (the line says why)."""
+    from migrate.run import stop_host
     from migrate.store import open_store
 
-    store = open_store(state)
-    instance = store.live_instance(query)
-    st = store.status(instance)
-    if not st:
-        raise TheseusError(f"no query named '{query}' in the store", file=state,
-                           expected="a query started with theseus run", found=repr(query))
-    why = not_running(st)
-    if why:
-        raise Refused(f"'{query}' ({instance}) is not running: {why}; nothing to stop",
-                      file=state, expected="a running query", found=why)
-    store.request_stop(instance)
-    click.echo(f"theseus: asked '{query}' ({instance}) to stop")
+    click.echo(stop_host(open_store(state), query, timeout))
 
 
 @main.command("status")
@@ -704,11 +705,13 @@ def migrate() -> None:
               show_default=True,
               help="json: the outcome (a dry run's report) as JSON on stdout; the phases "
                    "go to stderr.")
+@lease_ttl_option
 @kafka_config_option
 def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: str,
                   state: str, strategy: str, require: str, cut_mode: str, compare: bool,
                   reconcile: str, master: str, trigger: str, timeout: float, dry_run: bool,
-                  allow_deletes: bool, max_delete_ratio: float, fmt: str) -> None:
+                  allow_deletes: bool, max_delete_ratio: float, fmt: str,
+                  lease_ttl: float | None) -> None:
     """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
     through topics (an output topic another plan reads) are migrated together as one
     cascade, cut at one logical point of the chain. With --fleet NEW_DIR, every query of
@@ -731,7 +734,7 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
                              f"{len(new_plans)} plans")
     common = dict(bootstrap=bootstrap, cut_mode=cut_mode, require=parse_require(require),
                   compare=compare, reconcile=reconcile, master=master, trigger=trigger,
-                  timeout=timeout)
+                  timeout=timeout, lease_ttl=lease_ttl)
     if fleet_dir:
         from migrate import fleet
 
@@ -924,9 +927,11 @@ def migrate_rollback(query: str, bootstrap: str | None, state: str, strategy: st
 @click.argument("query")
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @click.option("--timeout", type=float, default=600.0, show_default=True)
+@lease_ttl_option
 @kafka_config_option
-def migrate_resume(query: str, state: str, timeout: float) -> None:
-    """Continue QUERY's migration from its last recorded phase."""
+def migrate_resume(query: str, state: str, timeout: float, lease_ttl: float | None) -> None:
+    """Continue QUERY's migration from its last recorded phase (refused while another live
+    process runs it)."""
     from migrate import migration
     from migrate.progress import Progress
     from migrate.store import open_store
@@ -934,7 +939,7 @@ def migrate_resume(query: str, state: str, timeout: float) -> None:
     progress = Progress()
     try:
         m = migration.resume(open_store(state), query, echo=progress, live=progress.live,
-                             timeout=timeout)
+                             timeout=timeout, lease_ttl=lease_ttl)
     finally:
         progress.close()
     click.echo(f"theseus: migration {m.id} {m.phase}")
@@ -945,7 +950,8 @@ def migrate_resume(query: str, state: str, timeout: float) -> None:
 @click.option("--state", default=".theseus", show_default=True, metavar="DIR")
 @kafka_config_option
 def migrate_abort(query: str, state: str) -> None:
-    """Roll QUERY's migration back (before its cutover): the old query keeps running."""
+    """Roll QUERY's migration back (before its cutover): the old query keeps running.  A
+    migrator still running it is stopped first (it loses the migration's lease)."""
     from migrate import migration
     from migrate.store import open_store
 

@@ -9,9 +9,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from gates.deadline import Deadline
+from migrate.lease import Lease
 from migrate.progress import Progress
 from migrate.protocol import step_number
 from migrate.record import Migration
@@ -30,13 +32,17 @@ class Context:
     """``echo`` prints lines that stay (the phases), ``live`` the line that follows the
     shadow (:mod:`migrate.progress`: one line rewritten in place on a terminal; by default
     plain lines, at most one every 10 s). One time budget (``deadline``, else ``timeout``
-    seconds from now) is shared by every Kafka/Spark wait of the run."""
+    seconds from now) is shared by every Kafka/Spark wait of the run.  ``lease``: the
+    migrator's (:mod:`migrate.lease`), renewed in every wait and guarding every Kafka write
+    and process start (files are guarded where they are written); None in tests of a step
+    alone."""
 
     def __init__(self, store: DirectoryStore, echo: Callable[[str], None] = print,
                  timeout: float = 600.0, *, deadline: Deadline | None = None, hint: str = "",
                  live: Callable[[str, str], None] | None = None, lag_threshold: int = 2000,
-                 steady_batches: int = 6) -> None:
+                 steady_batches: int = 6, lease: Lease | None = None) -> None:
         self.store = store
+        self.lease = lease
         self.echo = echo
         if live is None:
             plain = Progress(tty=False)
@@ -46,9 +52,9 @@ class Context:
         self.deadline = deadline or Deadline(timeout, hint=hint)
         self.lag_threshold = lag_threshold
         self.steady_batches = steady_batches
-        self.topics = TopicAdmin(self.deadline, echo)
-        self.processes = Processes(store, self.deadline)
-        self.gates = GateArming(store, self.deadline)
+        self.topics = TopicAdmin(self.deadline, echo, self.guard)
+        self.processes = Processes(store, self.deadline, self.guard)
+        self.gates = GateArming(store, self.deadline, lease)
         #: the records of the migrations this run drives, by id: one record in memory per
         #: migration (what a cascade's downstream writes in its upstream's, the upstream's
         #: own steps read)
@@ -66,6 +72,17 @@ class Context:
     def save(self, m: Migration) -> None:
         m.save(self.store, self.deadline)
 
+    def guard(self) -> AbstractContextManager[Any]:
+        """What a write that is not a file's runs in (a Kafka write, a process start): the
+        lease checked to be still this process's, its lock held meanwhile."""
+        return self.lease.guard() if self.lease is not None else nullcontext()
+
+    def renew(self, force: bool = False) -> None:
+        """Renew the lease when due; raises LeaseLost once another process owns the
+        migration, Lapsed when the renewal came too late while the queries were paused."""
+        if self.lease is not None:
+            self.lease.renew(force)
+
     def flush(self) -> None:
         self.store.flush(self.deadline)
 
@@ -76,9 +93,12 @@ class Context:
         self.save(m)
         n = step_number(m.kind, phase, m.dry_run)
         self.echo(f"[{m.id}] {phase}" if n is None else f"[{m.id}] {n}. {phase}")
-        fault = os.environ.get("THESEUS_FAULT")  # tests: die right after recording a phase
+        # tests: die (after:PHASE) or hang (stop:PHASE) right after recording a phase
+        fault = os.environ.get("THESEUS_FAULT")
         if fault == f"after:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
+        if fault == f"stop:{phase}":
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     @staticmethod
     def mark(m: Migration, name: str) -> None:
@@ -92,7 +112,9 @@ class Context:
         running out raises DeadlineExceeded. ``show``: say on the live line what is awaited,
         once it takes a second."""
         t0 = self.deadline.remaining()
+        self.renew()
         while not cond():
+            self.renew()
             self.processes.check_alive(m)
             waited = t0 - self.deadline.remaining()
             if show and waited >= 1:

@@ -21,6 +21,15 @@ Checkpoints and logs stay local (``checkpoints/``, ``logs/``): a Spark checkpoin
 host that runs the query instance. The mirror lives under ``$THESEUS_LOCAL_DIR`` (default
 ``.theseus/``) in ``kafka-<host>_<port>-<topic>/``.
 
+Leases (``leases/<query>.json``, :mod:`gates.lease`) are the one exception to "newer wins":
+the scan never publishes them; their owner does, each write in a Kafka transaction of a
+producer whose ``transactional.id`` names the store topic and the query
+(:meth:`KafkaMirror.lease_fence`, :meth:`KafkaMirror.lease_publish`).  A new owner's
+``init_transactions`` bumps that producer's epoch at the broker, so the previous owner's next
+write of the lease fails (Kafka's zombie fencing) and it stops; readers (``read_committed``)
+apply a lease record only when its ``(epoch, seq)`` is above the one they have, whatever the
+order its copies arrive in.
+
 ``migrate.store`` imports this module, never the other way round; both write files through
 :func:`gates.files.atomic_write`.
 """
@@ -28,6 +37,7 @@ host that runs the query instance. The mirror lives under ``$THESEUS_LOCAL_DIR``
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
@@ -41,6 +51,7 @@ from gates.deadline import Deadline
 from gates.files import atomic_write
 from gates.retry import retry
 
+LEASES = "leases/"
 _HOSTPORT = r"[A-Za-z0-9_.\-\[\]:]+:\d+"
 # several brokers, comma-separated: the store still opens while one of them is down
 _SPEC = re.compile(rf"^kafka://(?P<bootstrap>{_HOSTPORT}(?:,{_HOSTPORT})*)/(?P<topic>[A-Za-z0-9._\-]+)$")
@@ -81,6 +92,8 @@ class KafkaMirror:
         self.origin = uuid.uuid4().hex  # records this mirror published come back: skip them
         self.known: dict[str, str | None] = {}  # key -> digest of what root holds for it
         self.lock = threading.RLock()
+        self.consumed = 0  # the next offset of the topic to apply (read_committed)
+        self.leasers: dict[str, object] = {}  # query -> its lease's transactional producer
         self._ensure_topic(timeout)
         self.producer = Producer(client_conf(self.bootstrap, **{
             "enable.idempotence": True, "acks": "all", "linger.ms": 0}))
@@ -158,10 +171,12 @@ class KafkaMirror:
                 return nxt
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
+                    self.consumed = max(self.consumed, m.offset())
                     return max(nxt, m.offset())
                 continue
             nxt = m.offset() + 1
             self._apply(m)
+            self.consumed = max(self.consumed, nxt)
 
     def _apply(self, m) -> None:
         hdrs = dict(m.headers() or [])
@@ -173,6 +188,9 @@ class KafkaMirror:
         mtime = int(hdrs.get("mtime", b"0").decode() or 0)
         path = self.root / key
         text = None if m.value() is None else m.value().decode()
+        if key.startswith(LEASES):
+            self._apply_lease(key, text)
+            return
         with self.lock:
             try:
                 local = path.stat().st_mtime_ns
@@ -189,6 +207,22 @@ class KafkaMirror:
             os.utime(path, ns=(mtime, mtime))
             self.known[key] = _digest(text)
 
+    def _apply_lease(self, key: str, text: str | None) -> None:
+        """A lease record applies when its (epoch, seq) is above the mirror's: a stale copy
+        (an older renewal, a fenced owner's) never overwrites a newer take."""
+        new = _lease_order(text)
+        if new is None:
+            return
+        path = self.root / key
+        with self.lock:
+            try:
+                have = _lease_order(path.read_text())
+            except (FileNotFoundError, UnicodeDecodeError):
+                have = None
+            if have is not None and have >= new:
+                return
+            atomic_write(path, text or "")
+
     def _scan(self) -> None:
         seen = set()
         for dirpath, dirnames, filenames in os.walk(self.root):
@@ -200,6 +234,8 @@ class KafkaMirror:
                 if name.startswith(".") or name.endswith(".lock"):
                     continue
                 key = (rel / name).as_posix()
+                if key.startswith(LEASES):
+                    continue  # published by their owners only (lease_publish)
                 path = self.root / key
                 try:
                     text = path.read_text()
@@ -240,11 +276,85 @@ class KafkaMirror:
             raise RuntimeFailure(f"{left} store record(s) not written to Kafka within "
                                  f"{timeout:.0f}s", file=self.spec)
 
+    def sync(self, timeout: float = 30.0) -> None:
+        """Wait until every record committed to the topic so far is applied here (a take of
+        a lease committed by another host is then in the mirror)."""
+        # librdkafka loads with the first call that reaches a broker (start-up time)
+        from confluent_kafka import TopicPartition
+
+        deadline = Deadline(timeout)
+        tp = TopicPartition(self.topic, 0)
+        _, hi = retry(lambda t: self.consumer.get_watermark_offsets(tp, timeout=t),
+                      deadline, "the Kafka store's end")
+        while self.consumed < hi:
+            # a transaction still open (another owner taking a lease) holds the end back
+            # until it commits or aborts
+            deadline.sleep(0.02, f"the Kafka store to be read to offset {hi}")
+
+    def lease_fence(self, query: str, timeout: float) -> None:
+        """Become the only writer of ``query``'s lease: ``init_transactions`` of its
+        transactional producer fences every earlier one (their next commit fails); then
+        read the store to its end."""
+        # librdkafka loads with the first call that reaches a broker (start-up time)
+        from confluent_kafka import KafkaException, Producer
+
+        if query not in self.leasers:
+            p = Producer(client_conf(self.bootstrap, **{
+                "transactional.id": f"theseus-lease.{self.topic}.{query}",
+                "transaction.timeout.ms": max(10000, int(timeout * 2000)),
+                "linger.ms": 0}))
+            try:
+                p.init_transactions(timeout)
+            except KafkaException as e:
+                raise RuntimeFailure(f"cannot take the lease of '{query}' in the Kafka store: "
+                                     f"{e}", file=self.spec) from None
+            self.leasers[query] = p
+        self.sync(timeout)
+
+    def lease_publish(self, query: str, text: str, timeout: float) -> bool:
+        """Publish ``query``'s lease in one transaction; False when this producer was fenced
+        (another process took the lease since)."""
+        # librdkafka loads with the first call that reaches a broker (start-up time)
+        from confluent_kafka import KafkaError, KafkaException
+
+        p = self.leasers.get(query)
+        if p is None:
+            return True  # taken before this mirror existed: nothing to fence with
+        key = f"{LEASES}{query}.json"
+        try:
+            p.begin_transaction()
+            p.produce(self.topic, text.encode(), key.encode(),
+                      headers=[("origin", self.origin.encode()),
+                               ("mtime", str(time.time_ns()).encode())])
+            p.commit_transaction(timeout)
+        except KafkaException as e:
+            err = e.args[0]
+            fenced = {getattr(KafkaError, n, None) for n in (
+                "_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")} - {None}
+            if err.code() in fenced or err.fatal():
+                self.leasers.pop(query, None)
+                return False
+            try:
+                p.abort_transaction(timeout)
+            except KafkaException:
+                pass
+            raise RuntimeFailure(f"cannot write the lease of '{query}' to the Kafka store: "
+                                 f"{err}", file=self.spec) from None
+        return True
+
     def close(self) -> None:
         self.flush()
         self._stop.set()
         self.thread.join(5)
         self.consumer.close()
+
+
+def _lease_order(text: str | None) -> tuple[int, int] | None:
+    try:
+        doc = json.loads(text or "")
+        return int(doc["epoch"]), int(doc["seq"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _safe_key(key: str) -> bool:

@@ -4,7 +4,9 @@
 steps and the table of its phases are :mod:`migrate.protocol`'s, each phase's handler is in
 :mod:`migrate.phases`, and :mod:`migrate.runner` runs them.  A migration that is part of a
 cascade (several queries chained through topics) is resumed and aborted with its chain
-(:mod:`migrate.cascade`)."""
+(:mod:`migrate.cascade`).  Each command first takes the query's lease (:mod:`migrate.lease`):
+one process owns a migration at a time; ``start`` and ``resume`` are refused while a live
+process owns it, ``abort`` takes it over and stops that process."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from compat.errors import Refused
 from migrate import cascade, runner
 from migrate.context import Context
+from migrate.lease import Lease
 from migrate.phases import rollback
 from migrate.protocol import TERMINAL
 from migrate.record import Migration, current, new_migration, restore_current, resume_hint
@@ -27,19 +30,25 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
           dry_run: bool = False, allow_deletes: bool = False,
           max_delete_ratio: float = 0.1,
-          plan_file: str | None = None, rollback_of: str = "") -> Migration:
-    m = new_migration(store, query, new_plan_path, bootstrap=bootstrap, strategy=strategy,
-                      cut_mode=cut_mode, require=require, compare=compare,
-                      reconcile=reconcile, master=master, trigger=trigger,
-                      plan_file=plan_file, rollback_of=rollback_of)
-    m.dry_run, m.allow_deletes, m.max_delete_ratio = dry_run, allow_deletes, max_delete_ratio
-    # the time budget starts here
-    ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live)
-    ctx.save(m)
-    try:
-        return runner.run(m, ctx)
-    finally:
-        ended(store, m)
+          plan_file: str | None = None, rollback_of: str = "",
+          lease_ttl: float | None = None) -> Migration:
+    lease = Lease.take(store, [query], "", what="theseus migrate start", ttl=lease_ttl)
+    with lease.installed():
+        m = new_migration(store, query, new_plan_path, bootstrap=bootstrap,
+                          strategy=strategy, cut_mode=cut_mode, require=require,
+                          compare=compare, reconcile=reconcile, master=master,
+                          trigger=trigger, plan_file=plan_file, rollback_of=rollback_of)
+        m.dry_run, m.allow_deletes = dry_run, allow_deletes
+        m.max_delete_ratio = max_delete_ratio
+        lease.migration = m.id
+        lease.renew(force=True)  # the lease names the migration it runs
+        # the time budget starts here
+        ctx = Context(store, echo, timeout, hint=resume_hint(query), live=live, lease=lease)
+        ctx.save(m)
+        try:
+            return runner.run(m, ctx)
+        finally:
+            ended(store, m)
 
 
 def ended(store: DirectoryStore, m: Migration) -> Migration:
@@ -51,25 +60,40 @@ def ended(store: DirectoryStore, m: Migration) -> Migration:
 
 
 def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = print,
-           timeout: float = 600.0, live: Callable[[str, str], None] | None = None
-           ) -> Migration:
+           timeout: float = 600.0, live: Callable[[str, str], None] | None = None,
+           lease_ttl: float | None = None) -> Migration:
     m = current(store, query)
     if m.cascade:  # one migration of a chain: the chain goes on
         return cascade.resume(store, m.cascade, echo=echo, timeout=timeout, live=live,
-                              query=query)
+                              query=query, lease_ttl=lease_ttl)
     if m.phase in TERMINAL:
-        # nothing to resume: a script must not read "resumed" into it (6)
-        raise Refused(f"migration {m.id} of '{query}' is {m.phase}: nothing to resume" +
-                      (f" ({m.error})" if m.error else ""), file=str(store.root),
-                      expected="a migration in progress", found=m.phase)
-    try:
-        return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query), live=live))
-    finally:
-        ended(store, m)
+        raise nothing_to_resume(store, m)
+    lease = Lease.take(store, [m.query], m.id, what="theseus migrate resume", ttl=lease_ttl)
+    with lease.installed():
+        m = Migration.load(store, m.id)  # as its last owner left it
+        if m.phase in TERMINAL:
+            raise nothing_to_resume(store, m)
+        try:
+            return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query),
+                                         live=live, lease=lease))
+        finally:
+            ended(store, m)
+
+
+def nothing_to_resume(store: DirectoryStore, m: Migration) -> Refused:
+    """A migration that ended: a script must not read "resumed" into it (6)."""
+    return Refused(f"migration {m.id} of '{m.query}' is {m.phase}: nothing to resume" +
+                   (f" ({m.error})" if m.error else ""), file=str(store.root),
+                   expected="a migration in progress", found=m.phase)
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:
     m = current(store, query)
     if m.cascade:
         return cascade.abort(store, m.cascade, echo=echo, query=query)
-    return rollback.abort(m, Context(store, echo, hint=resume_hint(query)))
+    rollback.refuse_late(m, store)  # before anything is taken over
+    lease = Lease.take(store, [m.query], m.id, what="theseus migrate abort", preempt=True)
+    with lease.installed():
+        lease.await_preempted(echo)
+        m = Migration.load(store, m.id)  # as the process it stopped left it
+        return rollback.abort(m, Context(store, echo, hint=resume_hint(query), lease=lease))

@@ -215,8 +215,12 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
     except NoMigration:
         prev = None
     if prev is not None and prev.phase not in TERMINAL:
-        raise Refused(f"migration {prev.id} of '{query}' is still in phase {prev.phase}",
-                      file=str(store.root), hint="theseus migrate resume or abort it first")
+        # The caller holds the query's lease (migrate.lease): no process runs this
+        # one, so resuming or aborting it runs beside nobody.
+        raise Refused(f"migration {prev.id} of '{query}' is in phase {prev.phase} and "
+                      "no process runs it", file=str(store.migration_path(prev.id)),
+                      hint=f"theseus migrate resume {query} continues it; theseus "
+                           f"migrate abort {query} rolls it back")
     gen = int(st.get("generation", 0)) + 1
     while store.query_dir(f"{query}.g{gen}").exists() or \
             ack_path(store.root, f"{query}.g{gen}").exists():

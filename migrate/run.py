@@ -5,13 +5,17 @@
    (:mod:`migrate.plantopics`), before anything is written and before Spark starts.
 2. Record the plan, its checkpoint and status ``starting`` in the store.
 3. Start Spark (shuffle partitions = ``config.state_partitions``) and the query.
-4. Report progress per micro-batch; stop after the current batch on Ctrl-C or on a stop
-   request in the store (``theseus stop``); with ``--available-now`` exit when all input
-   that was in the topics at start has been processed.
+4. Report progress per micro-batch; stop after the current batch on Ctrl-C, SIGTERM or a
+   stop request in the store (``theseus stop``, which waits until the status says stopped:
+   :func:`stop_host`); with ``--available-now`` exit when all input that was in the topics
+   at start has been processed.  One signal is enough: a batch held at a migration's start
+   gate is abandoned (it runs again at restart), so the stop never waits on the migrator;
+   a second Ctrl-C stops the query without waiting for its batch.  Never a traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from compat.check import load_plan
-from compat.errors import BrokerError, DeadlineExceeded, RuntimeFailure, TheseusError
+from compat.errors import BrokerError, DeadlineExceeded, Refused, RuntimeFailure, TheseusError
 from compat.model import Plan
 from compat.serde import dumps
 from gates.deadline import Deadline
@@ -168,13 +172,22 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                      loops=dict(getattr(query, "loops", None) or {}))
     echo(f"theseus: running '{name}' (checkpoint {store.checkpoint(plan.query, generation)})")
     # Step 4. Progress, and a graceful stop.
-    stop = {"asked": False}
+    stop = {"asked": False, "now": False}
 
     def on_signal(signum: int, frame: Any) -> None:
-        if stop["asked"]:
-            raise KeyboardInterrupt
-        stop["asked"] = True
-        echo("theseus: stopping after the current batch (Ctrl-C again to abort)")
+        # Only flags: raising here would unwind whatever the main thread is in (a py4j
+        # call) and leave a traceback in the host's log.
+        if not stop["asked"]:
+            stop["asked"] = True
+            echo("theseus: stopping after the current batch" + (
+                " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""))
+        elif signum == signal.SIGINT and not stop["now"]:
+            stop["now"] = True
+            echo("theseus: stopping now")
+        else:
+            echo("theseus: already stopping")
+        if start_gate is not None:
+            start_gate.abandon.set()
 
     old_handler = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
@@ -197,7 +210,9 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 query.stop()
                 break
             if stop["asked"] or store.stop_requested(name):
-                stop_after_batch(query)
+                if start_gate is not None:  # a batch held there would hold the stop
+                    start_gate.abandon.set()
+                stop_after_batch(query, now=lambda: stop["now"])
                 break
             if time.monotonic() - beat >= HEARTBEAT_EVERY:
                 # alive, as a host elsewhere can tell (a pid says it on this host only)
@@ -211,6 +226,15 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                 seen = p["batchId"]
                 echo(progress_line(p))
         exc = query.exception()
+        if exc is not None and start_gate is not None and \
+                start_gate.abandoned is not None:
+            # asked to stop while a batch waited at the start gate: that batch was not
+            # written and runs again at restart
+            store.set_status(name, status="stopped", last_batch=seen, handed_over=False)
+            echo(f"theseus: '{name}' stopped after batch {seen} (batch "
+                 f"{start_gate.abandoned} waited at the start gate; it runs again at "
+                 "restart)")
+            return 0
         if exc is not None:
             from gates.kafkaconf import redact
 
@@ -236,6 +260,65 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         signal.signal(signal.SIGTERM, old_term)
         if query.isActive:
             query.stop()
+
+
+def stop_host(store: DirectoryStore, query: str, timeout: float = 120.0) -> str:
+    """``theseus stop``: ask the host of ``query``'s live instance to stop after its batch
+    and wait until its status says it stopped (or failed), or its process is gone.  Returns
+    the line to print.  Not running: Refused (exit 6, saying why); unknown query:
+    TheseusError (exit 2); still running after ``timeout``: RuntimeFailure (exit 4)."""
+    from gates.lease import process_alive, this_host
+
+    instance = store.live_instance(query)
+    st = store.status(instance)
+    if not st:
+        raise TheseusError(f"no query named '{query}' in the store", file=str(store),
+                           expected="a query started with theseus run", found=repr(query))
+    name = f"'{query}'" if instance == query else f"'{query}' ({instance})"
+
+    def gone() -> bool:
+        s = store.status(instance)
+        here = s.get("host") == this_host()
+        pid = int(s.get("pid") or 0)
+        alive = here and process_alive(pid)
+        if s.get("status") in ("starting", "running"):
+            return here and not alive  # a host of this machine that died without a word
+        # stopped or failed; a query that handed over at a migration's cut lingers until
+        # it is asked to stop (its pid, unless another process took it since)
+        return not (alive and _a_host(pid))
+
+    if gone():
+        was = store.status(instance)
+        why = was.get("status") or "unknown"
+        if was.get("status") in ("starting", "running"):
+            why = f"its host, pid {was.get('pid')}, is gone"
+        # the state asked for holds, but nothing was stopped: a script must tell (6)
+        raise Refused(f"{name} is not running ({why}); nothing to stop", file=str(store),
+                      expected="a running query", found=why)
+    store.request_stop(instance)
+    store.flush()
+    deadline = Deadline(timeout)
+    while not gone():
+        if deadline.expired():
+            raise RuntimeFailure(f"{name} did not stop within {timeout:.0f} s",
+                                 file=str(store.log_path(instance)),
+                                 hint=f"its host is pid {st.get('pid')} on {st.get('host')}")
+        time.sleep(0.2)
+    done = store.status(instance)
+    if done.get("status") == "failed":
+        return f"theseus: {name} failed as it stopped: {failure_message(done.get('error') or '')}"
+    return f"theseus: {name} stopped" + (f" after batch {done['last_batch']}"
+                                         if done.get("last_batch") is not None else "")
+
+
+def _a_host(pid: int) -> bool:
+    """Process ``pid`` of this machine runs ``theseus run``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"run" in args and any(a.endswith((b"migrate.cli", b"theseus")) for a in args)
 
 
 def ship_code(spark: Any) -> str | None:
@@ -279,13 +362,23 @@ def plan_access(plan: Plan, shadow_topic: str | None = None) -> list[tuple[str, 
 def _quiet_query_failures(spark: Any) -> None:
     """Spark logs a failed query's whole JVM stack trace at ERROR before the host can say
     what failed: the host reports it in one line (:func:`failure_message`) and records the
-    whole text in the store's status, so that log is left out."""
+    whole text in the store's status, so that log is left out.  So is py4j's traceback of an
+    error raised in the sink (``foreachBatch`` runs in this process, called back by the
+    JVM): it reaches the host as the query's exception, and a batch abandoned at a start
+    gate as the host stops is no error at all."""
+    for name in ("py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).addFilter(_not_a_callback_error)
     try:
         jvm = spark.sparkContext._jvm
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF)
     except Exception:  # another logging backend: keep Spark's log
         pass
+
+
+def _not_a_callback_error(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("There was an exception while executing the "
+                                          "Python Proxy")
 
 
 def _error_names() -> set[str]:
@@ -313,14 +406,15 @@ def failure_message(text: str) -> str:
     return (lines[0] if lines else text).strip()
 
 
-def stop_after_batch(query: Any, timeout: float = 10.0) -> None:
-    """Stop between batches: wait until no trigger is active, then stop.
+def stop_after_batch(query: Any, timeout: float = 10.0,
+                     now: Callable[[], bool] = lambda: False) -> None:
+    """Stop between batches: wait until no trigger is active (or ``now()``), then stop.
 
     A query whose batches run back to back is never idle; after ``timeout`` it is stopped
     mid-batch, which is safe: the batch is replayed on restart and the exactly-once sink
     skips what it already committed."""
     deadline = Deadline(timeout)
-    while not deadline.expired() and query.isActive:
+    while not deadline.expired() and query.isActive and not now():
         status = query.status
         if not status.get("isTriggerActive", False):
             break

@@ -1,14 +1,18 @@
 """Runs a migration through its phases: :data:`HANDLERS` maps every phase of
 :data:`migrate.protocol.PHASES` that acts to its handler (one module of
 :mod:`migrate.phases` per step); :func:`step` records the phase, runs its handler and
-records the next phase of the path, so the record alone says where a resume re-enters."""
+records the next phase of the path, so the record alone says where a resume re-enters.
+A run renews its owner's lease before every step (:mod:`migrate.lease`), catches up with
+what an expiry left when it starts (:mod:`migrate.phases.catch_up`), and pauses again when
+its lease lapsed while the queries were paused."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from compat.errors import DeadlineExceeded, MigrationError, RuntimeFailure
+from compat.errors import DeadlineExceeded, MigrationError, RuntimeFailure, TheseusError
 from migrate.context import Context
+from migrate.lease import Lapsed
 from migrate.phases import (
     align,
     check,
@@ -20,6 +24,7 @@ from migrate.phases import (
     preview,
     shadow,
 )
+from migrate.phases.catch_up import catch_up, rewind
 from migrate.protocol import TERMINAL, next_phase, resume_phase, step_number
 from migrate.record import Migration, resume_hint
 
@@ -41,6 +46,7 @@ HANDLERS: dict[str, Callable[[Migration, Context], None]] = {
 def run(m: Migration, ctx: Context) -> Migration:
     """Run ``m`` from its recorded phase until it ends (done, or refused)."""
     m.phase = resume_phase(m.kind, m.phase)
+    catch_up(m, ctx)
     while m.phase not in TERMINAL:
         step(m, ctx)
     return m
@@ -54,6 +60,7 @@ def step(m: Migration, ctx: Context) -> None:
     phase = m.phase
     handler = HANDLERS[phase]
     try:
+        ctx.renew()
         ctx.enter(m, phase)
         handler(m, ctx)
         after = next_phase(m)
@@ -62,6 +69,9 @@ def step(m: Migration, ctx: Context) -> None:
         else:
             m.phase = after
             ctx.save(m)
+    except Lapsed as e:
+        # the queries may have read on past the pause: never cut at H, pause again
+        rewind(m, ctx, e.message)
     except DeadlineExceeded as e:
         n = step_number(m.kind, phase, m.dry_run)
         e.message = f"step {n} ({phase}) of migration {m.id}: {e.message}"
@@ -74,6 +84,9 @@ def step(m: Migration, ctx: Context) -> None:
         # which step, what failed, and that the recorded phase can be resumed.
         n = step_number(m.kind, phase, m.dry_run)
         m.error = e.render()
-        ctx.save(m)
+        try:
+            ctx.save(m)
+        except TheseusError:  # the store itself failed (or the lease is gone): say why
+            pass
         raise MigrationError(f"step {n} ({phase}) of migration {m.id} failed: "
                              f"{e.render()}", hint=resume_hint(m.query)) from e

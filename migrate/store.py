@@ -24,7 +24,7 @@ from typing import Any
 
 from compat.errors import RuntimeFailure, StoreError
 from gates.deadline import Deadline
-from gates.files import atomic_write
+from gates.files import atomic_remove, atomic_write
 from migrate.kafkastore import KafkaMirror, local_dir
 
 
@@ -116,9 +116,19 @@ class DirectoryStore:
         return (self.query_dir(query) / "stop").exists()
 
     def clear_stop(self, query: str) -> None:
-        p = self.query_dir(query) / "stop"
-        if p.exists():
-            p.unlink()
+        atomic_remove(self.query_dir(query) / "stop")
+
+    # leases (gates.lease, migrate.lease): one host's files need no more than their lock
+    def lease_sync(self, timeout: float) -> None:
+        """Have here every lease other hosts wrote so far (Kafka)."""
+
+    def lease_fence(self, query: str, timeout: float) -> None:
+        """Before a lease is taken: make earlier holders' writes of it fail (Kafka)."""
+
+    def lease_publish(self, query: str, text: str, timeout: float) -> bool:
+        """After the lease was written here: publish it where other hosts read it; False
+        when this process was fenced off it (another took it since)."""
+        return True
 
 
 class KafkaStore(DirectoryStore):
@@ -134,6 +144,15 @@ class KafkaStore(DirectoryStore):
     def flush(self, deadline: Deadline | None = None) -> None:
         self.mirror.flush(30.0 if deadline is None else
                           deadline.timeout("the store's records to reach Kafka"))
+
+    def lease_sync(self, timeout: float) -> None:
+        self.mirror.sync(timeout)
+
+    def lease_fence(self, query: str, timeout: float) -> None:
+        self.mirror.lease_fence(query, timeout)
+
+    def lease_publish(self, query: str, text: str, timeout: float) -> bool:
+        return self.mirror.lease_publish(query, text, timeout)
 
     def _final_flush(self) -> None:
         try:

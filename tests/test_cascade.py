@@ -465,8 +465,11 @@ def test_abort_after_the_upstream_old_query_finished_its_input_refuses_and_touch
         tmp_path):
     cut = {"s": {"0": 10}}
     store = abortable_cascade(tmp_path, "propagate", a_cut=cut)
-    write_ack(tmp_path, "a", "s", {0: 10}, GateState("capped", {"s": {0: 10}}, 5,
-                                                     retire="ma"))
+    from gates.state import write_gate
+
+    at_cut = GateState("capped", {"s": {0: 10}}, 5, retire="ma")  # the cut retires it
+    write_gate(tmp_path, "a", at_cut)
+    write_ack(tmp_path, "a", "s", {0: 10}, at_cut)
     with pytest.raises(Refused, match="resume finishes"):
         cascade.abort(store, "c1", echo=lambda s: None, query="a")
     assert Migration.load(store, "ma").phase == "propagate"

@@ -48,11 +48,15 @@ def test_pending_topics_merge(tmp_path):
     assert is_acked(tmp_path, "q", cap.cap)
 
 
-def _arm(store, follow_cap):
+def _arm(store, follow_cap, migration="m1"):
+    """The cut of ``migration`` armed: the old query capped at it (retiring there), the
+    shadow's start gate opening from it once the old query handed over."""
     from gates.startgate import write_start_gate
+    from gates.state import write_gate
 
-    write_start_gate(store, "new", False, "m1", from_offsets={"t": {0: 10}}, follow="old",
-                     follow_offsets=follow_cap)
+    write_gate(store, "old", GateState("capped", follow_cap, epoch=4, retire=migration))
+    write_start_gate(store, "new", False, migration, from_offsets={"t": {0: 10}},
+                     follow="old", follow_offsets=follow_cap)
 
 
 def test_the_start_gate_opens_from_the_cut_once_the_old_query_hands_over(tmp_path):
@@ -79,15 +83,44 @@ def test_a_veto_before_the_hand_over_keeps_the_gate_closed(tmp_path):
     write_ack(tmp_path, "old", "t", {0: 10}, CAP)  # the old query's last batch commits
     assert not handed_over(tmp_path, "old", {"t": {0: 10}}, "m1")
     assert not StartGate(tmp_path, "new").is_open(3)  # waits for nothing: vetoed
+    _arm(tmp_path, {"t": {0: 10}}, "m2")
     assert handed_over(tmp_path, "old", {"t": {0: 10}}, "m2")  # another migration
 
 
 def test_too_late_to_veto_once_the_old_query_acknowledged_the_cut(tmp_path):
     from gates.state import handed_over, veto
 
+    _arm(tmp_path, {"t": {0: 10}})
     write_ack(tmp_path, "old", "t", {0: 10}, CAP)
     assert not veto(tmp_path, "old", {"t": {0: 10}}, "m1")
     assert handed_over(tmp_path, "old", {"t": {0: 10}}, "m1")
+
+
+def test_an_old_query_past_the_cut_or_not_capped_by_it_never_hands_over(tmp_path):
+    """Issue 32: a query whose pause was lifted (its migrator's lease went stale) may read
+    past C before the cap that retires it is written. It wrote output from C on: the shadow
+    must never take over there, and abort may still veto."""
+    from gates.startgate import StartGate
+    from gates.state import handed_over, overran, veto, write_gate
+
+    cut = {"t": {0: 10}}
+    # exactly at C, but under the pause's leased cap at H: nothing retires it at C
+    write_gate(tmp_path, "old", GateState("capped", {"t": {0: 10}}, epoch=3, lease="q"))
+    write_ack(tmp_path, "old", "t", {0: 10}, GateState("capped", cut, epoch=3, lease="q"))
+    write_ack(tmp_path, "new", "t", {0: 10}, CAP)
+    from gates.startgate import write_start_gate
+
+    write_start_gate(tmp_path, "new", False, "m1", from_offsets=cut, follow="old",
+                     follow_offsets=cut)
+    assert not handed_over(tmp_path, "old", cut, "m1")
+    assert not StartGate(tmp_path, "new").is_open(2, wait=False)
+    # read past C (lifted), then capped at C by the cut
+    write_ack(tmp_path, "old", "t", {0: 13}, GateState())
+    write_gate(tmp_path, "old", GateState("capped", cut, epoch=5, retire="m1"))
+    assert overran(tmp_path, "old", cut) == {"t": {0: 13}}
+    assert not handed_over(tmp_path, "old", cut, "m1")
+    assert not StartGate(tmp_path, "new").is_open(2, wait=False)
+    assert veto(tmp_path, "old", cut, "m1")  # abort is not too late
 
 
 def test_the_old_query_retires_once_it_acknowledged_the_cut_of_its_migration(tmp_path):

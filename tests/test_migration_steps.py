@@ -194,7 +194,7 @@ def test_step_cut_refuses_control_events_behind_h_and_records_no_cut(tmp_path, m
     monkeypatch.setattr(gates.control, "write_control_events",
                         lambda *a, **k: {"packages": {0: 3, 1: 2}})
     with pytest.raises(MigrationError) as e:
-        runner.run(m, Context(store, lambda s: None, 60))
+        runner.step(m, Context(store, lambda s: None, 60))
     assert "topic 'packages' partition 0" in str(e.value)
     assert "offset 120" in str(e.value) and "offset 3" in str(e.value)
     again = migration.current(store, "q")

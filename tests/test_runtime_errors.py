@@ -250,12 +250,15 @@ def test_a_refused_control_event_ends_the_step_with_one_migration_error(tmp_path
                                                                         monkeypatch):
     import confluent_kafka
 
-    from migrate import migration
+    from migrate import migration, runner
+    from migrate.context import Context
+    from migrate.record import resume_hint
 
     monkeypatch.setattr(confluent_kafka, "Producer", RefusingProducer)
     store = cut_phase_store(tmp_path, "broker:9092")
-    with pytest.raises(MigrationError) as e:
-        migration.resume(store, "ship_load", echo=lambda s: None, timeout=30)
+    m = migration.current(store, "ship_load")
+    with pytest.raises(MigrationError) as e:  # step 4 (a resume pauses again first)
+        runner.step(m, Context(store, lambda s: None, 30, hint=resume_hint("ship_load")))
     text = e.value.render()
     assert "step 4 (cut)" in text
     assert "topic 'packages', partition 1" in text
@@ -268,8 +271,10 @@ def test_a_refused_control_event_ends_the_step_with_one_migration_error(tmp_path
 
 
 def test_migrate_resume_with_a_broker_that_does_not_answer_is_one_line_and_exit_5(tmp_path):
-    """The control-event write of step 4 cannot reach the broker: the CLI says so in one
-    line, naming the step and the topic (the migration stays resumable)."""
+    """Resumed in step 4, a migration pauses again from the new high watermarks (its queries
+    may have read on since: :mod:`migrate.phases.catch_up`), and step 3 cannot reach the
+    broker: the CLI says so in one line, naming the step and the topic (the migration stays
+    resumable)."""
     store = cut_phase_store(tmp_path, "127.0.0.1:9")  # nothing listens on port 9
     r = subprocess.run([sys.executable, "-m", "migrate.cli", "migrate", "resume", "ship_load",
                         "--state", str(store.root), "--timeout", "2"], cwd=ROOT,
@@ -278,5 +283,5 @@ def test_migrate_resume_with_a_broker_that_does_not_answer_is_one_line_and_exit_
     assert "Traceback" not in r.stderr
     errs = r.stderr.splitlines()
     assert len(errs) == 1 and errs[0].startswith("theseus: error: "), r.stderr
-    assert "step 4 (cut)" in errs[0] and "topic 'packages'" in errs[0]
+    assert "step 3 (pause)" in errs[0] and "topic 'packages'" in errs[0]
     assert "migrate resume ship_load" in errs[0]

@@ -9,9 +9,10 @@ import json
 
 from gates import control
 from gates.startgate import write_start_gate
-from gates.state import is_acked, read_gate
+from gates.state import is_acked, offsets_to_json, overran, read_gate
 from migrate import sides
 from migrate.context import CUT_POLL, Context
+from migrate.lease import Lapsed
 from migrate.record import Migration, int_offsets, json_offsets
 
 
@@ -43,9 +44,21 @@ def align(m: Migration, ctx: Context) -> None:
             continue  # awaited by note_side_end
         cut = {t: full[t] for t in ts}
         ctx.wait(m, f"'{q}' to reach the cut",
-                 lambda q=q, cut=cut: is_acked(ctx.store.root, q, cut), interval=CUT_POLL)
+                 lambda q=q, cut=cut: at_cut(ctx, m, q, cut), interval=CUT_POLL)
     if m.feeds:
         ctx.mark(m, "old_at_cut")
+
+
+def at_cut(ctx: Context, m: Migration, query: str, cut: dict[str, dict[int, int]]) -> bool:
+    """``query`` acknowledged the cut; the old query must not have read past it: its pause
+    was lifted before its cap at C was written (the lease lapsed), it wrote output from C
+    on and can never hand over there, so the migration pauses again (Lapsed)."""
+    if query == m.old_instance and not m.cut_from:
+        past = overran(ctx.store.root, query, cut)
+        if past:
+            raise Lapsed(f"migration {m.id}: the old query '{query}' read past the cut "
+                         f"({json.dumps(offsets_to_json(past))}) while its pause was lifted")
+    return is_acked(ctx.store.root, query, cut)
 
 
 def align_loops(m: Migration, ctx: Context) -> None:
@@ -83,8 +96,9 @@ def align_loops(m: Migration, ctx: Context) -> None:
             # more: the end of its topic stands still
             at = ctx.topics.high_watermarks(m.bootstrap, topics)
         else:
-            at = control.write_control_events(m.bootstrap, topics, m.id,
-                                              deadline=ctx.deadline)
+            with ctx.guard():
+                at = control.write_control_events(m.bootstrap, topics, m.id,
+                                                  deadline=ctx.deadline)
         m.output_cuts[side] = json_offsets(at)
         ctx.save(m)
         if topics:
@@ -120,8 +134,9 @@ def propagate(m: Migration, ctx: Context) -> None:
     if not m.out_cut:
         topic = sides.output_topic(m)
         producer = ctx.producers.pop(m.id, None)
-        out = control.write_control_events(m.bootstrap, [topic], m.id,
-                                           deadline=ctx.deadline, producer=producer)
+        with ctx.guard():
+            out = control.write_control_events(m.bootstrap, [topic], m.id,
+                                               deadline=ctx.deadline, producer=producer)
         m.out_cut = json_offsets(out)
         ctx.save(m)
         ctx.echo(f"  propagated the cut into {topic}: " + json.dumps(m.out_cut))

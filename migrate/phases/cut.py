@@ -22,10 +22,16 @@ def cut(m: Migration, ctx: Context) -> None:
         return
     high = int_offsets(m.high)
     topics = sorted(high)
+    # The queries wait at H only while the lease holds: renewed now, a lapse since the
+    # pause is found before anything is written at H (and the runner pauses again); the
+    # writes below renew it again if they take longer than its budget.
+    ctx.renew(force=True)
     if m.cut_mode == "offsets":
         at = high
     else:
-        at = control.write_control_events(m.bootstrap, topics, m.id, deadline=ctx.deadline)
+        with ctx.guard():
+            at = control.write_control_events(m.bootstrap, topics, m.id,
+                                              deadline=ctx.deadline)
     check_cut(high, at)
     m.cut = json_offsets(at)
     ctx.save(m)

@@ -38,6 +38,7 @@ def cutover(m: Migration, ctx: Context) -> None:
     cut = sides.output_cut(ctx.store, m, "new")
     courtesy = ctx.deadline.within(30)
     while not courtesy.expired() and not ctx.gates.past(inst, cut):
+        ctx.renew()
         time.sleep(min(0.2, courtesy.remaining()))
     ctx.store.request_stop(old)
     ctx.wait(m, f"'{old}' to stop", lambda: ctx.processes.stopped(old))

@@ -71,7 +71,9 @@ def pause(m: Migration, ctx: Context) -> None:
     ctx.save(m)
     first = m.epoch + 1
     for q, ts in per.items():
-        ctx.gates.set(m, q, "capped", {t: high[t] for t in ts})
+        # held by the lease: a migrator gone from here on never stalls the output for
+        # longer than its TTL (gates.lease)
+        ctx.gates.set(m, q, "capped", {t: high[t] for t in ts}, leased=True)
     for q, ts in per.items():
         cap = {t: high[t] for t in ts}
         ctx.wait(m, f"'{q}' to reach H", lambda q=q, cap=cap: is_acked(

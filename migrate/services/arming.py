@@ -9,22 +9,36 @@ from gates.deadline import Deadline
 from gates.startgate import StartGate, write_start_gate
 from gates.state import GateState, acked_offsets, read_ack, write_gate
 from migrate import sides
+from migrate.lease import Lease
 from migrate.record import Migration
 from migrate.store import DirectoryStore
 
 
 class GateArming:
-    def __init__(self, store: DirectoryStore, deadline: Deadline) -> None:
+    def __init__(self, store: DirectoryStore, deadline: Deadline,
+                 lease: Lease | None = None) -> None:
         self.store = store
         self.deadline = deadline
+        self.lease = lease
+        #: the gates this run wrote that hold only while its lease does (gates.lease)
+        self.leased: set[str] = set()
 
     def set(self, m: Migration, instance: str, mode: str,
             cap: dict[str, dict[int, int]] | None = None, follow: str | None = None,
-            retire: str | None = None) -> int:
-        """Write ``instance``'s gate under the next epoch of ``m``, recorded first."""
+            retire: str | None = None, leased: bool = False) -> int:
+        """Write ``instance``'s gate under the next epoch of ``m``, recorded first.
+        ``leased``: it holds only while the lease of ``m``'s query does (a pause: lifting it
+        is always safe, see :mod:`gates.lease`); while such a gate is in force a lapse of
+        the lease is not acted on (:attr:`migrate.lease.Lease.critical`)."""
         m.epoch += 1
         m.save(self.store, self.deadline)
-        write_gate(self.store.root, instance, GateState(mode, cap or {}, m.epoch, follow, retire))
+        owner = self.lease.epochs.get(m.query, 0) if self.lease is not None else 0
+        write_gate(self.store.root, instance, GateState(
+            mode, cap or {}, m.epoch, follow, retire, lease=m.query if leased else None,
+            owner=owner))
+        (self.leased.add if leased else self.leased.discard)(instance)
+        if self.lease is not None:
+            self.lease.critical = bool(self.leased)
         self.store.flush(self.deadline)
         return m.epoch
 
@@ -42,9 +56,13 @@ class GateArming:
                          follow=old, follow_offsets=theirs, reconcile=sides.reconcile_spec(m),
                          hold=bool(m.feeds))
         self.store.flush(self.deadline)
+        # The shadow's cap first: were this process to die between the two, the old query,
+        # still under its leased pause, reads on once the lease is stale and is never handed
+        # over (its gate is not the cut that retires it), while the shadow holds its output.
+        # The other way round, the shadow would read on past C with no batch starting at C.
+        self.set(m, inst, "capped", mine, follow=old)
         if old_too:
             self.set(m, old, "capped", theirs, retire=m.id)
-        self.set(m, inst, "capped", mine, follow=old)
 
     def arm_loops(self, m: Migration, cut: dict[str, dict[int, int]]) -> None:
         """Step 4 with a recursive step: cap what reads the source topics at C (the loop

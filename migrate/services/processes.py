@@ -4,17 +4,19 @@ records (the old query may run on another host)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from compat.errors import MigrationError
 from gates import kafkaconf
 from gates.deadline import Deadline
+from gates.lease import process_alive
 from migrate import sides
 from migrate.record import Migration
 from migrate.run import failure_message
@@ -25,19 +27,8 @@ WATCHED = ("shadow", "pause", "cut", "align", "propagate")
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return True
+    """Process ``pid`` of this host runs (a zombie child counts as dead)."""
+    return bool(pid) and process_alive(int(pid or 0))
 
 
 def exited(st: dict[str, Any]) -> bool:
@@ -73,9 +64,11 @@ def last_error_line(log: Path) -> str:
 class Processes:
     """The query hosts of the migrations of one run, as the store records them."""
 
-    def __init__(self, store: DirectoryStore, deadline: Deadline) -> None:
+    def __init__(self, store: DirectoryStore, deadline: Deadline,
+                 guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
         self.store = store
         self.deadline = deadline
+        self.guard = guard  # a process start is a write of the migrator (its lease's)
 
     def spawn(self, m: Migration, plan_path: str, instance: str, generation: int,
               gated: bool) -> int:
@@ -91,9 +84,10 @@ class Processes:
             cmd.append("--gated-start")
             if sides.side_topic_used(m):
                 cmd += ["--shadow-topic", sides.compare_topic(m)]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        self.store.set_status(instance, status="starting", pid=proc.pid)
+        with self.guard():
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self.store.set_status(instance, status="starting", pid=proc.pid)
         return proc.pid
 
     def running(self, instance: str) -> bool:

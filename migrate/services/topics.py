@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from compat.errors import TheseusError
 from gates import control
@@ -13,13 +15,16 @@ from gates.broker import client_conf, create_topic, topics_of, watermarks
 from gates.deadline import Deadline
 from gates.retry import retry
 from migrate import sides
+from migrate.lease import LeaseLost
 from migrate.record import Migration, int_offsets
 
 
 class TopicAdmin:
-    def __init__(self, deadline: Deadline, echo: Callable[[str], None]) -> None:
+    def __init__(self, deadline: Deadline, echo: Callable[[str], None],
+                 guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
         self.deadline = deadline
         self.echo = echo
+        self.guard = guard  # topics created, deleted and written: writes of the migrator
 
     def high_watermarks(self, bootstrap: str, topics: list[str]
                         ) -> dict[str, dict[int, int]]:
@@ -33,7 +38,8 @@ class TopicAdmin:
                config: dict[str, str] | None = None) -> None:
         """Create ``topic`` unless it exists (the side topic of ``m``'s shadow)."""
         if topic not in topics_of(m.bootstrap, self.deadline):
-            create_topic(m.bootstrap, topic, partitions, config, self.deadline)
+            with self.guard():
+                create_topic(m.bootstrap, topic, partitions, config, self.deadline)
 
     def present(self, bootstrap: str) -> dict[str, int]:
         """The topics of the cluster and their partition counts."""
@@ -55,7 +61,10 @@ class TopicAdmin:
             admin.delete_topics([topic], request_timeout=timeout)[topic].result(timeout)
 
         try:
-            retry(delete, self.deadline, f"the topic '{topic}' to be deleted")
+            with self.guard():
+                retry(delete, self.deadline, f"the topic '{topic}' to be deleted")
+        except LeaseLost:
+            raise
         except Exception as e:  # already gone (a resumed run), or the broker refused
             if "UNKNOWN_TOPIC" not in str(e):
                 self.echo(f"  could not delete the topic {topic}: {e}")
@@ -83,5 +92,7 @@ class TopicAdmin:
         where = {**({} if m.cut_from else int_offsets(m.cut)), **int_offsets(m.out_cut)}
         if not where:
             return
-        n = control.tombstone_control_events(m.bootstrap, m.id, where, deadline=self.deadline)
+        with self.guard():
+            n = control.tombstone_control_events(m.bootstrap, m.id, where,
+                                                 deadline=self.deadline)
         self.echo(f"  tombstoned the control records' key in {n} partition(s)")

@@ -133,3 +133,47 @@ def test_migration_between_hosts_that_share_only_kafka(kafka, tmp_path, monkeypa
     assert got == want, (f"missing {sum((want - got).values())}, "
                          f"extra {sum((got - want).values())}")
     viewer.mirror.close()
+
+
+def test_a_lease_in_the_kafka_store_is_taken_once_and_a_takeover_fences_the_old_owner(
+        kafka, tmp_path, monkeypatch):
+    """Issue 32: two hosts sharing only the broker.  A holds the lease; B is refused naming
+    A, without fencing it.  Once A's heartbeat is older than the TTL, B takes the lease over;
+    A's next renewal is refused by the broker (its transactional producer was fenced) and A
+    writes nothing more; a third host sees B's take.  B's release lifts a gate it held."""
+    import os
+
+    from compat.errors import Refused
+    from gates.files import atomic_write
+    from gates.lease import lifted, read_lease
+    from gates.state import GateState
+    from migrate.lease import Lease, LeaseLost
+
+    spec = f"kafka://{kafka.bootstrap}/theseus-store-{uuid.uuid4().hex[:8]}"
+    a = host(tmp_path, "a", spec, monkeypatch)
+    b = host(tmp_path, "b", spec, monkeypatch)
+    la = Lease.take(a, ["q"], "m1", what="theseus migrate start", ttl=3,
+                    command="theseus migrate start v2.json")
+    assert eventually(lambda: (read_lease(b.root, "q") or {}).get("epoch") == 1)
+    with pytest.raises(Refused, match=rf"is run by pid {os.getpid()} .*migrate start v2"):
+        Lease.take(b, ["q"], "m1", what="theseus migrate resume", ttl=3)
+    la.renew(force=True)  # the refusal fenced nothing: A still writes its lease
+    time.sleep(3.5)  # A stops renewing: stale on B's side
+    lb = Lease.take(b, ["q"], "m1", what="theseus migrate resume", ttl=3)
+    assert lb.epochs == {"q": 2}
+    with pytest.raises(LeaseLost, match="fenced at the broker"):
+        la.renew(force=True)
+    with pytest.raises(LeaseLost):
+        with la.installed():
+            atomic_write(a.root / "gates" / "q.json", "{}")
+    assert not (a.root / "gates" / "q.json").exists()
+    assert eventually(lambda: (read_lease(a.root, "q") or {}).get("epoch") == 2)
+    c = host(tmp_path, "c", spec, monkeypatch)
+    assert read_lease(c.root, "q")["epoch"] == 2 and not read_lease(c.root, "q")["released"]
+    pause = GateState("capped", {"t": {0: 5}}, 7, lease="q")
+    assert lifted(c.root, pause) is None
+    lb.release()
+    assert eventually(lambda: lifted(c.root, pause) is not None)
+    assert "released by pid" in lifted(c.root, pause)
+    for s in (a, b, c):
+        s.mirror.close()
