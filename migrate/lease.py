@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from compat.errors import MigrationError, Refused
+from compat.errors import MigrationError, Refused, TheseusError
 from gates.deadline import Deadline
 from gates.files import atomic_write, guarded
 from gates.lease import (
@@ -334,12 +334,16 @@ class Lease:
         # published first (Kafka: in a transaction, refused once another process took the
         # lease), so that a fenced write never reaches even this host's mirror
         if not self.store.lease_publish(query, text, self.ttl):
-            self.store.lease_sync(self.ttl)
-            now = read_lease(self.store.root, query) or {}
+            try:  # only to name the new holder: fenced is fenced, store readable or not
+                self.store.lease_sync(self.ttl)
+                now = read_lease(self.store.root, query) or {}
+            except TheseusError:
+                now = {}
             h = now.get("holder") or {}
-            self.lost = (f"migration {self.migration} of '{query}' was taken over by pid "
-                         f"{h.get('pid')} on {h.get('host')} (its producer was fenced at "
-                         "the broker); this process stops")
+            who = (f"pid {h.get('pid')} on {h.get('host')}" if now.get("epoch") !=
+                   self.epochs.get(query) and h else "another process")
+            self.lost = (f"migration {self.migration} of '{query}' was taken over by {who} "
+                         "(its producer was fenced at the broker); this process stops")
             raise LeaseLost(self.lost)
         with guarded(None):  # the lease is the guard; its lock is held
             atomic_write(lease_path(self.store.root, query), text)

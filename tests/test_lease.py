@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from compat.errors import Refused
+from compat.errors import DeadlineExceeded, Refused
 from gates.files import atomic_write
 from gates.lease import lease_path, lifted, read_lease, this_host, why_stale
 from gates.state import GateState, read_gate, write_ack, write_gate
@@ -164,6 +164,27 @@ def test_every_write_after_the_loss_is_refused_and_the_files_stay_as_they_were(t
     after.pop(lease_path(tmp_path, "q"))
     before.pop(lease_path(tmp_path, "q"))
     assert after == before
+
+
+class _CutOff(DirectoryStore):
+    """A store whose publishing was fenced (another owner took the lease at the broker)
+    and which this host cannot read any more (its mirror is cut off from the topic)."""
+
+    def lease_publish(self, query: str, text: str, timeout: float) -> bool:
+        return False
+
+    def lease_sync(self, timeout: float) -> None:
+        raise DeadlineExceeded("the Kafka store to be read to offset 9")
+
+
+def test_a_fenced_owner_that_cannot_read_the_store_still_stops_with_one_line(tmp_path):
+    lease = Lease.take(DirectoryStore(tmp_path), ["q"], "m1", what="start", ttl=3)
+    lease.store = _CutOff(tmp_path)
+    with pytest.raises(LeaseLost, match=r"of 'q' was taken over by another process \(its "
+                                        r"producer was fenced at the broker\); this process "
+                                        r"stops"):
+        lease.renew(force=True)
+    assert read_lease(tmp_path, "q")["seq"] == 1  # the fenced renewal wrote nothing here
 
 
 def test_a_renewal_later_than_the_budget_while_paused_is_a_lapse(tmp_path):
