@@ -27,7 +27,7 @@ EXITS: tuple[Exit, ...] = (
         "status: the store's queries are listed (none: it says so)",
         "migrate history: the query's past migrations are listed (none: it says so)",
         "migrate abort: the migration is aborted, or had already ended aborted",
-        "stop: the query was asked to stop")),
+        "stop: the query stopped after its batch")),
     Exit(1, "the upgrade needs a live migration (0 with --allow-migration)", (
         "check: the verdict is migrate",)),
     Exit(2, "invalid input or usage; also an internal error (its line names the file "
@@ -43,7 +43,8 @@ EXITS: tuple[Exit, ...] = (
         "migrate start: the checker says unsupported")),
     Exit(4, "a runtime failure outside a migration step: Kafka, Spark or the store", (
         "run: the query failed",
-        "migrate status: the store cannot be opened")),
+        "migrate status: the store cannot be opened",
+        "stop: the query's host is still running after --timeout")),
     Exit(5, "a migration step failed; its phase is recorded: migrate resume retries it, "
             "migrate abort rolls back", (
         "migrate resume: a step fails (a broker that does not answer within --timeout)",)),

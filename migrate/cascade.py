@@ -59,7 +59,7 @@ from migrate.lease import Lease
 from migrate.phases import rollback
 from migrate.phases.catch_up import catch_up
 from migrate.protocol import TERMINAL, path_of
-from migrate.record import Migration, load_record, new_migration
+from migrate.record import Migration, NothingToResume, load_record, new_migration
 from migrate.store import DirectoryStore
 
 #: the phases of one migration of a cascade, in order (the shadow path)
@@ -343,12 +343,12 @@ def resume(store: DirectoryStore, cascade_id: str, *, echo: Callable[[str], None
     migration of ``query`` (the first query of the chain by default)."""
     c = Cascade.load(store, cascade_id)
     if c.phase in ("done", "aborted", "refused"):
-        raise nothing_to_resume(store, c)
+        raise NothingToResume.of(store, f"cascade {c.id}", c.phase, c.error)
     lease = Lease.take(store, c.queries, c.id, what="theseus migrate resume", ttl=lease_ttl)
     with lease.installed():
         c = Cascade.load(store, cascade_id)  # as its last owner left it
         if c.phase in ("done", "aborted", "refused"):
-            raise nothing_to_resume(store, c)
+            raise NothingToResume.of(store, f"cascade {c.id}", c.phase, c.error)
         deadline = Deadline(timeout, hint=f"theseus migrate resume {c.queries[0]} "
                             "continues the cascade")
         driver = Driver(store, c, echo, deadline, live, lease)
@@ -378,9 +378,3 @@ def _of(store: DirectoryStore, c: Cascade, query: str | None) -> Migration:
     i = c.queries.index(query) if query in c.queries else 0
     return Migration.load(store, c.migrations[i])
 
-
-def nothing_to_resume(store: DirectoryStore, c: Cascade) -> Refused:
-    """A cascade that ended: nothing to resume (6), as for a single migration."""
-    return Refused(f"cascade {c.id} is {c.phase}: nothing to resume" +
-                   (f" ({c.error})" if c.error else ""), file=str(store.root),
-                   expected="a cascade in progress", found=c.phase)

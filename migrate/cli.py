@@ -12,7 +12,7 @@ import sys
 import click
 
 from compat import exits
-from compat.errors import InvalidRequest, Refused, TheseusError
+from compat.errors import InvalidRequest, TheseusError
 from compat.legend import LEGEND
 
 FORMATS = ("text", "json", "markdown", "sarif", "github")

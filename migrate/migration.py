@@ -12,13 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compat.errors import Refused
 from migrate import cascade, runner
 from migrate.context import Context
 from migrate.lease import Lease
 from migrate.phases import rollback
 from migrate.protocol import TERMINAL
-from migrate.record import Migration, current, new_migration, restore_current, resume_hint
+from migrate.record import (
+    Migration,
+    NothingToResume,
+    current,
+    new_migration,
+    restore_current,
+    resume_hint,
+)
 from migrate.store import DirectoryStore
 
 
@@ -67,24 +73,18 @@ def resume(store: DirectoryStore, query: str, echo: Callable[[str], None] = prin
         return cascade.resume(store, m.cascade, echo=echo, timeout=timeout, live=live,
                               query=query, lease_ttl=lease_ttl)
     if m.phase in TERMINAL:
-        raise nothing_to_resume(store, m)
+        raise NothingToResume.of(store, f"migration {m.id} of '{m.query}'", m.phase, m.error)
     lease = Lease.take(store, [m.query], m.id, what="theseus migrate resume", ttl=lease_ttl)
     with lease.installed():
         m = Migration.load(store, m.id)  # as its last owner left it
         if m.phase in TERMINAL:
-            raise nothing_to_resume(store, m)
+            raise NothingToResume.of(store, f"migration {m.id} of '{m.query}'", m.phase, m.error)
         try:
             return runner.run(m, Context(store, echo, timeout, hint=resume_hint(query),
                                          live=live, lease=lease))
         finally:
             ended(store, m)
 
-
-def nothing_to_resume(store: DirectoryStore, m: Migration) -> Refused:
-    """A migration that ended: a script must not read "resumed" into it (6)."""
-    return Refused(f"migration {m.id} of '{m.query}' is {m.phase}: nothing to resume" +
-                   (f" ({m.error})" if m.error else ""), file=str(store.root),
-                   expected="a migration in progress", found=m.phase)
 
 
 def abort(store: DirectoryStore, query: str, echo: Callable[[str], None] = print) -> Migration:

@@ -127,6 +127,17 @@ def load_record(cls: Any, store: DirectoryStore, path: Path, kind: str, record_i
                          expected=f"the fields of a {kind}", found=str(e)) from None
 
 
+class NothingToResume(Refused):
+    """A migration (or cascade) that ended — done, aborted, refused: nothing to resume, and
+    a script must not read "resumed" into it (6)."""
+
+    @classmethod
+    def of(cls, store: DirectoryStore, what: str, phase: str,
+           error: str | None = "") -> NothingToResume:
+        return cls(f"{what} is {phase}: nothing to resume" + (f" ({error})" if error else ""),
+                   file=str(store.root), expected="a migration in progress", found=phase)
+
+
 class NoMigration(Refused):
     """The query has no migration: nothing to resume or abort (6); ``migrate status``
     shows "no migration" (0)."""

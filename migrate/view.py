@@ -19,8 +19,8 @@ lag is the brokers' high watermarks now minus those offsets, summed over the par
 the query's stream sources.  Without an answer from the broker in time, or before the first
 acknowledgement, the lag is unknown and the view says why.
 
-**Owner.**  A migration's owner is the process holding its lease (issue 32's fencing):
-:func:`owner_of` is the one place that reads it.
+**Owner.**  A migration's owner is the process holding its query's lease
+(:mod:`gates.lease`): :func:`owner_of` is the one place that reads it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 from compat.check import load_plan
 from compat.errors import TheseusError
 from gates.broker import watermarks
+from gates.lease import read_lease, why_stale
 from gates.state import Offsets, acked_offsets, read_ack
 from migrate import sides
 from migrate.progress import backfill_counts, bar_line, phase_log
@@ -61,11 +62,23 @@ def existing_store(spec: str) -> DirectoryStore:
 
 
 def owner_of(store: DirectoryStore, m: Migration) -> dict[str, Any] | None:
-    """The owner of migration ``m``: the holder of its lease (host, pid, epoch, last
-    heartbeat) as the store records it, None while no lease exists.  The view shows
-    "unknown" then.  The lease is issue 32's fencing (item 1), merged separately: this is
-    the one function to wire to its API."""
-    return None
+    """The owner of migration ``m``: the holder of its query's lease (:mod:`gates.lease`)
+    while the lease names ``m`` (or the cascade ``m`` is part of) — host, pid, command,
+    epoch, last heartbeat — and whether it still holds (``stale``: why not; a migration
+    whose owner died shows its last holder, stale).  None for a migration that ended, or
+    one no process ever took (an older Theseus): the view shows "unknown"."""
+    if m.phase in TERMINAL:
+        return None
+    try:
+        doc = read_lease(store.root, m.query)
+    except TheseusError:
+        return None
+    if doc is None or doc.get("migration") not in (m.id, m.cascade or m.id):
+        return None
+    h = doc.get("holder") or {}
+    return {"host": h.get("host"), "pid": h.get("pid"), "command": h.get("command"),
+            "epoch": doc.get("epoch"), "heartbeat_at": doc.get("heartbeat"),
+            "ttl": doc.get("ttl"), "stale": why_stale(doc)}
 
 
 class Heads:
@@ -354,7 +367,8 @@ def owner_text(owner: dict[str, Any] | None, now: float) -> str:
     beat = owner.get("heartbeat_at")
     return (f"owner pid {owner.get('pid', '?')} on {owner.get('host', '?')}"
             + (f", epoch {owner['epoch']}" if owner.get("epoch") is not None else "")
-            + (f", heartbeat {ago(float(beat), now)}" if beat is not None else ""))
+            + (f", heartbeat {ago(float(beat), now)}" if beat is not None else "")
+            + (f" (stale: {owner['stale']})" if owner.get("stale") else ""))
 
 
 def progress_text(p: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from compat import exits
+from gates.lease import this_host
 from migrate import migration
 from migrate.cli import main
 from migrate.phases import guard
@@ -204,6 +205,28 @@ def stop_stopped(tmp, mp):
     return cli("stop", "q", "--state", state)
 
 
+def stop_obeyed(tmp, mp):
+    import threading
+    import time
+
+    store, state = store_of(tmp)
+    store.set_status("q", host=this_host())
+
+    def host() -> None:  # the query's host: stops after its batch once asked
+        while not store.stop_requested("q"):
+            time.sleep(0.05)
+        store.set_status("q", status="stopped", last_batch=7)
+
+    threading.Thread(target=host, daemon=True).start()
+    return cli("stop", "q", "--state", state, "--timeout", "30")
+
+
+def stop_ignored(tmp, mp):
+    store, state = store_of(tmp)
+    store.set_status("q", host=this_host())  # this process: alive, and it never stops
+    return cli("stop", "q", "--state", state, "--timeout", "0.5")
+
+
 def start_interrupted(tmp, mp):
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
@@ -226,7 +249,8 @@ SCENARIOS: dict[str, Callable] = {
     "status: no store at --state": lambda tmp, mp: cli("status", "--state", str(tmp / "no")),
     "migrate rollback: a migration of the query runs, or no plan before it was kept":
         on_store(None, "migrate", "rollback", "q"),
-    "stop: the query was asked to stop": on_store(None, "stop", "q"),
+    "stop: the query stopped after its batch": stop_obeyed,
+    "stop: the query's host is still running after --timeout": stop_ignored,
     "check: the verdict is migrate": check_migrate,
     "check: a plan that cannot be read or is invalid": check_invalid,
     "migrate status: a query the store does not know":

@@ -376,10 +376,10 @@ def test_stop_says_a_query_that_is_not_running_is_not_and_waits_for_one_that_is(
     store = DirectoryStore(tmp_path)
     store.set_status("q", status="stopped", pid=os.getpid())  # (pytest: not a host)
     r = CliRunner().invoke(main, ["stop", "q", "--state", str(tmp_path)])
-    assert r.exit_code == 0 and "'q' is not running (stopped)" in r.output
+    assert r.exit_code == 6 and "'q' is not running (stopped); nothing to stop" in r.output
     store.set_status("q", status="running", pid=_dead_pid(), host=this_host())
     r = CliRunner().invoke(main, ["stop", "q", "--state", str(tmp_path)])
-    assert r.exit_code == 0 and "is not running (its host, pid" in r.output
+    assert r.exit_code == 6 and "is not running (its host, pid" in r.output
 
     store.set_status("q", status="running", pid=os.getpid(), host=this_host())
 

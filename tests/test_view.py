@@ -216,6 +216,29 @@ def test_status_cli_json_and_a_store_that_is_not_there(store, tmp_path):
     assert (r.exit_code, r.output) == (0, f"store {empty}: no queries\n")
 
 
+def test_the_owner_is_the_holder_of_the_querys_lease_and_goes_stale_with_it(store):
+    """owner_of reads the lease migrate start/resume take (migrate.lease): the holder while
+    it holds; once released (or its holder gone) it is shown stale, with why."""
+    from migrate.lease import Lease
+
+    m = Migration.load(store, "m20250615120000-abc123")
+    assert view.owner_of(store, m) is None  # nobody took it (an older Theseus)
+    lease = Lease.take(store, ["alpha"], m.id, what="theseus migrate start", ttl=30,
+                       command="theseus migrate start v2.json")
+    owner = view.owner_of(store, m)
+    assert (owner["pid"], owner["host"], owner["epoch"], owner["stale"]) == (
+        os.getpid(), HERE, 1, None)
+    assert owner["command"] == "theseus migrate start v2.json"
+    text = view.owner_text(owner, owner["heartbeat_at"] + 3)
+    assert text == f"owner pid {os.getpid()} on {HERE}, epoch 1, heartbeat 3 s ago"
+    lease.release()
+    owner = view.owner_of(store, m)
+    assert owner["stale"] and owner["stale"].startswith("released by pid")
+    assert "(stale: released by pid" in view.owner_text(owner, owner["heartbeat_at"])
+    other = Migration(**{**m.__dict__, "id": "m-other"})
+    assert view.owner_of(store, other) is None  # the lease names another migration
+
+
 def test_migrate_status_adds_owner_liveness_and_backfill(store, heads):
     r = CliRunner().invoke(main, ["migrate", "status", "alpha", "--state", str(store.root)])
     assert r.exit_code == 0, r.output
