@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from compat.check import Report
+from compat.check import Report, is_job
 from compat.findings import Finding
 from compat.infer import characteristics
 from compat.model import Plan
@@ -190,12 +190,20 @@ def at(report: Report, f: Finding) -> str:
 
 @lru_cache(maxsize=16)
 def pointer_lines(path: str) -> dict[str, int]:
-    """Map every JSON pointer of a file to the 1-based line where its value starts."""
+    """Map every JSON pointer of a file to the 1-based line where its value starts; empty
+    for a file that cannot be read or is not JSON (a job file, a broken plan)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return {}
+    try:
+        return _scan_pointer_lines(text)
+    except (IndexError, ValueError, RecursionError):  # not JSON: no line to give
+        return {}
+
+
+def _scan_pointer_lines(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     line = 1
     i = 0
@@ -270,12 +278,17 @@ def line_of(path: str, pointer: str | None) -> int:
     return 1
 
 
-def where(plan: Plan, pointer: str | None, node: str | None = None) -> tuple[int, int | None]:
+def where(plan: Plan, pointer: str | None, node: str | None = None
+          ) -> tuple[int | None, int | None]:
     """1-based line and column (None for a JSON plan: its lines are whole values) of a
-    pointer in the file the plan was written in."""
+    pointer in the file the plan was written in.  A plan imported from a PySpark job has
+    neither: its JSON pointers are not places in the Python file (the finding names the
+    node, the annotation the file)."""
     if plan.positions:
         pos = plan.position(pointer, node)
         return (pos.line, pos.col) if pos is not None else (1, 1)
+    if is_job(plan.file):
+        return None, None
     return line_of(plan.file, pointer), None
 
 
@@ -285,12 +298,21 @@ def _primary(report: Report, f: Finding) -> tuple[Plan, str | None, str | None]:
     return report.old, f.old_pointer, f.old_node
 
 
-def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int]:
+def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int] | None:
     pos = plan.position(pointer, node)
     if pos is None:
-        return {"startLine": where(plan, pointer, node)[0]}
+        line = where(plan, pointer, node)[0]
+        return {"startLine": line} if line is not None else None
     return {"startLine": pos.line, "startColumn": pos.col, "endLine": pos.end_line,
             "endColumn": pos.end_col}
+
+
+def _physical(uri: str, region: dict[str, int] | None) -> dict[str, Any]:
+    """A SARIF physical location: the file, and its region when there is a line to give."""
+    loc: dict[str, Any] = {"artifactLocation": {"uri": uri}}
+    if region is not None:
+        loc["region"] = region
+    return loc
 
 
 def render_github(report: Report, verdict: bool = True) -> str:
@@ -301,7 +323,8 @@ def render_github(report: Report, verdict: bool = True) -> str:
     for f in report.findings:
         plan, pointer, node = _primary(report, f)
         line, col = where(plan, pointer, node)
-        at = f"file={plan.file},line={line}" + (f",col={col}" if col is not None else "")
+        at = f"file={plan.file}" + (f",line={line}" if line is not None else "") \
+            + (f",col={col}" if col is not None else "")
         msg = f"{f.message}. {f.hint}".replace("%", "%25").replace("\r", "%0D") \
             .replace("\n", "%0A")
         title = f"theseus {f.code} ({f.effect})".replace(",", "%2C").replace("::", "%3A%3A")
@@ -332,18 +355,16 @@ def render_sarif(report: Report) -> str:
     results = []
     for f in report.findings:
         plan, pointer, node = _primary(report, f)
-        locs = [{"physicalLocation": {"artifactLocation": {"uri": plan.file},
-                                      "region": _region(plan, pointer, node)},
+        locs = [{"physicalLocation": _physical(plan.file, _region(plan, pointer, node)),
                  "logicalLocations": [{"name": f.new_node or f.old_node or "plan",
                                        "fullyQualifiedName": f.new_pointer or f.old_pointer
                                        or "/"}]}]
         related = []
         if f.old_pointer is not None and f.new_pointer is not None:
             related.append({"id": 1, "message": {"text": "in the old plan"},
-                            "physicalLocation": {
-                                "artifactLocation": {"uri": report.old.file},
-                                "region": _region(report.old, f.old_pointer,
-                                                  f.old_node)}})
+                            "physicalLocation": _physical(
+                                report.old.file,
+                                _region(report.old, f.old_pointer, f.old_node))})
         res = {"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": level[f.severity],
                "message": {"text": f"{f.message}. {f.hint}"}, "locations": locs,
                "properties": {"effect": f.effect, "upgrade_type": f.upgrade_type}}

@@ -1,0 +1,99 @@
+"""Issue 27: the edges where the offline gate crashed, passed silently or said too little."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from compat import loaders
+from migrate.cli import main
+from tests.conftest import UPGRADES
+
+
+def git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def case(name):
+    return next(c for c in UPGRADES if c.name == name)
+
+
+def init_repo(repo):
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+
+
+# -- a. annotations on a job file ---------------------------------------------------------
+
+_PLAN_OF = re.compile(r"^# plan: (.+)$", re.MULTILINE)
+
+
+def job_text(plan_json: str) -> str:
+    """A job file the fake loader reads: the JSON plan it stands for, named in a comment,
+    and what makes a .py a job under --against (a build function, a streaming writer)."""
+    return (f"# plan: {plan_json}\n"
+            "def build(spark):\n"
+            "    df = spark.readStream.format('kafka').load()  # topics] come from config\n"
+            "    df = df.filter(df.value.rlike(r\"^\\d+$\"))\n"
+            "    return df.writeStream\n")
+
+
+@pytest.fixture
+def fake_job_loader(monkeypatch):
+    """The PySpark importer without Spark: a job file stands for the JSON plan it names."""
+    from compat.check import load_plan
+
+    def load(path, raw=None):
+        text = raw.decode() if raw is not None else open(path.rsplit(":", 1)[0]
+                                                         if not path.endswith(".py")
+                                                         else path).read()
+        plan = load_plan(_PLAN_OF.search(text).group(1))
+        plan.file = path
+        return plan
+
+    monkeypatch.setattr(loaders, "_JOB_LOADERS", [load])
+
+
+@pytest.mark.parametrize("fmt", ["github", "sarif", "text", "json", "markdown"])
+def test_against_with_a_changed_job_file_renders_its_annotations(tmp_path, monkeypatch,
+                                                                  fake_job_loader, fmt):
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    (repo / "jobs").mkdir()
+    c = case("group_by_key_changed")
+    (repo / "jobs" / "agg_job.py").write_text(job_text(str(c / "old.json")))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    (repo / "jobs" / "agg_job.py").write_text(job_text(str(c / "new.json")))
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "jobs", "--format", fmt])
+    assert "internal error" not in r.output, r.output
+    assert r.exit_code == 1, r.output
+    if fmt == "github":
+        errors = [ln for ln in r.output.splitlines() if ln.startswith("::error")]
+        assert errors and all("file=jobs/agg_job.py" in ln for ln in errors), r.output
+        # a job's findings point at its nodes, not at lines of the .py read as JSON
+        assert not any(",line=" in ln for ln in errors), r.output
+    if fmt == "sarif":
+        results = json.loads(r.output)["runs"][0]["results"]
+        assert results
+        for res in results:
+            loc = res["locations"][0]["physicalLocation"]
+            assert loc["artifactLocation"]["uri"] == "jobs/agg_job.py"
+            assert "region" not in loc
+
+
+def test_pointer_lines_of_a_file_that_is_not_json_is_empty(tmp_path):
+    from compat.report import line_of, pointer_lines
+
+    p = tmp_path / "job.py"
+    p.write_text(job_text("x.json"))
+    assert pointer_lines(str(p)) == {}
+    assert line_of(str(p), "/nodes/3/inputs") == 1
