@@ -33,6 +33,8 @@ EXITS: tuple[Exit, ...] = (
     Exit(2, "invalid input or usage; also an internal error (its line names the file "
             "that holds the traceback)", (
         "check: a plan that cannot be read or is invalid",
+        "check --against: a path in neither the work tree nor REF, or one that holds no plan",
+        "fleet show, fleet check: a folder that holds no plan",
         "migrate status: a query the store does not know",
         "status: no store at --state",
         "migrate start: flags the upgrade contradicts (--strategy in-place for a "

@@ -97,8 +97,12 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
     if git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd).returncode != 0:
         raise CheckError(f"git ref '{ref}' not found", expected="a branch, tag or commit",
                          found=repr(ref))
-    for p in paths:
-        _inside(Path(p), root)
+    rels = {p: _inside(Path(p), root) for p in paths}
+    for p, rel in rels.items():
+        if not Path(p).exists() and not _at_ref(ref, rel, root):
+            raise CheckError(f"no such file or folder, in the work tree or at {ref}", file=p,
+                             expected="a plan file or a folder of plans",
+                             found="nothing at that path")
     entries: list[Entry] = []
     current = collect(paths)
     seen: set[str] = set()
@@ -120,7 +124,22 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                 if _is_plan_text(blob, name):
                     seen.add(name)
                     entries.append(Entry(name, "removed"))
+    # A path that holds no plan on either side would pass as "0 plans": a typo, or plans
+    # the gate does not see; either way nothing was checked.
+    for p, rel in rels.items():
+        if not any(rel in (".", n) or n.startswith(rel + "/") for n in seen):
+            raise CheckError(f"no plan here or at {ref}", file=p,
+                             expected="*.json plans, *.sql scripts with Kafka tables or "
+                             "PySpark jobs (*.py with build() and writeStream)",
+                             found="none")
     return entries
+
+
+def _at_ref(ref: str, rel: str, root: Path) -> bool:
+    """Whether ``rel`` (a file or folder) exists in the tree of ``ref``."""
+    if rel == ".":
+        return True
+    return bool(git(["ls-tree", "--name-only", ref, "--", rel], root).stdout.strip())
 
 
 class RefTree:

@@ -107,6 +107,32 @@ def check_invalid(tmp, mp):
     return cli("check", str(tmp / "nowhere.json"), str(UP / "identical_same_plan" / "new.json"))
 
 
+def git_repo(tmp: Path, mp) -> Path:
+    """A git repository holding one plan under plans/, committed; the working folder."""
+    import shutil
+    import subprocess
+
+    repo = tmp / "repo"
+    (repo / "plans").mkdir(parents=True)
+    shutil.copy(UP / "identical_same_plan" / "old.json", repo / "plans" / "q.json")
+    for args in (["init", "-q"], ["add", "."],
+                 ["-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-qm",
+                  "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    mp.chdir(repo)
+    return repo
+
+
+def against_nothing(tmp, mp):
+    git_repo(tmp, mp)
+    return cli("check", "--against", "HEAD", "plans_typo")
+
+
+def fleet_of_nothing(tmp, mp):
+    (tmp / "empty").mkdir()
+    return cli("fleet", "show", str(tmp / "empty"))
+
+
 def start_contradicted(tmp, mp):
     return start(tmp, mp, agg_doc("q", "orders_eu", "totals"), "--strategy", "in-place")
 
@@ -253,6 +279,9 @@ SCENARIOS: dict[str, Callable] = {
     "stop: the query's host is still running after --timeout": stop_ignored,
     "check: the verdict is migrate": check_migrate,
     "check: a plan that cannot be read or is invalid": check_invalid,
+    "check --against: a path in neither the work tree nor REF, or one that holds no plan":
+        against_nothing,
+    "fleet show, fleet check: a folder that holds no plan": fleet_of_nothing,
     "migrate status: a query the store does not know":
         on_store(None, "migrate", "status", "nobody"),
     "migrate start: flags the upgrade contradicts (--strategy in-place for a migrate "

@@ -97,3 +97,64 @@ def test_pointer_lines_of_a_file_that_is_not_json_is_empty(tmp_path):
     p.write_text(job_text("x.json"))
     assert pointer_lines(str(p)) == {}
     assert line_of(str(p), "/nodes/3/inputs") == 1
+
+
+# -- b. no silent pass on a path that holds no plan ---------------------------------------
+
+def one_plan_repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    (repo / "plans").mkdir()
+    shutil.copy(case("identical_same_plan") / "old.json", repo / "plans" / "q.json")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "notes.json").write_text('{"not": "a plan"}')
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def refused(args, *names):
+    r = CliRunner().invoke(main, args)
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert lines[0].startswith("theseus: error: ") and all(n in lines[0] for n in names), \
+        r.output
+    return lines[0]
+
+
+def test_against_a_path_in_neither_tree_is_refused(tmp_path, monkeypatch):
+    one_plan_repo(tmp_path, monkeypatch)
+    line = refused(["check", "--against", "HEAD", "plans_typo"], "plans_typo", "HEAD")
+    assert "no such file or folder" in line
+    # with a real path beside it, still refused: the typo would hide a plan from the gate
+    refused(["check", "--against", "HEAD", "plans", "plans_typo"], "plans_typo")
+
+
+def test_against_a_folder_that_holds_no_plan_is_refused(tmp_path, monkeypatch):
+    repo = one_plan_repo(tmp_path, monkeypatch)
+    line = refused(["check", "--against", "HEAD", "docs"], "docs", "HEAD")
+    assert "no plan" in line
+    (repo / "empty").mkdir()
+    refused(["check", "--against", "HEAD", "empty"], "empty")
+    # a folder whose plans are unchanged, or all removed, is checked, not refused
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "plans"])
+    assert r.exit_code == 0 and "1 plan against HEAD: 1 identical" in r.output, r.output
+    (repo / "plans" / "q.json").unlink()
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "plans"])
+    assert r.exit_code == 1 and "1 removed" in r.output, r.output
+
+
+def test_fleet_of_an_empty_folder_is_refused(tmp_path, monkeypatch):
+    repo = one_plan_repo(tmp_path, monkeypatch)
+    (repo / "empty").mkdir()
+    (repo / "jobs").mkdir()
+    (repo / "jobs" / "job.py").write_text(job_text("x.json"))
+    refused(["fleet", "show", "empty"], "empty", "holds no plan")
+    line = refused(["fleet", "show", "jobs"], "jobs", "holds no plan")
+    assert "1 .py file" in line
+    refused(["fleet", "check", "plans", "empty"], "empty", "holds no plan")
+    refused(["fleet", "check", "--against", "HEAD", "empty"], "empty", "holds no plan")
+    # the old side may be empty: every query of the new fleet is new
+    r = CliRunner().invoke(main, ["fleet", "check", "empty", "plans"])
+    assert r.exit_code == 0, r.output

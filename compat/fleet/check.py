@@ -344,7 +344,7 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
     if against is not None:
         old, new = load_fleet_at(against, dirs[0]), load_fleet(dirs[0])
     else:
-        old, new = load_fleet(dirs[0]), load_fleet(dirs[1])
+        old, new = load_fleet(dirs[0], allow_empty=True), load_fleet(dirs[1])
     return check_fleets(old, new, require=require, schema_compat=schema_compat,
                         allow_migration=allow_migration)
 

@@ -212,24 +212,33 @@ class Fleet:
         return comps
 
 
-def load_fleet(root: str) -> Fleet:
+def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
     """The fleet under the directory ``root``: every ``*.json`` and ``*.sql`` file in its
-    tree, hidden folders and files skipped."""
+    tree, hidden folders and files skipped.  A folder that holds no plan is an error (a
+    typo in the path would otherwise pass as an empty fleet), unless ``allow_empty`` (the
+    old side of ``fleet check``: every query is new)."""
     top = Path(root)
     if not top.is_dir():
         raise FleetError("not a directory", file=root, expected="a folder of plans",
                          found="no such folder" if not top.exists() else "a file")
     files: dict[str, bytes] = {}
+    skipped = 0
     for folder, dirs, names in os.walk(top):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             if name.startswith(".") or not name.lower().endswith(SUFFIXES):
+                skipped += not name.startswith(".") and name.lower().endswith(".py")
                 continue
             path = Path(folder) / name
             try:
                 files[path.relative_to(top).as_posix()] = path.read_bytes()
             except OSError as e:
                 raise FleetError(f"cannot read file: {e.strerror}", file=str(path)) from None
+    if not files and not allow_empty:
+        raise FleetError("the folder holds no plan", file=root,
+                         expected="*.json or *.sql plans in its tree",
+                         found="none" + (f" ({skipped} .py file{'s' * (skipped != 1)}, which "
+                                         "a fleet does not read)" if skipped else ""))
     return load_fleet_files(root, files)
 
 
