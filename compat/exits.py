@@ -28,8 +28,11 @@ EXITS: tuple[Exit, ...] = (
         "migrate history: the query's past migrations are listed (none: it says so)",
         "migrate abort: the migration is aborted, or had already ended aborted",
         "stop: the query stopped after its batch")),
-    Exit(1, "the upgrade needs a live migration (0 with --allow-migration)", (
-        "check: the verdict is migrate",)),
+    Exit(1, "the upgrade needs a live migration (0 with --allow-migration), or a plan was "
+            "removed", (
+        "check: the verdict is migrate",
+        "check --against: a plan was removed (its query must be stopped by hand; also with "
+        "--allow-migration)")),
     Exit(2, "invalid input or usage; also an internal error (its line names the file "
             "that holds the traceback)", (
         "check: a plan that cannot be read or is invalid",

@@ -123,7 +123,7 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                 blob = git(["show", f"{ref}:{name}"], root).stdout
                 if _is_plan_text(blob, name):
                     seen.add(name)
-                    entries.append(Entry(name, "removed"))
+                    entries.append(Entry(name, "removed", error=removed_error(name, ref)))
     # A path that holds no plan on either side would pass as "0 plans": a typo, or plans
     # the gate does not see; either way nothing was checked.
     for p, rel in rels.items():
@@ -133,6 +133,14 @@ def check_against(ref: str, paths: list[str], *, require: list[str] | None = Non
                              "PySpark jobs (*.py with build() and writeStream)",
                              found="none")
     return entries
+
+
+def removed_error(name: str, ref: str) -> str:
+    """What a removed plan fails the gate with (exit 1, also with --allow-migration), in
+    every format: the merge does not stop the query that runs it."""
+    return (f"{name}: the plan was removed (it exists at {ref}): removing it does not stop "
+            "its running query, which keeps reading and writing; stop it by hand "
+            "(theseus stop) when this change is deployed")
 
 
 def _at_ref(ref: str, rel: str, root: Path) -> bool:
@@ -276,6 +284,7 @@ def render(entries: list[Entry], ref: str, fmt: str, allow_migration: bool = Fal
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "sarif":
         runs = [json.loads(R.render_sarif(e.report))["runs"][0] for e in entries if e.report]
+        runs += [_sarif_of_file(e) for e in entries if not e.report and e.error]
         base = json.loads(R.render_sarif_empty())
         if runs:
             base["runs"][0]["results"] = [r for run in runs for r in run["results"]]
@@ -296,7 +305,7 @@ def render(entries: list[Entry], ref: str, fmt: str, allow_migration: bool = Fal
                            f"{e.outcome} — {R.VERDICT_TEXT[e.outcome]}")
                 out.append(R.render_github(e.report, verdict=False).rstrip("\n"))
             else:
-                level = "error" if e.outcome == "invalid" else "notice"
+                level = "error" if e.error else "notice"
                 msg = (e.error or NOTE[e.outcome]).replace("%", "%25") \
                     .replace("\r", "%0D").replace("\n", "%0A")
                 out.append(f"::{level} file={e.path}::{msg}")
@@ -309,8 +318,31 @@ def render(entries: list[Entry], ref: str, fmt: str, allow_migration: bool = Fal
         if e.report:
             out.append(R.render(e.report, "text").rstrip("\n"))
         elif e.error:
-            out.append(e.error)
+            out.append(("✗ " if e.outcome == "removed" else "") + e.error)
     return "\n".join(out) + "\n"
+
+
+#: the SARIF rule of a file that has no report: removed (exit 1) or invalid (exit 2)
+FILE_RULES = {
+    "removed": ("plan-removed", "a plan was removed: its running query must be stopped by "
+                "hand (theseus stop)"),
+    "invalid": ("plan-invalid", "a plan cannot be read or is invalid: nothing can be said "
+                "about its upgrade"),
+}
+
+
+def _sarif_of_file(e: Entry) -> dict[str, Any]:
+    """A SARIF run of one result for a file without a report (removed or invalid), so that
+    a gate failing on it says why where SARIF is read."""
+    rule, text = FILE_RULES[e.outcome]
+    physical: dict[str, Any] = {"artifactLocation": {"uri": e.path}}
+    return {"tool": {"driver": {"rules": [{
+                "id": rule, "name": rule.replace("-", " "),
+                "shortDescription": {"text": rule.replace("-", " ")},
+                "help": {"text": text}, "properties": {"effect": e.outcome}}]}},
+            "results": [{"ruleId": rule, "level": "error", "message": {"text": e.error},
+                         "locations": [{"physicalLocation": physical}],
+                         "properties": {"outcome": e.outcome}}]}
 
 
 def _markdown(entries: list[Entry], ref: str) -> str:

@@ -135,7 +135,7 @@ def test_sarif_names_the_project_url_from_pyproject(repo):
         assert not [e.message for e in validator.iter_errors(doc)]
     assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
             for r in multi["runs"][0]["results"]} == {"plans/agg.json", "plans/filt.sql",
-                                                      "plans/key.json"}
+                                                      "plans/key.json", "plans/gone.json"}
 
 
 def test_project_url_comes_from_metadata_when_there_is_no_checkout(tmp_path, monkeypatch):

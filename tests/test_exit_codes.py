@@ -128,6 +128,12 @@ def against_nothing(tmp, mp):
     return cli("check", "--against", "HEAD", "plans_typo")
 
 
+def against_removed(tmp, mp):
+    repo = git_repo(tmp, mp)
+    (repo / "plans" / "q.json").unlink()
+    return cli("check", "--against", "HEAD", "plans", "--allow-migration")
+
+
 def fleet_of_nothing(tmp, mp):
     (tmp / "empty").mkdir()
     return cli("fleet", "show", str(tmp / "empty"))
@@ -282,6 +288,8 @@ SCENARIOS: dict[str, Callable] = {
     "check --against: a path in neither the work tree nor REF, or one that holds no plan":
         against_nothing,
     "fleet show, fleet check: a folder that holds no plan": fleet_of_nothing,
+    "check --against: a plan was removed (its query must be stopped by hand; also with "
+    "--allow-migration)": against_removed,
     "migrate status: a query the store does not know":
         on_store(None, "migrate", "status", "nobody"),
     "migrate start: flags the upgrade contradicts (--strategy in-place for a migrate "

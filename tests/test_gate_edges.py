@@ -158,3 +158,44 @@ def test_fleet_of_an_empty_folder_is_refused(tmp_path, monkeypatch):
     # the old side may be empty: every query of the new fleet is new
     r = CliRunner().invoke(main, ["fleet", "check", "empty", "plans"])
     assert r.exit_code == 0, r.output
+
+
+# -- c. a removal fails the gate with an error in every format ----------------------------
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_removal_only_change_is_an_error_in_every_format(tmp_path, monkeypatch, allow):
+    repo = one_plan_repo(tmp_path, monkeypatch)
+    (repo / "plans" / "q.json").unlink()
+    base = ["check", "--against", "HEAD", "plans"] + (["--allow-migration"] if allow else [])
+
+    def run(fmt):
+        r = CliRunner().invoke(main, base + ["--format", fmt])
+        assert r.exit_code == 1, r.output
+        return r.output
+
+    text = run("text")
+    assert "✗ plans/q.json: the plan was removed" in text and "theseus stop" in text
+    doc = json.loads(run("json"))
+    assert doc["exit_code"] == 1
+    assert doc["files"] == [{"path": "plans/q.json", "outcome": "removed",
+                             "error": doc["files"][0]["error"]}]
+    assert "the plan was removed" in doc["files"][0]["error"]
+    gh = run("github").splitlines()
+    errors = [ln for ln in gh if ln.startswith("::error ")]
+    assert len(errors) == 1 and errors[0].startswith("::error file=plans/q.json::"), gh
+    sarif = json.loads(run("sarif"))["runs"][0]
+    [res] = sarif["results"]
+    assert res["level"] == "error" and res["ruleId"] == "plan-removed"
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "plans/q.json"
+    assert [r["id"] for r in sarif["tool"]["driver"]["rules"]] == ["plan-removed"]
+    assert res["ruleIndex"] == 0
+    assert "the plan was removed" in run("markdown")
+
+
+def test_an_invalid_plan_is_a_sarif_result_too(tmp_path, monkeypatch):
+    repo = one_plan_repo(tmp_path, monkeypatch)
+    (repo / "plans" / "q.json").write_text('{"format": "theseus.plan/1", "nodes": 3}')
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "plans", "--format", "sarif"])
+    assert r.exit_code == 2
+    [res] = json.loads(r.output)["runs"][0]["results"]
+    assert res["ruleId"] == "plan-invalid" and res["level"] == "error"
