@@ -25,6 +25,10 @@ class Entry:
     outcome: str
     report: Report | None = None
     error: str | None = None
+    #: where in the file the error is, when the reader knows it (a SQL script's line and
+    #: column)
+    line: int | None = None
+    col: int | None = None
 
 
 def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
@@ -222,7 +226,8 @@ def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref:
                                  allow_migration=allow_migration)
             entries.append(Entry(str(path), report.verdict, report))
         except TheseusError as e:
-            entries.append(Entry(str(path), "invalid", error=e.render()))
+            entries.append(Entry(str(path), "invalid", error=e.render(),
+                                 line=getattr(e, "line", None), col=getattr(e, "col", None)))
 
 
 def exit_code(entries: list[Entry], allow_migration: bool = False) -> int:
@@ -308,7 +313,9 @@ def render(entries: list[Entry], ref: str, fmt: str, allow_migration: bool = Fal
                 level = "error" if e.error else "notice"
                 msg = (e.error or NOTE[e.outcome]).replace("%", "%25") \
                     .replace("\r", "%0D").replace("\n", "%0A")
-                out.append(f"::{level} file={e.path}::{msg}")
+                at = f"file={e.path}" + (f",line={e.line}" if e.line else "") \
+                    + (f",col={e.col}" if e.line and e.col else "")
+                out.append(f"::{level} {at}::{msg}")
         return "\n".join(x for x in out if x) + "\n"
     out = [line]
     for e in changed(entries):
@@ -336,6 +343,8 @@ def _sarif_of_file(e: Entry) -> dict[str, Any]:
     a gate failing on it says why where SARIF is read."""
     rule, text = FILE_RULES[e.outcome]
     physical: dict[str, Any] = {"artifactLocation": {"uri": e.path}}
+    if e.line:
+        physical["region"] = {"startLine": e.line, **({"startColumn": e.col} if e.col else {})}
     return {"tool": {"driver": {"rules": [{
                 "id": rule, "name": rule.replace("-", " "),
                 "shortDescription": {"text": rule.replace("-", " ")},

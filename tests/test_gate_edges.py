@@ -199,3 +199,54 @@ def test_an_invalid_plan_is_a_sarif_result_too(tmp_path, monkeypatch):
     assert r.exit_code == 2
     [res] = json.loads(r.output)["runs"][0]["results"]
     assert res["ruleId"] == "plan-invalid" and res["level"] == "error"
+
+
+# -- d. a SQL syntax error: where, and what was expected, in Spark's terms ----------------
+
+SQL = case("filter_changed_stream") / "old.sql"
+
+
+def broken_sql(tmp_path, old: str, new: str, name="q.sql"):
+    text = SQL.read_text()
+    assert old in text
+    p = tmp_path / name
+    p.write_text(text.replace(old, new))
+    return p
+
+
+@pytest.mark.parametrize("where,line,col,said", [
+    ("WHERE AND amount > 100", 8, 7, "at or near 'AND': expected an expression before AND"),
+    ("WHERE amount > 100 AND", 8, 20, "at or near 'AND': expected an expression after AND"),
+    ("WHERE amount >", 8, 14, "at or near '>': expected an expression after >"),
+    ("WHERE amount > 100 OR", 8, 20, "at or near 'OR': expected an expression after OR"),
+])
+def test_a_syntax_error_never_names_the_parsers_internals(tmp_path, where, line, col, said):
+    from compat.check import load_plan
+    from compat.errors import SqlError
+
+    p = broken_sql(tmp_path, "WHERE amount > 100", where)
+    with pytest.raises(SqlError) as e:
+        load_plan(str(p))
+    text = e.value.render()
+    assert (e.value.line, e.value.col) == (line, col), text
+    assert said in text, text
+    assert "sqlglot" not in text and "<class" not in text and "required keyword" not in text
+
+
+def test_against_an_invalid_sql_annotation_carries_line_and_column(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    (repo / "plans").mkdir()
+    shutil.copy(SQL, repo / "plans" / "q.sql")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    broken_sql(repo / "plans", "WHERE amount > 100", "WHERE AND amount > 100")
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "plans", "--format", "github"])
+    assert r.exit_code == 2
+    [err] = [ln for ln in r.output.splitlines() if ln.startswith("::error")]
+    assert err.startswith("::error file=plans/q.sql,line=8,col=7::"), err
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "plans", "--format", "sarif"])
+    [res] = json.loads(r.output)["runs"][0]["results"]
+    assert res["locations"][0]["physicalLocation"]["region"] == {"startLine": 8,
+                                                                 "startColumn": 7}

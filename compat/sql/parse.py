@@ -44,7 +44,7 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
             with _quiet():
                 parsed = dialect.parser().parse(chunk, src.text)
         except ParseError as e:
-            raise _parse_error(src, e) from None
+            raise _parse_error(src, e, chunk) from None
         except TokenError as e:  # raised from inside: sqlglot tokenizes a hint's text apart
             raise _hint_error(src, e, hints or chunk) from None
         for stmt in parsed:
@@ -110,13 +110,55 @@ def _command_error(src: SqlText, stmt: exp.Command, chunk: list[Token]) -> SqlEr
                      "CREATE TABLE ... AS SELECT)", span)
 
 
-def _parse_error(src: SqlText, e: ParseError) -> SqlError:
+#: the operators whose operand sqlglot finds missing, by its expression class, as written
+_OPERATORS = {"And": "AND", "Or": "OR", "Xor": "XOR", "Not": "NOT", "GT": ">", "GTE": ">=",
+              "LT": "<", "LTE": "<=", "EQ": "=", "NEQ": "<>", "NullSafeEQ": "<=>", "Add": "+",
+              "Sub": "-", "Mul": "*", "Div": "/", "IntDiv": "DIV", "Mod": "%", "DPipe": "||",
+              "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "Like": "LIKE",
+              "ILike": "ILIKE", "RegexpLike": "RLIKE", "Is": "IS", "In": "IN",
+              "Between": "BETWEEN", "Escape": "ESCAPE"}
+_REQUIRED = re.compile(r"[Rr]equired keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
+
+
+def _before(chunk: list[Token], line: int, col: int) -> list[Token]:
+    """The tokens of the statement up to the one the parser stopped at, last first."""
+    return [t for t in reversed(chunk) if (t.line, t.col) <= (line, col)]
+
+
+def _missing_operand(src: SqlText, m: re.Match[str], chunk: list[Token], line: int,
+                     col: int) -> SqlError | None:
+    """sqlglot's ``required keyword: 'this' missing for <class ...And>`` said as Spark
+    says it: at or near which token, and what was expected where."""
+    key, klass = m.group(1), m.group(2)
+    op = _OPERATORS.get(klass)
+    if op is None:
+        return None
+    tok = next((t for t in _before(chunk, line, col) if t.text.upper() == op), None)
+    if tok is None:
+        return None
+    side = "before" if key == "this" else "after"
+    tline, tcol = src.position(tok.start)
+    return SqlError(f"syntax error at or near '{tok.text}': expected an expression {side} "
+                    f"{op}", file=src.file, line=tline, col=tcol,
+                    source_line=src.line_text(tline), length=tok.end - tok.start + 1)
+
+
+def _parse_error(src: SqlText, e: ParseError, chunk: list[Token] | None = None) -> SqlError:
     info = e.errors[0] if e.errors else {}
     line, col = info.get("line"), info.get("col")
     highlight = info.get("highlight") or ""
     message = str(info.get("description") or e).split(". Line ")[0]
     message = re.sub(r"<Token token_type: TokenType\.\w+, text: ([^,]*), .*?>", r"'\1'",
                      message)
+    m = _REQUIRED.search(message)
+    if m and line and col and chunk:
+        said = _missing_operand(src, m, chunk, line, col)
+        if said is not None:
+            return said
+    if m:  # never the parser's internals: where it stopped, in Spark's words
+        near = f" at or near '{highlight}'" if highlight else ""
+        message = f"incomplete {m.group(2).lower()} expression{near}"
+    message = re.sub(r"<class '[\w.]*?(\w+)'>", r"\1", message)
     if not line or not col:
         return SqlError(f"syntax error: {message}", file=src.file)
     # sqlglot's column is where the highlighted token ends.
