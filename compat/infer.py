@@ -70,6 +70,26 @@ class NodeInfo:
         return dict(self.columns)
 
 
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``)
+TOPIC_RULE = "a Kafka topic name: 1 to 249 characters from [a-zA-Z0-9._-], not '.' or '..'"
+_TOPIC_LEGAL = re.compile(r"[a-zA-Z0-9._-]")
+TOPIC_MAX = 249
+
+
+def topic_problem(name: str) -> str | None:
+    """Why Kafka refuses ``name`` as a topic name, or None when it takes it."""
+    if name in (".", ".."):
+        return f"'{name}' is not a topic name"
+    if not name:
+        return "it is empty"
+    if len(name) > TOPIC_MAX:
+        return f"it is {len(name)} characters long, at most {TOPIC_MAX}"
+    bad = next((i for i, ch in enumerate(name) if not _TOPIC_LEGAL.fullmatch(ch)), None)
+    if bad is not None:
+        return f"{name[bad]!r} at character {bad + 1} is not allowed"
+    return None
+
+
 class InferContext:
     """Where a step's inference reports errors, and what it may look at around the step.
 
@@ -124,6 +144,13 @@ class InferContext:
             raise self.err(node, field, "invalid duration",
                            expected="a duration like '10 minutes'", found=repr(text))
         return secs
+
+    def topic(self, node: Node, name: str, field: str = "topic") -> None:
+        """Refuse a topic name Kafka refuses (``Topic.validate``)."""
+        why = topic_problem(name)
+        if why is not None:
+            raise self.err(node, field, f"topic name Kafka refuses: {why}",
+                           expected=TOPIC_RULE, found=repr(name))
 
     def distinct_keys(self, node: Node, keys: tuple[str, ...] | list[str],
                       field: str = "key_columns") -> None:

@@ -250,3 +250,50 @@ def test_against_an_invalid_sql_annotation_carries_line_and_column(tmp_path, mon
     [res] = json.loads(r.output)["runs"][0]["results"]
     assert res["locations"][0]["physicalLocation"]["region"] == {"startLine": 8,
                                                                  "startColumn": 7}
+
+
+# -- f. topic names as Kafka validates them -----------------------------------------------
+
+BAD_TOPICS = [("bestellungen.📦", "'📦' at character 14 is not allowed"),
+              ("my topic/with slash", "' ' at character 3 is not allowed"),
+              ("..", "'..' is not a topic name"), (".", "'.' is not a topic name"),
+              ("t" * 250, "it is 250 characters long, at most 249")]
+
+
+@pytest.mark.parametrize("topic,why", BAD_TOPICS)
+@pytest.mark.parametrize("side", ["source", "sink"])
+def test_a_json_plan_with_a_topic_kafka_refuses_is_invalid(write_plan, topic, why, side):
+    from compat.check import load_plan
+    from compat.errors import PlanError
+
+    doc = json.loads((case("filter_changed_stream") / "old.json").read_text())
+    i = next(i for i, n in enumerate(doc["nodes"]) if n["step"] == side)
+    doc["nodes"][i]["topic"] = topic
+    path = write_plan(doc)
+    with pytest.raises(PlanError) as e:
+        load_plan(path)
+    text = e.value.render()
+    assert text.startswith(f"{path}, node '{doc['nodes'][i]['id']}', at /nodes/{i}/topic: "
+                           f"topic name Kafka refuses: {why}"), text
+    assert "expected a Kafka topic name: 1 to 249 characters from [a-zA-Z0-9._-]" in text
+    assert f"found {topic!r}" in text
+
+
+@pytest.mark.parametrize("topic,why", BAD_TOPICS[:3])
+def test_a_sql_table_with_a_topic_kafka_refuses_is_invalid(tmp_path, topic, why):
+    from compat.check import load_plan
+    from compat.errors import SqlError
+
+    p = broken_sql(tmp_path, "topic 'big_orders'", f"topic '{topic}'")
+    with pytest.raises(SqlError) as e:
+        load_plan(str(p))
+    text = e.value.render()
+    assert (e.value.line, e.value.col) == (5, 14), text
+    assert f"at sink 'out': topic name Kafka refuses: {why}" in text, text
+
+
+@pytest.mark.parametrize("topic", ["orders", "a.b-c_D9", "t" * 249, "..a", "_x"])
+def test_topic_names_kafka_takes_are_taken(topic):
+    from compat.infer import topic_problem
+
+    assert topic_problem(topic) is None

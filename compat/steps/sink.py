@@ -97,6 +97,7 @@ register_codes({
 @infer_step.register
 def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
+    ctx.topic(node, node.topic)
     for i, k in enumerate(node.key_columns):
         if k.lower() not in src.types:
             raise ctx.err(node, f"key_columns/{i}", f"key column '{k}' is not in the output",

@@ -104,6 +104,7 @@ register_codes({
 
 @infer_step.register
 def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
+    ctx.topic(node, node.topic)
     cols = []
     for i, c in enumerate(node.schema):
         try:
