@@ -28,8 +28,10 @@ Verdicts and exit codes:
   (invalid)    2  unreadable file, malformed JSON, schema violation, dangling input, cycle...
 
 \b
-OLD and NEW are JSON plans or Spark SQL scripts (.sql, compiled on the fly; findings
-then point at the SQL line and column).
+OLD and NEW are JSON plans, Spark SQL scripts (.sql, compiled on the fly; findings
+then point at the SQL line and column) or PySpark job files (.py, or FILE.py:FUNCTION
+for a builder other than build; imported under Spark, which needs the runtime extra
+and Java 17).  Under --against, PATH... may hold all three.
 
 \b
 With --against REF, every plan file under PATH... is compared with its version at the
@@ -434,14 +436,18 @@ def plan_freeze(cases: tuple[str, ...], history: str, check: bool) -> None:
               help="Write the diff to a file instead of stdout.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write the HTML page to this file (as --format html -o FILE).")
-@click.option("--require", "require", default="", metavar="LIST")
+@click.option("--require", "require", default="", metavar="LIST",
+              help="Environment requirements the check applies, as for check: "
+                   "backfill,ordered,exactly_once,live,cascading.")
 @click.option("--schema-compat", type=click.Choice(["forward", "backward", "full", "none"]),
-              default="forward")
+              default="forward", show_default=True,
+              help="Output schema rule, as for check: forward = consumers reading with the "
+                   "old schema must still read new output.")
 def plan_diff(old: str, new: str, fmt: str, output: str | None, html_out: str | None,
               require: str, schema_compat: str) -> None:
-    """Compare two plans (JSON or SQL) step by step: every pair of steps the check matched
-    (enforcing and passive) with the fields that changed, old -> new, and the steps added
-    and removed; then the check's findings.  Exit code as for check."""
+    """Compare two plans (JSON, SQL or PySpark jobs) step by step: every pair of steps the
+    check matched (enforcing and passive) with the fields that changed, old -> new, and the
+    steps added and removed; then the check's findings.  Exit code as for check."""
     from compat import plandiff
     from compat.check import check_files, parse_require
     from compat.htmldiff import render_html

@@ -297,3 +297,20 @@ def test_topic_names_kafka_takes_are_taken(topic):
     from compat.infer import topic_problem
 
     assert topic_problem(topic) is None
+
+
+# -- h. help ------------------------------------------------------------------------------
+
+def test_check_help_names_job_files():
+    out = CliRunner().invoke(main, ["check", "--help"]).output
+    assert ".py" in out and "PySpark job" in out
+
+
+def test_every_option_of_plan_diff_has_help():
+    import click
+
+    diff = main.commands["plan"].commands["diff"]
+    missing = [p.opts for p in diff.params if isinstance(p, click.Option) and not p.help]
+    assert missing == []
+    out = CliRunner().invoke(main, ["plan", "diff", "--help"]).output
+    assert "--require LIST" in out and "backfill,ordered" in out and "--schema-compat" in out
