@@ -39,6 +39,7 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
             tok.token_type = TokenType.VAR
     out: list[exp.Expression] = []
     for chunk in _statements(tokens):
+        _refuse_empty_items(src, chunk)
         hints = [t for t in chunk if t.token_type == TokenType.HINT]
         try:
             with _quiet():
@@ -55,6 +56,39 @@ def parse_script(src: SqlText) -> list[exp.Expression]:
             _place_hints(stmt, hints)
             out.append(stmt)
     return out
+
+
+#: what may not follow a comma in Spark's grammar (sqlglot skips the empty item)
+_NOT_AFTER_COMMA = {TokenType.COMMA, TokenType.R_PAREN, TokenType.FROM, TokenType.WHERE,
+                    TokenType.GROUP_BY, TokenType.HAVING, TokenType.ORDER_BY,
+                    TokenType.LIMIT}
+#: what a comma may not follow
+_NOT_BEFORE_COMMA = {TokenType.SELECT, TokenType.L_PAREN, TokenType.GROUP_BY,
+                     TokenType.DISTINCT}
+
+
+def _refuse_empty_items(src: SqlText, chunk: list[Token]) -> None:
+    """``SELECT url,, ts``, ``f(a,)``, ``SELECT , a``: Spark's parser refuses an empty item
+    in a list; sqlglot drops it silently."""
+    for i, tok in enumerate(chunk):
+        if tok.token_type != TokenType.COMMA:
+            continue
+        nxt = chunk[i + 1] if i + 1 < len(chunk) else None
+        prev = chunk[i - 1] if i else None
+        if nxt is None or nxt.token_type in _NOT_AFTER_COMMA:
+            near = nxt or tok
+            what = "between two commas" if nxt is not None and \
+                nxt.token_type == TokenType.COMMA else f"after ',' and before {_shown(nxt)}"
+        elif prev is None or prev.token_type in _NOT_BEFORE_COMMA:
+            near, what = tok, f"before ',' (after {_shown(prev)})"
+        else:
+            continue
+        raise src.error(f"syntax error at or near {_shown(near)}: expected an expression "
+                        f"{what}", (near.start, near.end + 1))
+
+
+def _shown(tok: Token | None) -> str:
+    return "the end of the statement" if tok is None else f"'{tok.text}'"
 
 
 def _window_clause(tokens: list[Token], i: int) -> bool:

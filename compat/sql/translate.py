@@ -51,6 +51,8 @@ class _Hints:
 
 
 _AGG_OUT = "theseus_agg_out"  # meta flag: a column of the aggregate's output
+#: the name a bare reference to the window column was written with (its output name)
+_WINDOW_NAME = "theseus_window_name"
 _CLAUSES = {"sample": "TABLESAMPLE", "pivots": "PIVOT", "laterals": "LATERAL",
             "joins": "JOIN", "hints": "a hint"}
 
@@ -66,6 +68,8 @@ class Translator:
         # Table and view names, and the sink's, can never be generated ids.
         self.reserved = {t.name.lower() for t in script.tables.values()}
         self.group_keys: list[str] | None = None
+        #: the names the current GROUP BY's window column answers to (``aggregate``)
+        self.window_names: tuple[str, ...] = ("window",)
         self.missing_keys: list[str] = []
 
     # -- entry ----------------------------------------------------------------------------
@@ -626,6 +630,10 @@ class Translator:
                 window_key = ir.key(resolved)
             else:
                 rest.append(g)
+        # the names the window column answers to: Spark's (`session_window` for a session
+        # window), and `window`, which scripts written for Theseus use for every kind
+        self.window_names = ("window", "session_window") if window is not None and \
+            window.type == "session" else ("window",)
         # 2. The SELECT list, resolved against the input (aggregates stay in place for now).
         resolved_items: list[tuple[exp.Expression, str | None, exp.Expression]] = []
         for item in items:
@@ -658,14 +666,16 @@ class Translator:
         for _item, alias, e in resolved_items:
             if _is_agg(e) and alias and ir.key(e) not in preferred:
                 preferred[ir.key(e)] = alias
-        taken = {n.lower() for n, _e in groups} | ({"window"} if window else set())
+        taken = {n.lower() for n, _e in groups} | (set(self.window_names) if window
+                                                   else set())
 
         def extract(e: exp.Expression) -> exp.Expression:
             return self._extract_aggs(e, aggs, preferred, taken, rel)
 
         outputs: list[tuple[str, exp.Expression, exp.Expression]] = []
         for item, alias, e in resolved_items:
-            name = alias or self._auto_name(e, rel)
+            name = alias or (e.meta.get(_WINDOW_NAME) if isinstance(e, exp.Column) else None) \
+                or self._auto_name(e, rel)
             rewritten = _regroup(extract(e), gmap)
             self._check_grouped(rewritten, "SELECT")
             outputs.append((name, rewritten, item))
@@ -977,9 +987,10 @@ class Translator:
             if match:
                 base, fields = match[0], names[1:]
         if base is None:
-            if window and names[0].lower() == "window":
+            if window and names[0].lower() in self.window_names:
                 out: exp.Expression = ir.col("window")
                 out.meta[_AGG_OUT] = True
+                out.meta[_WINDOW_NAME] = names[0].lower()  # the output's name, unaliased
                 for f in names[1:]:
                     out = exp.Dot(this=out, expression=ir.ident(f))
                 out.meta["span"] = where
