@@ -207,6 +207,8 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
                       schema_compat, allow_migration=allow_migration)
     ctx = RuleContext(old, new, frozenset(require), schema_compat)
     ctx.notes["stateful_plan"] = any(i.stateful for i in new.info.values())
+    # the output's consumers are judged here (a fleet's readers are judged by the fleet)
+    ctx.notes["output_rules"] = output_rules
     # Step 2: the lockstep walk.
     walk = Walk(old, new, ctx, RULES if output_rules else RULES_NO_OUTPUT,
                 passive=[] if pair_passive else None)

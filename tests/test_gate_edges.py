@@ -368,3 +368,35 @@ def test_a_tumbling_window_is_not_named_session_window(tmp_path):
 
     with pytest.raises(SqlError, match="unknown column 'session_window.start'"):
         compiled_columns(tmp_path, "session_window.start AS s", group="window")
+
+
+# -- g. the output topic under --schema-compat none ---------------------------------------
+
+TOPIC = case("sink_topic_changed")
+
+
+def topic_check(*flags, fmt="json"):
+    r = CliRunner().invoke(main, ["check", str(TOPIC / "old.json"), str(TOPIC / "new.json"),
+                                  "--format", fmt, *flags])
+    return r
+
+
+def test_the_output_topic_may_change_when_no_consumer_is_protected():
+    r = topic_check("--schema-compat", "none")
+    doc = json.loads(r.output)
+    assert r.exit_code == 0 and doc["verdict"] == "in_place", r.output
+    [f] = [f for f in doc["findings"] if f["code"] == "sink-topic-changed"]
+    assert f["effect"] == "in_place" and f["severity"] == "warning"
+    assert "'customer_totals_v2'" in f["message"] and "'customer_totals_v2'" in f["hint"]
+    assert "--schema-compat none" in f["hint"]
+
+
+@pytest.mark.parametrize("flags", [(), ("--schema-compat", "forward"),
+                                   ("--schema-compat", "none", "--require", "cascading")])
+def test_the_output_topic_change_stays_unsupported_otherwise(flags):
+    r = topic_check(*flags)
+    doc = json.loads(r.output)
+    assert r.exit_code == 3 and doc["verdict"] == "unsupported", r.output
+    [f] = [f for f in doc["findings"] if f["code"] == "sink-topic-changed"]
+    # the advice names the flag that relaxes it, unless a requirement forbids it
+    assert ("--schema-compat none" in f["hint"]) == ("cascading" not in flags)

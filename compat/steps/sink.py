@@ -199,9 +199,29 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     f = ctx.f
     if old.topic != new.topic:
-        out.append(f("sink-topic-changed", f"the output topic changes from '{old.topic}' to "
-                     f"'{new.topic}': that is a new output, not an upgrade of this one",
-                     old, new, "topic"))
+        unprotected = ctx.schema_compat == "none" and "cascading" not in ctx.require \
+            and ctx.notes.get("output_rules", True)
+        if unprotected:
+            # No consumer to protect: Spark restarts the query on its checkpoint writing
+            # to the new topic (a Kafka sink's topic may change between restarts).
+            out.append(f("sink-topic-changed", f"the output topic changes from "
+                         f"'{old.topic}' to '{new.topic}': from the restart on, the output "
+                         f"is written to '{new.topic}'", old, new, "topic",
+                         effect="in_place", severity="warning",
+                         hint=f"Restart the query on its checkpoint: '{new.topic}' gets the "
+                         f"output from then on and '{old.topic}' keeps what was written "
+                         "before (nothing is copied); --schema-compat none says no consumer "
+                         f"of '{old.topic}' needs protecting."))
+        else:
+            out.append(f("sink-topic-changed", f"the output topic changes from "
+                         f"'{old.topic}' to '{new.topic}': that is a new output, not an "
+                         "upgrade of this one", old, new, "topic",
+                         hint=NEW_OUTPUT + (" If no consumer needs protecting, "
+                                            "--schema-compat none restarts the query on "
+                                            "the new topic." if "cascading" not in
+                                            ctx.require and ctx.notes.get("output_rules",
+                                                                          True)
+                                            else "")))
     # The key as written: a version 2 sink keys a windowed output by its window too.
     old_key, new_key = written_key(old, ctx.oi(old)), written_key(new, ctx.ni(new))
     if [k.lower() for k in old_key] != [k.lower() for k in new_key]:
