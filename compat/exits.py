@@ -37,7 +37,7 @@ EXITS: tuple[Exit, ...] = (
             "that holds the traceback)", (
         "check: a plan that cannot be read or is invalid",
         "check --against: a path in neither the work tree nor REF, or one that holds no plan",
-        "fleet show, fleet check: a folder that holds no plan",
+        "fleet show: a folder that holds no plan; fleet check: no plan on either side",
         "migrate status: a query the store does not know",
         "status: no store at --state",
         "migrate start: flags the upgrade contradicts (--strategy in-place for a "

@@ -136,7 +136,10 @@ def against_removed(tmp, mp):
 
 def fleet_of_nothing(tmp, mp):
     (tmp / "empty").mkdir()
-    return cli("fleet", "show", str(tmp / "empty"))
+    (tmp / "empty2").mkdir()
+    show = cli("fleet", "show", str(tmp / "empty"))
+    check = cli("fleet", "check", str(tmp / "empty"), str(tmp / "empty2"))
+    return show if show != check else check
 
 
 def start_contradicted(tmp, mp):
@@ -287,7 +290,8 @@ SCENARIOS: dict[str, Callable] = {
     "check: a plan that cannot be read or is invalid": check_invalid,
     "check --against: a path in neither the work tree nor REF, or one that holds no plan":
         against_nothing,
-    "fleet show, fleet check: a folder that holds no plan": fleet_of_nothing,
+    "fleet show: a folder that holds no plan; fleet check: no plan on either side":
+        fleet_of_nothing,
     "check --against: a plan was removed (its query must be stopped by hand; also with "
     "--allow-migration)": against_removed,
     "migrate status: a query the store does not know":

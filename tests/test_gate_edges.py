@@ -153,11 +153,18 @@ def test_fleet_of_an_empty_folder_is_refused(tmp_path, monkeypatch):
     refused(["fleet", "show", "empty"], "empty", "holds no plan")
     line = refused(["fleet", "show", "jobs"], "jobs", "holds no plan")
     assert "1 .py file" in line
-    refused(["fleet", "check", "plans", "empty"], "empty", "holds no plan")
-    refused(["fleet", "check", "--against", "HEAD", "empty"], "empty", "holds no plan")
-    # the old side may be empty: every query of the new fleet is new
+    (repo / "empty2").mkdir()
+    refused(["fleet", "check", "empty2", "empty"], "empty", "holds no plan nor in empty2")
+    refused(["fleet", "check", "--against", "HEAD", "empty"], "empty",
+            "holds no plan or at HEAD")
+    # one side may be empty: every query of the new fleet is new, or every one removed
     r = CliRunner().invoke(main, ["fleet", "check", "empty", "plans"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["fleet", "check", "plans", "empty"])
+    assert r.exit_code == 1 and "query-removed" in r.output, r.output
+    (repo / "plans" / "q.json").unlink()
+    r = CliRunner().invoke(main, ["fleet", "check", "--against", "HEAD", "plans"])
+    assert r.exit_code == 1 and "query-removed" in r.output, r.output
 
 
 # -- c. a removal fails the gate with an error in every format ----------------------------

@@ -341,10 +341,19 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
     if len(dirs) != want:
         raise CheckError("fleet check takes two folders (OLD_DIR NEW_DIR), or --against REF "
                          "and one folder", expected=f"{want} folder(s)", found=str(len(dirs)))
+    # Either side may be empty (every query new, or every query removed), not both: a
+    # check of nothing would pass silently.
     if against is not None:
-        old, new = load_fleet_at(against, dirs[0]), load_fleet(dirs[0])
+        old, new = load_fleet_at(against, dirs[0]), load_fleet(dirs[0], allow_empty=True)
     else:
-        old, new = load_fleet(dirs[0], allow_empty=True), load_fleet(dirs[1])
+        old = load_fleet(dirs[0], allow_empty=True)
+        new = load_fleet(dirs[1], allow_empty=True)
+    if not old.queries and not new.queries:
+        from compat.errors import FleetError
+
+        where = f" or at {against}" if against is not None else f" nor in {dirs[0]}"
+        raise FleetError(f"the folder holds no plan{where}", file=new.root,
+                         expected="*.json or *.sql plans in its tree", found="none")
     return check_fleets(old, new, require=require, schema_compat=schema_compat,
                         allow_migration=allow_migration)
 

@@ -215,8 +215,8 @@ class Fleet:
 def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
     """The fleet under the directory ``root``: every ``*.json`` and ``*.sql`` file in its
     tree, hidden folders and files skipped.  A folder that holds no plan is an error (a
-    typo in the path would otherwise pass as an empty fleet), unless ``allow_empty`` (the
-    old side of ``fleet check``: every query is new)."""
+    typo in the path would otherwise pass as an empty fleet), unless ``allow_empty`` (a
+    side of ``fleet check``, which refuses only two empty sides)."""
     top = Path(root)
     if not top.is_dir():
         raise FleetError("not a directory", file=root, expected="a folder of plans",
