@@ -268,21 +268,14 @@ def test_the_wheel_installed_gives_the_gate_and_with_the_extra_plan_import(dist,
     parts = {n["partitions"] for n in expected["nodes"] if n["step"] == "source"}.pop()
     (sink,) = [n for n in expected["nodes"] if n["step"] == "sink"]
     out = cwd / "imported.json"
-    # one Spark JVM at a time on the machine; the line the shell writes once it holds the
-    # lock splits the wait from the import
-    before = time.time()
-    r = ok(sh(["flock", "/tmp/theseus-spark.lock", "sh", "-c",
-               'echo "locked $(date +%s.%N)" >&2; exec "$@"', "sh", bin_ / "theseus", "plan",
-               "import", JOB / "job.py", "--partitions", str(parts), "--delivery", sink["delivery"],
-               "-o", out], cwd=cwd, timeout=600, PYSPARK_PYTHON=str(bin_ / "python"),
-              SPARK_LOCAL_IP="127.0.0.1", KAFKA_BOOTSTRAP="127.0.0.1:1",
-              THESEUS_SPARK_KAFKA_JARS=str(cache_dir())))
+    r = ok(sh([bin_ / "theseus", "plan", "import", JOB / "job.py", "--partitions", str(parts),
+               "--delivery", sink["delivery"], "-o", out], cwd=cwd, timeout=600,
+              PYSPARK_PYTHON=str(bin_ / "python"), SPARK_LOCAL_IP="127.0.0.1",
+              KAFKA_BOOTSTRAP="127.0.0.1:1", THESEUS_SPARK_KAFKA_JARS=str(cache_dir())))
     got = json.loads(out.read_text())
     got.pop("metadata", None)
     expected.pop("metadata", None)
     assert got == expected, r.stderr[-2000:]
-    locked = float(r.stderr.split("locked ", 1)[1].split()[0])
-    t.laps.append(f"(waiting for the Spark lock {locked - before:.1f} s)")
     t.lap("plan import on Spark")
     t.report()
 
