@@ -274,7 +274,8 @@ def _migrator_files(t) -> dict[str, str]:
 def test_stop_once_stops_a_host_held_at_its_start_gate_without_a_traceback(kafka, tmp_path):
     """Problem 4's ``theseus stop``: a shadow whose first batch from the cut waits at its
     start gate for an old query that never finishes (hung) stops on one request: ``stop``
-    returns once it has stopped, exit 0, and its log has no traceback."""
+    returns once it has stopped, exit 0, and its log has no traceback; a second ``stop``
+    says it is not running (exit 6)."""
     t = start_old(kafka, tmp_path, "stp")
     # the migrator halts right after recording step 4 (a long lease: it is not lapsed when
     # it goes on); meanwhile the old query hangs, and input lands in every partition, so
@@ -302,7 +303,9 @@ def test_stop_once_stops_a_host_held_at_its_start_gate_without_a_traceback(kafka
         log = t.store.log_path(inst).read_text()
         assert "waited at the start gate" in log and "Traceback" not in log, log[-3000:]
         r = theseus("stop", inst, "--state", str(t.state))
-        assert r.returncode == 0 and "is not running (stopped)" in r.stdout
+        # asked again: nothing to stop, and a script can tell (6)
+        assert r.returncode == 6 and "is not running (stopped); nothing to stop" in \
+            r.stdout + r.stderr, r.stdout + r.stderr
     finally:
         first.kill()
         os.kill(t.old.pid, signal.SIGCONT)
