@@ -98,6 +98,7 @@ def scene(kafka_bootstrap, tmp_path_factory):
              "shadow", "--timeout", "400"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         started.append(start)
+        s.migrator_pid = start.pid
         wait_for(lambda: (store.query_dir(s.query) / "migration").exists(), 60,
                  "the migration recorded")
         watch = subprocess.Popen(
@@ -192,7 +193,10 @@ def test_status_shows_a_migration_in_progress_with_phase_owner_and_shadow(scene)
     assert q["alive"] is True and isinstance(q["lag"], int)  # the old query runs on
     mv = q["migration"]
     assert mv["phase"] in ("shadow", "pause") and mv["step"] in (2, 3)
-    assert mv["owner"] is None  # until the lease is wired (owner_of)
+    owner = mv["owner"]  # the holder of the query's lease: the migrator, live
+    assert owner is not None and owner["pid"] == scene.migrator_pid, owner
+    assert owner["stale"] is None and owner["epoch"] >= 1 and "migrate start" in \
+        owner["command"], owner
     assert mv["shadow"]["instance"] == f"{scene.query}.g1" and mv["shadow"]["alive"] is True
     assert [p["phase"] for p in mv["phases"]][:2] == ["check", "shadow"]
     assert 0 < mv["progress"]["read"] <= mv["progress"]["total"]
