@@ -67,8 +67,9 @@ def align_loops(m: Migration, ctx: Context) -> None:
 
     5a. The loops (a side without recursion: the query itself) finish the input before
         C: all the rows they derive from it are committed to their internal topics.
-    5b. One control event into every partition of each loop's internal topic: C' is the
-        old output query's cut, C'' the shadow's (a side without recursion: C).
+    5b. One control event into every partition of each loop's internal topic: C' (just
+        past the old loop's control events) is the old output query's cut, C'' (at the
+        shadow loop's) the shadow's (a side without recursion: C).
     5c. The old output query is capped at C' (it retires there); the shadow's at C'',
         following the old one, its start gate opening from C''. Then the shadow loop's
         cap is lifted: what it derives from C on lands after C''.
@@ -99,6 +100,13 @@ def align_loops(m: Migration, ctx: Context) -> None:
             with ctx.guard():
                 at = control.write_control_events(m.bootstrap, topics, m.id,
                                                   deadline=ctx.deadline)
+            if side == "old":
+                # The old output query reads its loop's topic uncapped until 5c, so it may
+                # read the control event before its cap is written; nothing follows it
+                # (the old loop is retired at C). Its cut is just past the control event:
+                # the hand-over needs its acknowledgement exactly at its cut
+                # (gates.state.handed_over), wherever it stood when capped.
+                at = {t: {p: o + 1 for p, o in parts.items()} for t, parts in at.items()}
         m.output_cuts[side] = json_offsets(at)
         ctx.save(m)
         if topics:
