@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import GateStateError
-from gates.files import atomic_write_json
+from gates.files import atomic_write_json, read_json
 from gates.state import offsets_to_json
 
 
@@ -63,13 +63,9 @@ def read_switch(store: str | os.PathLike[str], instance: str,
     """The switch of ``instance`` (for its source of ``topic`` when given), None when there
     is none: a plain query, or a source of another topic."""
     path = switch_path(store, instance)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    doc = read_json(path, "switch file")
+    if doc is None:
         return None
-    except ValueError as e:
-        raise GateStateError("unreadable switch file", file=str(path),
-                             expected="a JSON object", found=str(e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("topic"), str) or \
             not isinstance(doc.get("side"), str):
         raise GateStateError("malformed switch file", file=str(path), pointer="",

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from compat.errors import StoreError
+from compat.errors import GateStateError, StoreError
 
 _GUARD = threading.local()
 
@@ -82,3 +82,19 @@ def atomic_write_json(path: str | os.PathLike[str], doc: Any, indent: int | None
     """:func:`atomic_write` of ``doc`` as JSON (serialized first: a document that is not
     JSON fails before any file is touched)."""
     atomic_write(path, json.dumps(doc, indent=indent) + "\n")
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any | None:
+    """The JSON document at ``path``, None when there is no such file; one that does not
+    parse is one :class:`~compat.errors.GateStateError` ("unreadable ``what``") naming it."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise GateStateError(f"unreadable {what}", file=str(path), expected="a JSON object",
+                             found=str(e)) from None
+    if doc is None:  # the file says null: not the same as no file
+        raise GateStateError(f"malformed {what}", file=str(path), pointer="",
+                             expected="a JSON object", found="null")
+    return doc

@@ -59,7 +59,6 @@ recursive step.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -67,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import GateStateError
+from gates.files import read_json
 
 LEASES = "leases"
 
@@ -88,13 +88,9 @@ def read_lease(store: str | os.PathLike[str], query: str) -> dict[str, Any] | No
     """The lease of ``query``'s migrations, None when no process ever held it; a malformed
     file is one :class:`~compat.errors.GateStateError` naming it."""
     p = lease_path(store, query)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    doc = read_json(p, "lease")
+    if doc is None:
         return None
-    except ValueError as e:
-        raise GateStateError("unreadable lease", file=str(p), expected="a JSON object",
-                             found=str(e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("holder"), dict):
         raise GateStateError("malformed lease", file=str(p), pointer="",
                              expected="a JSON object with a holder",
