@@ -232,7 +232,11 @@ def test_worker_killed_at_steady_state_output_stays_exact(kafka3, spark_cluster,
         spark_cluster.kill(1)
         time.sleep(10)
         spark_cluster.restart(1)
-        time.sleep(10)
+        # The restarted worker registers with the master and gets an executor for the
+        # running application; on a loaded machine its JVM can take longer than a fixed
+        # sleep, so wait for the driver to log the new executor while input still flows.
+        wait_for(lambda: executor_loss(spark_events(events_dir), killed_ms)["added"], 180,
+                 "the restarted worker gets an executor")
         feeder.stop()
         from gates.state import is_acked
 
