@@ -63,7 +63,9 @@ register_codes({
                                              "Nothing to do: the source reads partitions "
                                              "the checkpoint does not know from their "
                                              "earliest offset."),
-    "checkpoint-partitions-pinned": ("in_place", "warning", "scaling",
+    # The plan asks for a count Spark will not give it: the verdict keeps what the user
+    # asked for (a migration), the restart's prediction says Spark starts on the old count.
+    "checkpoint-partitions-pinned": ("migrate", "error", "scaling",
                                      "To change the state partition count, deploy with a "
                                      "live migration (a fresh checkpoint); restarting in "
                                      "place keeps the checkpoint's count."),
@@ -307,8 +309,9 @@ def _partitions(ck: Checkpoint, new: Plan) -> list[Finding]:
         return []
     return [finding("checkpoint-partitions-pinned",
                     f"the checkpoint pins spark.sql.shuffle.partitions = {pinned}; the new "
-                    f"plan asks for {wanted}: Spark restarts with {pinned} and ignores the "
-                    "plan's count", new_pointer="/config/state_partitions")]
+                    f"plan asks for {wanted}: Spark starts, the state stays in {pinned} "
+                    "partitions and the plan's count is ignored",
+                    new_pointer="/config/state_partitions")]
 
 
 def _operators(ck: Checkpoint, new_ops: Checkpoint, ctx: _Ctx) -> list[Finding]:
@@ -551,12 +554,13 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
         plan_report = check_plans(recorded, new, require=require, schema_compat=schema_compat,
                                   allow_migration=allow_migration)
         bare = plan_report if not require else check_plans(recorded, new)
-        # A restart keeps the checkpoint's partition count: checkpoint-partitions-pinned
-        # says what that means instead.
+        # The checkpoint may know more than the plan check (what Spark really does) but
+        # never says less about what the user asked for: a changed state partition count
+        # stays a migration, and checkpoint-partitions-pinned says beside it that an
+        # in-place restart starts and keeps the checkpoint's count.
         backfill = "backfill" in (require or [])
         findings += [f if backfill else _join_type(f, ck, recorded, new)
-                     for f in plan_report.findings
-                     if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
+                     for f in plan_report.findings]
         spark_view += [_join_type(f, ck, recorded, new) for f in bare.findings
                        if f.code != "state-partitions-changed" or not ck.shuffle_partitions]
     else:

@@ -849,3 +849,29 @@ def test_real_transform_with_state_checkpoint():
     assert stores == [[{"name": "s", "partitions": 2, "key_schema": f"struct<{k}:string>",
                         "value_schema": f"struct<{v}:string>"}]
                       for k, v in (("_theseus_key", "st"), ("_theseus_key", "row"))]
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["with-recorded-plan", "alone"])
+def test_a_state_partition_change_keeps_the_plan_checks_verdict_and_says_spark_starts(
+        tmp_path, recorded):
+    """One verdict for one change: state_partitions 3 -> 8 is ``migrate`` plan against plan;
+    against the checkpoint Spark starts and keeps 3, which the check says beside the verdict
+    (the restart's prediction and checkpoint-partitions-pinned), never by saying
+    ``in_place`` for a change the restart would silently not make."""
+    from compat.check import check_plans
+    from compat.checkpoint_check import checkpoint_report
+
+    doc = json.loads((CK / "plan.json").read_text())
+    doc["config"]["state_partitions"] = 8
+    (tmp_path / "new.json").write_text(json.dumps(doc))
+    new = load_plan(str(tmp_path / "new.json"))
+    assert check_plans(_plan(), new).verdict == "migrate"
+    args = (_plan(), _new_ops()) if recorded else ()
+    rep = checkpoint_report(read_checkpoint(CK), new, _new_ops(), *args)
+    assert rep.verdict == "migrate" and rep.exit_code == 1
+    codes = [f.code for f in rep.findings]
+    assert "checkpoint-partitions-pinned" in codes
+    assert ("state-partitions-changed" in codes) == recorded
+    assert rep.checkpoint["restart"]["outcome"] == "starts"
+    pinned = next(f for f in rep.findings if f.code == "checkpoint-partitions-pinned")
+    assert "Spark starts, the state stays in 3 partitions" in pinned.message
