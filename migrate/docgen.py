@@ -12,6 +12,8 @@ import click
 
 #: where each generated page lands in the site (paths under docs/)
 CLI_PAGE = "reference/cli.md"
+#: click (8.2 on) marks "no default given" with a sentinel of its own, older ones with None
+_UNSET = getattr(click.core, "UNSET", None)
 FINDINGS_PAGE = "reference/findings.md"
 
 
@@ -36,6 +38,11 @@ def _option_help(param: click.Option) -> str:
         extra.append(f"env: ${param.envvar}")
     if param.required:
         extra.append("required")
+    default = param.default
+    # a flag's default is "off"; a help that names its default already says it better
+    if not param.is_flag and not callable(default) and default is not _UNSET and \
+            default not in (None, (), "") and "default" not in text.lower():
+        extra.append(f"default: {default}")
     if param.multiple:
         extra.append("may be given several times")
     if extra:

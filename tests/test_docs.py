@@ -137,11 +137,15 @@ def test_the_generated_pages_follow_the_code():
 
     @g.command(help="Does the new thing.")
     @click.option("--frob", metavar="N", help="How much to frob.")
-    def newcmd(frob) -> None: ...
+    @click.option("--level", default=3, help="How high.")
+    @click.option("--loud", is_flag=True, help="Shout.")
+    def newcmd(frob, level, loud) -> None: ...
 
     text = docgen.cli_reference(g)
     assert "`theseus newcmd`" in text and "Does the new thing." in text
     assert "| `--frob N` | How much to frob. |" in text
+    assert "| `--level INTEGER` | How high. [default: 3] |" in text
+    assert "| `--loud` | Shout. |" in text
     CODES["zz-test-code"] = ("migrate", "error", "topology", "Do a | b.")
     try:
         assert "| `zz-test-code` | migrate | error | topology | Do a \\| b. |" in \
