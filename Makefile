@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
-	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables lint clean
+	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables lint docs docs-serve clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -75,6 +75,13 @@ bench-recursion: $(STAMP)
 
 bench-tables: $(STAMP)
 	$(PY) bench/tables.py
+
+# The docs site into site/ (strict: a broken link fails); make test builds it too (tests/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

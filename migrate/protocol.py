@@ -1,9 +1,9 @@
 """Live migrations, the protocol: the one table of the phases, their order and their numbers.
 
-The protocol is DESIGN.md's "Migrating live"; the step numbers below are its numbers.  Each
-phase is handled by one function of :mod:`migrate.phases` over the migration record and a
-shared :class:`~migrate.context.Context` (:data:`migrate.runner.HANDLERS` maps phase to
-handler).  The runner records every phase in the store *before* its handler acts, and every
+The protocol is docs/design.md's "The migration protocol"; the step numbers below are its
+numbers.  Each phase is handled by one function of :mod:`migrate.phases` over the migration
+record and a shared :class:`~migrate.context.Context` (:data:`migrate.runner.HANDLERS` maps
+phase to handler).  The runner records every phase in the store *before* its handler acts, and every
 handler is idempotent, so a migrator killed anywhere resumes (``theseus migrate resume``:
 the recorded phase is where it re-enters) or rolls back (``theseus migrate abort``) without
 loss.  All coordination goes through the store: the old query may run in another process
@@ -56,7 +56,7 @@ broker that does not answer, a control record not delivered) ends the run with o
 7. Finish    record the new plan and instance as the query's; the migration is done.
              (:mod:`migrate.phases.finish`)
 
-The in-place path (DESIGN.md's step 1 carried out) has its own numbers:
+The in-place path (the design's step 1 carried out) has its own numbers:
 
 1. Check     as above; the verdict is ``in_place`` (or ``identical``).
 2. In place  stop the query between batches, restart it on the same checkpoint with the
@@ -92,7 +92,7 @@ from compat.errors import MigrationError
 class Phase(NamedTuple):
     """One row of :data:`PHASES`."""
 
-    #: its step on the shadow path (DESIGN.md's numbers); None: not a step of that path
+    #: its step on the shadow path (docs/design.md's numbers); None: not a step of that path
     shadow: int | None
     #: its step on the in-place path
     in_place: int | None

@@ -2,7 +2,7 @@
 (:mod:`compat.exits`) is walked here.  Every situation it lists is brought about through the
 CLI, in-process (the migrator's Kafka and query hosts are :mod:`tests.migrator_fakes`'s), and
 must end with its row's code; a situation added to the table without a scenario here fails
-the walk.  The README carries the same table, and ``theseus --help`` shows it."""
+the walk.  docs/exit-codes.md carries the same table, and ``theseus --help`` shows it."""
 
 from __future__ import annotations
 
@@ -339,9 +339,9 @@ def test_each_situation_ends_with_its_code(tmp_path, monkeypatch, code, case):
     assert SCENARIOS[case](tmp_path, monkeypatch) == code
 
 
-def test_the_readme_carries_the_table_and_the_help_shows_it():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert exits.markdown() in readme, "README's exit code table drifted: paste " \
+def test_the_docs_carry_the_table_and_the_help_shows_it():
+    page = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    assert exits.markdown() in page, "docs/exit-codes.md's exit code table drifted: paste " \
         "compat.exits.markdown()"
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0

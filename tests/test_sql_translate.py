@@ -378,16 +378,15 @@ def test_the_compiled_plan_passes_the_checker_validation(tmp_path):
     assert loaded.sink_id == "out" and loaded.info["out"].mode == "I,UA"
 
 
-def test_readme_sample_is_the_ship_load_fixture():
+def test_docs_sample_is_the_ship_load_fixture():
     from compat.check import check_plans, load_plan
     from compat.infer import analyze
     from compat.serde import from_doc
     from tests.conftest import FIXTURES, ROOT
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Writing queries in SQL", 1)[1]
-    sql = section.split("```sql\n", 1)[1].split("```", 1)[0]
-    compiled = from_doc(compile_sql(sql, "README.md"), "README.md")
+    page = (ROOT / "docs" / "sql.md").read_text()
+    sql = page.split("```sql\n", 1)[1].split("```", 1)[0]
+    compiled = from_doc(compile_sql(sql, "docs/sql.md"), "docs/sql.md")
     analyze(compiled)
     report = check_plans(load_plan(str(FIXTURES / "plans" / "ship_load.json")), compiled)
     assert report.verdict == "identical", [f.message for f in report.findings]

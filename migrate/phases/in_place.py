@@ -1,4 +1,4 @@
-"""Step 2 of the in-place path (DESIGN.md's step 1 carried out): stop the query between
+"""Step 2 of the in-place path (docs/design.md's step 1 carried out): stop the query between
 batches and restart it on the same checkpoint with the new plan."""
 
 from __future__ import annotations

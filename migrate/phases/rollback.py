@@ -1,6 +1,6 @@
 """``theseus migrate abort``: roll a migration back before its point of no return, the old
-query reading on as if nothing happened (DESIGN.md's step 7: a crash at any point resumes
-or rolls back)."""
+query reading on as if nothing happened (docs/design.md, "Resume and abort": a crash at any
+point resumes or rolls back)."""
 
 from __future__ import annotations
 

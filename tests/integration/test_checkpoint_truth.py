@@ -11,7 +11,7 @@ that checkpoint, over B, into a fresh output topic.  What Spark did is one of
   over all of A and B (what the new query would have written, had it always run);
 * ``wrong_state`` — it ran, and the oracle disagrees.
 
-The table (also in the README):
+The table (also in docs/checkpoints.md):
 
 | case | change | Spark did |
 |---|---|---|
