@@ -174,16 +174,7 @@ class RefTree:
         """The files (relative to the repository's top) that differ between REF and the
         work tree, untracked ones included; asked of git once."""
         if self._changed is None:
-            diff = git(["diff", "--name-only", "-z", "--no-renames", self.ref, "--"],
-                       self.root)
-            extra = git(["ls-files", "--others", "--exclude-standard", "-z"], self.root)
-            if diff.returncode != 0 or extra.returncode != 0:
-                raise CheckError(f"cannot compare the work tree with git ref '{self.ref}'",
-                                 expected="git diff to succeed",
-                                 found=(diff.stderr or extra.stderr).decode(
-                                     errors="replace").strip()[:300])
-            self._changed = {n for out in (diff.stdout, extra.stdout)
-                             for n in out.decode(errors="surrogateescape").split("\0") if n}
+            self._changed = changed_files(self.ref, self.root)
         return self._changed
 
     def file(self, rel: str) -> str:
@@ -253,6 +244,20 @@ def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref:
         except TheseusError as e:
             entries.append(Entry(str(path), "invalid", error=e.render(),
                                  line=getattr(e, "line", None), col=getattr(e, "col", None)))
+
+
+def changed_files(ref: str, root: Path) -> set[str]:
+    """The files (relative to the repository's top) that differ between ``ref`` and the
+    work tree, untracked ones included."""
+    diff = git(["diff", "--name-only", "-z", "--no-renames", ref, "--"], root)
+    extra = git(["ls-files", "--others", "--exclude-standard", "-z"], root)
+    if diff.returncode != 0 or extra.returncode != 0:
+        raise CheckError(f"cannot compare the work tree with git ref '{ref}'",
+                         expected="git diff to succeed",
+                         found=(diff.stderr or extra.stderr).decode(
+                             errors="replace").strip()[:300])
+    return {n for out in (diff.stdout, extra.stdout)
+            for n in out.decode(errors="surrogateescape").split("\0") if n}
 
 
 def job_deps_unchanged(rel: str, root: Path, changed: set[str]) -> bool:

@@ -130,3 +130,36 @@ def test_job_deps_walk_names_packages_and_submodules():
     tree = ast.parse("import a.b\nfrom c import d\nfrom . import e\n"
                      "def f():\n    import g\n")
     assert gitcheck._imported_names(tree) == {"a", "a.b", "c", "c.d", "e", "g"}
+
+
+def test_fleet_against_reads_each_unchanged_plan_once(tmp_path, monkeypatch):
+    import compat.fleet.graph as graph
+
+    case = FIXTURES / "fleets" / "migration_cascades"
+    repo = tmp_path / "repo"
+    shutil.copytree(case / "old", repo / "fleet")
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    monkeypatch.chdir(repo)
+    read: list[str] = []
+    real = graph._load_query
+    monkeypatch.setattr(graph, "_load_query",
+                        lambda file, rel, raw: read.append(file) or real(file, rel, raw))
+    n = len(list((repo / "fleet").glob("*.json")))
+
+    def check() -> dict:
+        r = CliRunner().invoke(main, ["fleet", "check", "--against", "HEAD", "fleet",
+                                      "--format", "json"])
+        return json.loads(r.output)
+
+    doc = check()
+    assert doc["verdict"] == "identical" and doc["old"] == "HEAD:fleet"
+    assert sorted(read) == sorted(f"fleet/{p.name}" for p in (repo / "fleet").glob("*.json"))
+    read.clear()
+    shutil.copy(case / "new" / "enrich.json", repo / "fleet" / "enrich.json")
+    doc = check()
+    assert doc["waves"] == [["enrich"], ["region_totals"], ["region_rank"]]
+    assert len(read) == n + 1 and sorted(read)[0] == "HEAD:fleet/enrich.json"
