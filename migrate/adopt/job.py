@@ -214,7 +214,11 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
         for mod in set(sys.modules) - before:
             f = getattr(sys.modules[mod], "__file__", None) or ""
             real = os.path.realpath(f) if f else ""
-            if mod == name or real.startswith(folder + os.sep) or _local(real):
+            # a submodule of a package loaded before (pyspark.sql.window) is not the job's
+            # even when its package lives outside site-packages (SPARK_HOME/python)
+            outside = mod.partition(".")[0] in before
+            if mod == name or real.startswith(folder + os.sep) or \
+                    (not outside and _local(real)):
                 del sys.modules[mod]
                 if mod != name and real:
                     loaded.append(real)
