@@ -125,10 +125,14 @@ def write(rows: list[tuple[str, str, float, int, str]], edited: list[str]) -> No
              "|---|---|---|---|---|---|---|"]
     for what, case, took, code, first in rows:
         target = TARGETS[case]
-        ok = "yes" if took <= target else "**no**"
+        # a command that refused the folder measured nothing
+        ok = "— (error)" if code == 2 else "yes" if took <= target else "**no**"
         first = first.replace("|", "\\|")
         lines.append(f"| `theseus {what}` | {case} | ≤ {target:g} s | {took:.1f} | {ok} | "
                      f"{code} | {first} |")
+    if any(code == 2 for *_, code, _ in rows):
+        lines += ["", "A command that exits 2 refused the folder: nothing was measured "
+                  "(`fleet check` reads job files once issue 27 item 1 is in)."]
     lines += ["", "Cold: an empty import cache (`THESEUS_CACHE_DIR` fresh), so the process "
               "starts Spark and imports both sides of each changed job. Warm: the cache the "
               "cold run filled; no Spark starts.", ""]
