@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
-	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables lint docs docs-serve clean
+	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-import lint docs \
+	docs-serve clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -82,6 +83,11 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# check --against and fleet check --against on 200 generated job files (Spark; a broker at
+# $$KAFKA_BOOTSTRAP, 127.0.0.1:19092 by default): bench/results/import.md
+bench-import: $(STAMP)
+	$(PY) bench/import_speed.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

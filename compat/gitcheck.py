@@ -4,7 +4,9 @@ worst outcome (an invalid plan counts as worst: nothing can be said about it).""
 
 from __future__ import annotations
 
+import ast
 import json
+import posixpath
 import re
 import subprocess
 from dataclasses import dataclass
@@ -163,9 +165,17 @@ class RefTree:
         self.ref, self.root = ref, root
         self.path: Path | None = None
         self._tmp: str | None = None
+        self._changed: set[str] | None = None
 
     def __enter__(self) -> RefTree:
         return self
+
+    def changed(self) -> set[str]:
+        """The files (relative to the repository's top) that differ between REF and the
+        work tree, untracked ones included; asked of git once."""
+        if self._changed is None:
+            self._changed = changed_files(self.ref, self.root)
+        return self._changed
 
     def file(self, rel: str) -> str:
         if self.path is None:
@@ -216,6 +226,12 @@ def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref:
                 load_plan(str(path))
                 entries.append(Entry(str(path), "new"))
                 continue
+            # Bytes first: a file equal in both trees is identical without being parsed,
+            # compiled or imported (a job also needs the local modules it imports equal).
+            if old.stdout == raw_new and (not is_job(rel) or
+                                          job_deps_unchanged(rel, root, tree.changed())):
+                entries.append(Entry(str(path), "identical"))
+                continue
             # Both revisions are compiled when they are SQL: the old one from git's copy;
             # a job is imported from the ref's own tree (its sibling modules with it).
             old_plan = load_plan(tree.file(rel)) if is_job(rel) else \
@@ -228,6 +244,81 @@ def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref:
         except TheseusError as e:
             entries.append(Entry(str(path), "invalid", error=e.render(),
                                  line=getattr(e, "line", None), col=getattr(e, "col", None)))
+
+
+def changed_files(ref: str, root: Path) -> set[str]:
+    """The files (relative to the repository's top) that differ between ``ref`` and the
+    work tree, untracked ones included."""
+    diff = git(["diff", "--name-only", "-z", "--no-renames", ref, "--"], root)
+    extra = git(["ls-files", "--others", "--exclude-standard", "-z"], root)
+    if diff.returncode != 0 or extra.returncode != 0:
+        raise CheckError(f"cannot compare the work tree with git ref '{ref}'",
+                         expected="git diff to succeed",
+                         found=(diff.stderr or extra.stderr).decode(
+                             errors="replace").strip()[:300])
+    return {n for out in (diff.stdout, extra.stdout)
+            for n in out.decode(errors="surrogateescape").split("\0") if n}
+
+
+def job_deps_unchanged(rel: str, root: Path, changed: set[str]) -> bool:
+    """Whether no local module that the job ``rel`` may import changed.  A job imports from
+    its own folder (``run_job`` puts it first on ``sys.path``); the modules it names are
+    found by walking the ``import`` statements of the job and, through them, of the
+    helpers it names (an AST walk: nothing is run, and it errs on the side of a change,
+    since every name imported anywhere in a file counts).  Only a changed ``.py`` in the
+    job's folder can make the answer no, so most checks read no helper at all."""
+    folder = posixpath.dirname(rel)
+    prefix = folder + "/" if folder else ""
+    nearby = {c for c in changed if c.startswith(prefix) and c != rel
+              and c.endswith((".py", ".pyi", ".pth", ".so"))}
+    if not nearby:
+        return True
+    todo, seen = [rel], {rel}
+    while todo:
+        text = _read(root / todo.pop())
+        if text is None:
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return False  # the job cannot be read: let the import say why
+        for name in _imported_names(tree):
+            base = prefix + name.replace(".", "/")
+            hits = {c for c in nearby if c == base + ".py" or c.startswith(base + "/")
+                    or c.startswith(base + ".")}
+            if hits:
+                return False
+            for cand in (base + ".py", base + "/__init__.py"):
+                if cand not in seen and (root / cand).is_file():
+                    seen.add(cand)
+                    todo.append(cand)
+    return True
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    """Every module name a file imports, anywhere in it, with its parent packages:
+    ``import a.b`` names ``a`` and ``a.b``; ``from a import b`` names ``a`` and ``a.b``
+    (``b`` may be a submodule)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        mods: list[str] = []
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            mods = [base] if base else []
+            mods += [f"{base}.{a.name}" if base else a.name for a in node.names]
+        for m in mods:
+            parts = m.split(".")
+            out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
 
 
 def exit_code(entries: list[Entry], allow_migration: bool = False) -> int:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,11 @@ UPGRADES = sorted(p for p in (FIXTURES / "upgrades").iterdir() if p.is_dir()) \
     if (FIXTURES / "upgrades").is_dir() else []
 PLAN_FILES = sorted((FIXTURES / "plans").glob("*.json")) + \
     [p / n for p in UPGRADES for n in ("old.json", "new.json")]
+
+
+# The job import cache of the tests' processes (and the theseus commands they start) is
+# their own: a run neither reads nor fills the user's ~/.cache/theseus.
+os.environ.setdefault("THESEUS_CACHE_DIR", tempfile.mkdtemp(prefix="theseus-test-cache-"))
 
 
 def load_doc(path: Path) -> dict:

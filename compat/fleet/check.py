@@ -344,7 +344,9 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
     # Either side may be empty (every query new, or every query removed), not both: a
     # check of nothing would pass silently.
     if against is not None:
-        old, new = load_fleet_at(against, dirs[0]), load_fleet(dirs[0], allow_empty=True)
+        # the work tree first: the ref's files with the same bytes reuse its plans
+        new = load_fleet(dirs[0], allow_empty=True)
+        old = load_fleet_at(against, dirs[0], same=new)
     else:
         old = load_fleet(dirs[0], allow_empty=True)
         new = load_fleet(dirs[1], allow_empty=True)

@@ -16,15 +16,17 @@ the networkx graph for those who draw or query it.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import json
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.check import is_sql, load_plan
+from compat.check import is_job, is_sql, load_plan
 from compat.errors import CheckError, FleetError, PlanError
 from compat.gitcheck import git
 from compat.model import Plan
@@ -63,6 +65,9 @@ class Fleet:
     producers: dict[str, str] = field(default_factory=dict)
     #: topic -> [(query, source node id)] reading it, sorted
     consumers: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: each plan file's bytes by its path relative to the root (``fleet check --against``
+    #: compares them before reading the other side)
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def successors(self, query: str) -> list[str]:
         """The queries that read what ``query`` writes, by name."""
@@ -242,26 +247,40 @@ def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
     return load_fleet_files(root, files)
 
 
-def load_fleet_files(root: str, files: dict[str, bytes]) -> Fleet:
+def load_fleet_files(root: str, files: dict[str, bytes], same: Fleet | None = None,
+                     unchanged: Callable[[str], bool] | None = None) -> Fleet:
     """The fleet made of ``files`` (path relative to ``root``, posix -> content); messages
     name each file as ``root/path``.  Files are read in path order, so that of two queries
-    writing one topic (or named alike) the error is always on the same one."""
+    writing one topic (or named alike) the error is always on the same one.  A file whose
+    bytes equal those of the same path in the fleet ``same`` (the other side of a check)
+    is not read again: its plan is that fleet's, named by this fleet's path; ``unchanged``
+    may still refuse the reuse (a job whose local modules changed)."""
     fleet = Fleet(root)
+    by_path = {q.path: q for q in same.queries.values()} if same is not None else {}
     for rel in sorted(files):
         if not rel.lower().endswith(SUFFIXES) or \
                 any(part.startswith(".") for part in rel.split("/")):
             continue
-        q = _load_query(posixpath.join(root, rel), rel, files[rel])
+        fleet.files[rel] = files[rel]
+        twin = by_path.get(rel)
+        if twin is not None and same is not None and same.files.get(rel) == files[rel] \
+                and (unchanged is None or unchanged(rel)):
+            plan = copy.copy(twin.plan)
+            plan.file = posixpath.join(root, rel)
+            q = FleetQuery(twin.name, rel, plan, twin.sources, twin.sink_topic)
+        else:
+            q = _load_query(posixpath.join(root, rel), rel, files[rel])
         _add(fleet, q)
     for readers in fleet.consumers.values():
         readers.sort()
     return fleet
 
 
-def load_fleet_at(ref: str, root: str) -> Fleet:
+def load_fleet_at(ref: str, root: str, same: Fleet | None = None) -> Fleet:
     """The fleet under ``root`` as it was at the git ref ``ref`` (files are named
     ``REF:path``, as ``check --against`` names them).  A folder that did not exist at the
-    ref is an empty fleet: every query in it is new."""
+    ref is an empty fleet: every query in it is new.  ``same`` is the work tree's fleet
+    under ``root``: a file with the same bytes there is not read again."""
     top = git(["rev-parse", "--show-toplevel"], Path.cwd())
     if top.returncode != 0:
         raise CheckError("not inside a git repository", found=str(Path.cwd()),
@@ -285,7 +304,14 @@ def load_fleet_at(ref: str, root: str) -> Fleet:
         blob = git(["show", f"{ref}:{name}"], repo)
         if blob.returncode == 0:
             files[name[len(prefix):]] = blob.stdout
-    return load_fleet_files(f"{ref}:{rel_root}", files)
+    unchanged = None
+    if any(is_job(n) for n in files):
+        from compat.gitcheck import changed_files, job_deps_unchanged
+
+        changed = changed_files(ref, repo)
+        unchanged = (lambda rel: not is_job(rel) or
+                     job_deps_unchanged(prefix + rel, repo, changed))
+    return load_fleet_files(f"{ref}:{rel_root}", files, same, unchanged)
 
 
 def _load_query(file: str, rel: str, raw: bytes) -> FleetQuery:

@@ -17,13 +17,14 @@ Steps of an import:
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from compat.errors import JobError, TheseusError
 from compat.model import Plan
-from migrate.adopt.job import DEFAULT_FUNCTION, Job, call_line, run_job, split_target
+from migrate.adopt.job import DEFAULT_FUNCTION, Job, call_line, read_source, run_job, split_target
 from migrate.adopt.translate import Out, Translator, _quote
 
 #: Spark's OutputMode objects -> the plan's sink mode
@@ -38,10 +39,32 @@ def import_job(target: str, *, partitions: int | None = None, delivery: str | No
                ) -> dict[str, Any]:
     """The plan document of the job ``FILE.py[:FUNCTION]`` (validated)."""
     path, function = split_target(target)
+    key = None
+    if cache_enabled():
+        from migrate.adopt import cache
+
+        raw = read_source(path).encode()
+        # the file's name is the plan's query name and in its metadata
+        key = cache.job_key(raw, function, {"name": Path(path).name, "partitions": partitions,
+                                            "delivery": delivery, "bootstrap": bootstrap})
+        entry = cache.lookup(path, key)
+        if entry is not None:
+            doc = cache.resolve_lookups(entry["doc"], entry["lookups"], topic_partitions)
+            validate(doc, file_name or path)
+            return doc
     job = run_job(path, function)
     doc = translate_job(job, partitions=partitions, delivery=delivery, bootstrap=bootstrap)
     validate(doc, file_name or path)
+    if key is not None:
+        # stored before anything else sees the document: the caller may change it
+        cache.store(path, key, [path, *job.modules], json.loads(json.dumps(doc)),
+                    job.lookups)
     return doc
+
+
+def cache_enabled() -> bool:
+    """``THESEUS_IMPORT_CACHE=0`` imports every job afresh (the bench's cold runs)."""
+    return os.environ.get("THESEUS_IMPORT_CACHE", "1") != "0"
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -118,8 +141,10 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
     # Step 5: what the analyzed plan does not say.
     for nid, sopts in t.sources.items():
         node = t.nodes[nid]
-        node["partitions"] = partitions or topic_partitions(
-            bootstrap or sopts.get("kafka.bootstrap.servers"), node["topic"]) or 1
+        asked = bootstrap or sopts.get("kafka.bootstrap.servers")
+        if not partitions and asked:
+            job.lookups.append({"node": nid, "bootstrap": asked, "topic": node["topic"]})
+        node["partitions"] = partitions or topic_partitions(asked, node["topic"]) or 1
         if node["role"] == "table" and not node.get("key_columns"):
             raise t.err("a table read (the latest record per key) must be joined right "
                         "after it is parsed, on its key columns",

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,12 @@ class Job:
     writer: Any
     spark: Any
     shuffle_partitions: int
+    #: the local modules the import loaded (files outside the Python installation), for
+    #: the import cache's key
+    modules: list[str] = field(default_factory=list)
+    #: the sources whose partition count step 5 asked the broker for (node, bootstrap,
+    #: topic): an import cache hit asks again
+    lookups: list[dict[str, Any]] = field(default_factory=list)
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -201,15 +207,47 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
             sys.path.remove(folder)
         except ValueError:
             pass
-        # The job's sibling modules are forgotten: another revision of the same job (the
-        # other side of a check) imports its own.
+        # The job's local modules are forgotten: another revision of the same job (the
+        # other side of a check) imports its own, and the next job that imports one loads
+        # it again, so that its import sees (and the cache records) every local file.
+        loaded = []
         for mod in set(sys.modules) - before:
             f = getattr(sys.modules[mod], "__file__", None) or ""
-            if mod == name or os.path.realpath(f).startswith(folder + os.sep):
+            real = os.path.realpath(f) if f else ""
+            # a submodule of a package loaded before (pyspark.sql.window) is not the job's
+            # even when its package lives outside site-packages (SPARK_HOME/python)
+            outside = mod.partition(".")[0] in before
+            if mod == name or real.startswith(folder + os.sep) or \
+                    (not outside and _local(real)):
                 del sys.modules[mod]
+                if mod != name and real:
+                    loaded.append(real)
     _check_writer(writer, path, function, source)
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return Job(path, function, source, writer, spark, parts)
+    return Job(path, function, source, writer, spark, parts, sorted(set(loaded)))
+
+
+def _installed_roots() -> tuple[str, ...]:
+    # Theseus's own packages too: installed editable they sit outside site-packages, and a
+    # module of theirs loaded while a job runs must stay loaded (one class per type).
+    own = Path(__file__).resolve().parents[2]
+    roots = {os.path.realpath(p) + os.sep
+             for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                       own / "compat", own / "migrate", own / "gates")}
+    return tuple(sorted(roots))
+
+
+def _local(real: str) -> bool:
+    """Whether a loaded file is the user's code rather than the Python installation's
+    (the standard library, site-packages, a user site): only the user's code is part of
+    what the import cache keys on (the installed packages are PySpark's and Theseus's
+    versions)."""
+    if not real or not real.endswith(".py"):
+        return False
+    parts = real.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return False
+    return not real.startswith(_installed_roots())
 
 
 def _check_writer(writer: Any, path: str, function: str, source: str) -> None:
