@@ -4,7 +4,7 @@ stop, and never stop one that is not theirs.
 No JVM here: a node is a sleeping Python process whose command line is the one the script
 launches (``kafka.Kafka <properties>``; a Spark daemon's class, log configuration and work
 directory), in a state directory of its own. The real restarts are in
-tests/cluster/test_services_again.py.
+tests/integration/test_services_again.py.
 """
 
 from __future__ import annotations

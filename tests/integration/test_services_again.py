@@ -1,5 +1,8 @@
 """``make kafka BROKERS=3`` and ``make cluster`` run again with a node killed (issue 29, 6.).
 
+Quick enough for ``make test`` (measured on the 2-core machine under load: the brokers' test
+44 s, the Spark cluster's 9 s), so here rather than in tests/cluster.
+
 Each service is started here on ports and state of its own (brokers on 29130-29132 with
 controllers on 29140-29142, a Spark master on 27090), never the shared broker on 19092 nor
 the other cluster tests' 29092+ and 27077. A node is SIGKILLed as a crash would, leaving its
@@ -21,7 +24,8 @@ import pytest
 
 from tests.cluster.conftest import ROOT, bootstrap_of, kafka_sh
 
-pytestmark = [pytest.mark.cluster]
+# JVMs of their own, like a Spark driver in a subprocess: run before the in-process session
+pytestmark = [pytest.mark.integration, pytest.mark.own_jvm]
 
 
 def _dead(pid: int, timeout: float = 10) -> bool:
