@@ -3,7 +3,11 @@
 #
 #   scripts/kafka.sh start      start (or reuse) the cluster; last stdout line:
 #                               KAFKA_BOOTSTRAP=host:port[,host:port...]
-#   scripts/kafka.sh stop       stop the nodes started by `start` (idempotent)
+#                               Safe to run again: when some node runs, it starts only the
+#                               nodes that are down, each on its own data, properties and
+#                               ports; it never stops, rewrites or reformats a running node.
+#   scripts/kafka.sh stop       stop the nodes started by `start` (idempotent); exits 1, naming
+#                               it and keeping its pid file, when a node does not stop
 #   scripts/kafka.sh status     say whether it runs (exit 0 running, 3 stopped)
 #   scripts/kafka.sh reset      stop it and delete its data (jars stay cached)
 #   scripts/kafka.sh kill I     SIGKILL node I (fault tests: only the pid this script started)
@@ -19,6 +23,7 @@
 #      KAFKA_CONTROLLER_PORT (19093; 29100 for several), KAFKA_START_TIMEOUT (90 s),
 #      KAFKA_HEAP_OPTS (-Xms256m -Xmx512m; -Xms128m -Xmx384m per node when several),
 #      KAFKA_STATE (the state directory: .cache/kafka for one broker, .cache/kafka-<N> for N),
+#      KAFKA_STOP_TIMEOUT (30 s of SIGTERM before SIGKILL),
 #      KAFKA_SASL_USERS ("admin=pw,alice=pw,..."): the client listener is SASL_PLAINTEXT with
 #      SCRAM-SHA-512 users created at format time, and the StandardAuthorizer; the first user
 #      is the super user (this script's tools log in as it, with $KAFKA_STATE/admin.properties).
@@ -36,6 +41,8 @@ if [ "$N" -eq 1 ]; then
 else
   STATE="${KAFKA_STATE:-$ROOT/.cache/kafka-$N}"
 fi
+# A node is recognised by the properties path on its command line: keep it absolute.
+case "$STATE" in /*) ;; *) STATE="$PWD/$STATE" ;; esac
 LIBS="$ROOT/.cache/kafka/libs"
 HOST=127.0.0.1
 SASL_USERS="${KAFKA_SASL_USERS:-}"
@@ -51,8 +58,9 @@ die() { echo "kafka: error: $*" >&2; exit 1; }
 
 # Per-node paths; a single broker keeps the historical layout (everything in $STATE).
 node_dir() { if [ "$N" -eq 1 ]; then echo "$STATE"; else echo "$STATE/node$1"; fi; }
-select_node() {  # sets DATA PROPS PIDFILE LOG for node $1
+select_node() {  # sets SELECTED DATA PROPS PIDFILE LOG for node $1
   local d
+  SELECTED="$1"
   d="$(node_dir "$1")"
   DATA="$d/data"; PROPS="$d/server.properties"; PIDFILE="$d/kafka.pid"; LOG="$d/kafka.log"
 }
@@ -73,22 +81,51 @@ kafka_answers() {
   ' _ "$1" "$2" 2>/dev/null
 }
 
-# pid of the selected node, or nothing (and a stale pid file is removed).
+# True while process $1 exists and is not a zombie (a zombie holds no port and no file).
+# Not `kill -0`: that fails for another user's process, which still runs.
+proc_alive() {
+  local st
+  st="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null || true)"
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+
+# True if process $1 is the selected node's broker: kafka.Kafka run on its properties file.
+is_node_proc() {
+  local args
+  args="$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null || true)"
+  grep -qxF 'kafka.Kafka' <<<"$args" && grep -qxF "$PROPS" <<<"$args"
+}
+
+# pid of the selected node, or nothing. A stale pid file (its process gone, or the pid reused
+# by another program) is removed; a node running without its pid file gets it back, so that
+# neither start launches it twice nor stop forgets it.
 broker_pid() {
-  [ -f "$PIDFILE" ] || return 0
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null \
-      && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka'; then
-    echo "$pid"
-  else
+  local pid f
+  if [ -f "$PIDFILE" ]; then
+    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && proc_alive "$pid" && is_node_proc "$pid"; then
+      echo "$pid"; return 0
+    fi
     rm -f "$PIDFILE"
   fi
+  for f in $(grep -lzxF -- "$PROPS" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+    pid="${f#/proc/}"; pid="${pid%/cmdline}"
+    if proc_alive "$pid" && is_node_proc "$pid"; then
+      [ -d "$(dirname "$PIDFILE")" ] && echo "$pid" >"$PIDFILE"
+      say "node $SELECTED runs as pid $pid without its pid file; recorded it again"
+      echo "$pid"; return 0
+    fi
+  done
 }
 
 # Client port recorded in the selected node's server.properties.
 configured_port() {
   sed -n 's|^advertised.listeners=[A-Z_]*://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" 2>/dev/null || true
+}
+
+# Controller port recorded in the selected node's server.properties.
+configured_cport() {
+  sed -n 's|^listeners=.*CONTROLLER://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" 2>/dev/null || true
 }
 
 # host:port of every node, comma-separated.
@@ -283,6 +320,68 @@ launch_node() {
   cat "$PIDFILE" 2>/dev/null || true
 }
 
+# The nodes of the cluster in $STATE that run now and those that do not (node numbers).
+survey() {
+  local i
+  RUNNING=(); DOWN=(); RUNNING_PIDS=()
+  for i in $(seq "$N"); do
+    select_node "$i"
+    pid="$(broker_pid)"
+    if [ -n "$pid" ]; then RUNNING+=("$i"); RUNNING_PIDS+=("$pid"); else DOWN+=("$i"); fi
+  done
+  select_node 1
+}
+
+# Some node runs: start the others on their own data and properties, nothing else. Fresh
+# ports or rewritten properties would split the quorum the running nodes hold (voters are
+# host:port), and a second JVM on a live node's data would corrupt it.
+start_down_nodes() {
+  local deadline="$1" i pid port cport want launched=() lpids=()
+  for i in "${DOWN[@]}"; do
+    select_node "$i"
+    [ -f "$PROPS" ] && [ -f "$DATA/meta.properties" ] || die "node $i is down and has no" \
+      "properties or data under ${STATE#"$ROOT"/} while node(s) ${RUNNING[*]} run: this" \
+      "state is not one cluster; run: $0 stop, then $0 reset"
+  done
+  for i in $(seq "$N"); do
+    select_node "$i"
+    port="$(configured_port)"; cport="$(configured_cport)"
+    [ -n "$port" ] && [ -n "$cport" ] || die "$PROPS names no client or controller port"
+    if [ -n "${KAFKA_PORT:-}" ] && [ "$port" != $((KAFKA_PORT + i - 1)) ]; then
+      die "node $i of the running cluster listens on $port, not KAFKA_PORT+$((i - 1))" \
+        "= $((KAFKA_PORT + i - 1)); unset KAFKA_PORT, or run: $0 stop first"
+    fi
+  done
+  for i in "${DOWN[@]}"; do
+    select_node "$i"
+    port="$(configured_port)"; cport="$(configured_cport)"
+    for want in "$port" "$cport"; do
+      port_open "$HOST" "$want" && die "node $i is down but its port $want (from $PROPS)" \
+        "is taken by another process; free it, then run: $0 restart $i"
+    done
+  done
+  need_java
+  fetch_jars
+  for i in "${DOWN[@]}"; do
+    select_node "$i"
+    say "node $i is down: starting it again on its data (port $(configured_port))"
+    pid="$(launch_node)"
+    [ -n "$pid" ] || die "could not launch node $i"
+    launched+=("$i"); lpids+=("$pid")
+  done
+  for i in "${!launched[@]}"; do
+    select_node "${launched[$i]}"
+    if ! wait_ready "${lpids[$i]}" "$(configured_port)" "$deadline"; then
+      stop_nodes "${launched[@]}" >/dev/null 2>&1 || true
+      die "node ${launched[$i]} failed to start again (log: ${LOG#"$ROOT"/}); the running" \
+        "node(s) ${RUNNING[*]} were left as they were"
+    fi
+  done
+  select_node 1
+  say "node(s) ${launched[*]} back (pids ${lpids[*]}); node(s) ${RUNNING[*]} kept running" \
+    "(pids ${RUNNING_PIDS[*]})"
+}
+
 cmd_start() {
   local t0 deadline pid port cport id i voters="" pids=()
   t0="$(date +%s)"
@@ -300,25 +399,22 @@ cmd_start() {
     say "no broker answers at KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP; starting a local one"
   fi
 
-  mkdir -p "$STATE"
-  exec 9>"$STATE/.lock"
-  flock -w 120 9 || die "another kafka.sh holds $STATE/.lock"
-
-  pid="$(broker_pid)"
-  if [ -n "$pid" ]; then
+  take_lock
+  survey
+  if [ "${#RUNNING[@]}" -gt 0 ]; then
+    [ "${#DOWN[@]}" -eq 0 ] || start_down_nodes "$deadline"
     for i in $(seq "$N"); do
       select_node "$i"
       pid="$(broker_pid)"
-      [ -n "$pid" ] || die "node $i of the running cluster is down; run: $0 restart $i (or stop)"
+      [ -n "$pid" ] || die "node $i stopped while starting; see ${LOG#"$ROOT"/}"
       port="$(configured_port)"
-      [ -n "$port" ] || die "node pid $pid runs but $PROPS has no port; run: $0 stop"
       if ! kafka_answers "$HOST" "$port"; then
         say "node $i (pid $pid) is running but not answering yet; waiting"
         need_java
         wait_ready "$pid" "$port" "$deadline" || die "node $i (pid $pid) is not healthy; try: $0 stop"
       fi
     done
-    say "reusing the running cluster ($N node(s))"
+    [ "${#DOWN[@]}" -gt 0 ] || say "reusing the running cluster ($N node(s))"
     echo "KAFKA_BOOTSTRAP=$(bootstrap_list)"; return 0
   fi
 
@@ -358,13 +454,14 @@ cmd_start() {
   for i in $(seq "$N"); do
     select_node "$i"
     pid="$(launch_node)"
-    [ -n "$pid" ] || die "could not launch node $i"
+    [ -n "$pid" ] || { stop_nodes $(seq $((i - 1))) >/dev/null 2>&1 || true; die "could not launch node $i"; }
     pids+=("$pid")
   done
   for i in $(seq "$N"); do
     select_node "$i"
     if ! wait_ready "${pids[$((i - 1))]}" $((port + i - 1)) "$deadline"; then
-      cmd_stop >/dev/null 2>&1 || true
+      # every node was launched by this call (none ran before): stopping them stops only ours
+      stop_nodes $(seq "$N") >/dev/null 2>&1 || true
       die "node $i failed to start (log: ${LOG#"$ROOT"/})"
     fi
   done
@@ -372,33 +469,60 @@ cmd_start() {
   echo "KAFKA_BOOTSTRAP=$(bootstrap_list)"
 }
 
-stop_pid() { # $1 pid; TERM, then KILL after 30 s
-  local pid="$1" i
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 300); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
+# Stop the given nodes: SIGTERM together (a controller quorum stops faster when all go at
+# once), SIGKILL after KAFKA_STOP_TIMEOUT. A node's pid file goes only with its process: a
+# process that survives (another user's, or one the kernel will not kill yet) is named, its
+# pid file kept, and the return status is 1.
+stop_nodes() {
+  local i pid n left why pids=() nodes=() stuck=() stopped=()
+  for i in "$@"; do
+    select_node "$i"
+    pid="$(broker_pid)"
+    [ -n "$pid" ] || { rm -f "$PIDFILE"; continue; }
+    nodes+=("$i"); pids+=("$pid")
+    kill -TERM "$pid" 2>/dev/null || true
   done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "pid $pid ignored SIGTERM for 30s; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  left=$(( ${KAFKA_STOP_TIMEOUT:-30} * 10 ))
+  for n in "${!pids[@]}"; do
+    # a process we may not signal (another user's) will not go: no use waiting for it
+    while proc_alive "${pids[$n]}" && kill -0 "${pids[$n]}" 2>/dev/null && [ "$left" -gt 0 ]; do
+      sleep 0.1; left=$((left - 1))
+    done
+  done
+  for n in "${!pids[@]}"; do
+    pid="${pids[$n]}"
+    if proc_alive "$pid" && kill -0 "$pid" 2>/dev/null; then
+      say "node ${nodes[$n]} (pid $pid) ignored SIGTERM for ${KAFKA_STOP_TIMEOUT:-30}s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  for n in "${!pids[@]}"; do
+    pid="${pids[$n]}"
+    for _ in $(seq 50); do
+      proc_alive "$pid" && kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    select_node "${nodes[$n]}"
+    if proc_alive "$pid"; then
+      stuck+=("${nodes[$n]}")
+      if kill -0 "$pid" 2>/dev/null; then why="survived SIGTERM and SIGKILL"
+      else why="may not be signalled by $(id -un)"; fi
+      say "node ${nodes[$n]} (pid $pid) did not stop: it $why; its pid file" \
+        "${PIDFILE#"$ROOT"/} is kept"
+    else
+      rm -f "$PIDFILE"; stopped+=("$pid")
+    fi
+  done
+  select_node 1
+  [ "${#stopped[@]}" -eq 0 ] || say "stopped (pids ${stopped[*]})"
+  [ "${#pids[@]}" -gt 0 ] || say "not running"
+  if [ "${#stuck[@]}" -gt 0 ]; then
+    echo "kafka: error: could not stop node(s) ${stuck[*]}" >&2
+    return 1
   fi
 }
 
-cmd_stop() {
-  local pid i any=0 pids=()
-  # TERM every node first: a controller quorum stops faster when all go together.
-  for i in $(seq "$N"); do
-    select_node "$i"
-    pid="$(broker_pid)"
-    [ -n "$pid" ] && { pids+=("$pid"); kill -TERM "$pid" 2>/dev/null || true; any=1; }
-  done
-  for pid in "${pids[@]}"; do stop_pid "$pid"; done
-  for i in $(seq "$N"); do select_node "$i"; rm -f "$PIDFILE"; done
-  select_node 1
-  if [ "$any" -eq 0 ]; then say "not running"; else say "stopped (pids ${pids[*]})"; fi
-}
+cmd_stop() { stop_nodes $(seq "$N"); }
 
 node_arg() {
   [[ "${1:-}" =~ ^[1-9]$ ]] && [ "$1" -le "$N" ] || die "node must be 1..$N, not '${1:-}'"
@@ -411,7 +535,8 @@ cmd_kill() {
   pid="$(broker_pid)"
   [ -n "$pid" ] || die "node $1 does not run"
   kill -KILL "$pid"
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  for _ in $(seq 100); do proc_alive "$pid" || break; sleep 0.05; done
+  proc_alive "$pid" && die "node $1 (pid $pid) is still there after SIGKILL; its pid file is kept"
   rm -f "$PIDFILE"
   say "killed node $1 (pid $pid)"
 }
@@ -422,9 +547,12 @@ cmd_restart() {
   [ -z "$(broker_pid)" ] || die "node $1 runs already"
   [ -f "$PROPS" ] || die "node $1 was never started"
   need_java
-  local pid port deadline
+  local pid port want deadline
   deadline=$(( $(date +%s) + ${KAFKA_START_TIMEOUT:-90} ))
   port="$(configured_port)"
+  for want in "$port" "$(configured_cport)"; do
+    port_open "$HOST" "$want" && die "node $1's port $want (from $PROPS) is taken by another process"
+  done
   pid="$(launch_node)"
   [ -n "$pid" ] || die "could not launch node $1"
   wait_ready "$pid" "$port" "$deadline" || die "node $1 failed to restart (log: $LOG)"
@@ -452,11 +580,20 @@ cmd_status() {
 
 cmd_reset() {
   local i
-  cmd_stop
+  cmd_stop || die "not deleting the data of a node that still runs"
   for i in $(seq "$N"); do select_node "$i"; rm -rf "$DATA" "$PROPS"; done
   say "deleted the data under ${STATE#"$ROOT"/} (jars kept)"
 }
 
+# One kafka.sh at a time changes a state directory: a start running beside a stop (or
+# another start) would read pid files the other is rewriting.
+take_lock() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -w 120 9 || die "another kafka.sh holds $STATE/.lock"
+}
+
+case "${1:-}" in stop | reset | kill | restart) take_lock ;; esac
 case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;

@@ -34,9 +34,10 @@ _BUDGET = os.environ.get("THESEUS_FUZZ_EXAMPLES")
 
 
 def _settings(default: int) -> settings:
+    # a budget explores at random, except under CI's profile, which derandomizes everything
+    fixed = settings.default.derandomize or not _BUDGET
     return settings(max_examples=int(_BUDGET) if _BUDGET else default, deadline=None,
-                    derandomize=not _BUDGET, database=None if not _BUDGET else
-                    settings.default.database,
+                    derandomize=fixed, database=None if fixed else settings.default.database,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from migrate.ckcheck import check_checkpoint
 from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.integration
 
 CK = FIXTURES / "checkpoints" / "recursive_reach"
 

@@ -27,6 +27,8 @@ import pytest
 from compat.check import load_plan
 from tests.integration.conftest import PYTHON, ROOT, spark_env
 
+pytestmark = pytest.mark.integration
+
 USERS = 1200
 ORDERS = 1500
 REGIONS = ["north", "south", "east", "west", "rare"]
