@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import JobError
+from migrate.adopt.origins import Origins, record
 
 #: the function a job file defines when ``FILE.py`` names none
 DEFAULT_FUNCTION = "build"
@@ -38,6 +39,8 @@ class Job:
     writer: Any
     spark: Any
     shuffle_partitions: int
+    #: where the job's DataFrame calls were written (``migrate.adopt.origins``)
+    origins: Origins | None = None
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -190,7 +193,8 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
                            "DataStreamWriter (or FILE.py:FUNCTION)",
                            found=", ".join(defined) or "no function")
         try:
-            writer = fn(spark)
+            with record(spark) as origins:
+                writer = fn(spark)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -209,7 +213,7 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
                 del sys.modules[mod]
     _check_writer(writer, path, function, source)
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return Job(path, function, source, writer, spark, parts)
+    return Job(path, function, source, writer, spark, parts, origins)
 
 
 def _check_writer(writer: Any, path: str, function: str, source: str) -> None:
