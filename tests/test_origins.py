@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 
 import jsonschema
 import pytest
+from click.testing import CliRunner
 
+from compat import loaders
 from compat.check import check_plans
+from compat.errors import JobError
 from compat.fleet.signature import signatures
 from compat.gitcheck import Entry
 from compat.gitcheck import render as render_many
@@ -24,6 +28,7 @@ from compat.origins import origin_positions, relocate, with_origins
 from compat.report import render
 from compat.schema_check import load_schema
 from compat.serde import from_doc, to_doc
+from migrate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "fixtures" / "upgrades" / "ship_load_capacity_rule_changed"
@@ -177,3 +182,55 @@ def test_a_finding_only_on_the_old_side_points_at_the_ref():
     out = render_many([entry], "HEAD", "github")
     removed = [ln for ln in out.splitlines() if "over_capacity" in ln and "file=" in ln]
     assert removed and all("file=HEAD:jobs/ship_load.py,line=35," in ln for ln in removed), out
+
+
+# -- check --against over job files (read by a fake loader: the file holds its plan) -----------
+
+
+def _fake_job(doc: dict, raises: bool = False) -> str:
+    return ("def build(spark):  # df.writeStream...\n    pass\n"
+            + ("# RAISE\n" if raises else "") + "# PLAN " + json.dumps(doc) + "\n")
+
+
+def _fake_loader(path: str, raw: bytes | None = None):
+    text = Path(path).read_text()
+    if "# RAISE" in text:
+        raise JobError("build(spark) raised: ValueError: boom", file=path, line=2)
+    doc = json.loads(text.split("# PLAN ", 1)[1])
+    plan = from_doc(doc, path)
+    analyze(plan)
+    return with_origins(plan)
+
+
+def test_against_names_the_old_job_at_the_ref(tmp_path, monkeypatch):
+    monkeypatch.setattr(loaders, "_JOB_LOADERS", [_fake_loader])
+    repo = tmp_path / "repo"
+    (repo / "jobs").mkdir(parents=True)
+    job = repo / "jobs" / "ship_load.py"
+    job.write_text(_fake_job(_doc("old")))
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v1"]):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                       cwd=repo, check=True, capture_output=True)
+    moved = {**{k: {"file": "ship_load.py", "line": v, "column": 9}
+                for k, v in LINES.items()},
+             "over_capacity": {"file": "ship_load.py", "line": 38, "column": 9}}
+    job.write_text(_fake_job(_doc("new", moved)))
+    monkeypatch.chdir(repo)
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "jobs"])
+    assert r.exit_code == 0, r.output
+    assert "old over_capacity (HEAD:jobs/ship_load.py:35:9); " \
+           "new over_capacity (jobs/ship_load.py:38:9)" in r.output, r.output
+    assert "theseus-ref-" not in r.output
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "jobs", "--format", "github"])
+    (ann,) = [ln for ln in r.output.splitlines() if "filter-changed" in ln]
+    assert ann.startswith("::notice file=jobs/ship_load.py,line=38,col=9,"), ann
+
+    # an old job that does not import is named at the ref as well
+    job.write_text(_fake_job(_doc("old"), raises=True))
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam",
+                    "v2"], cwd=repo, check=True, capture_output=True)
+    job.write_text(_fake_job(_doc("new")))
+    r = CliRunner().invoke(main, ["check", "--against", "HEAD", "jobs"])
+    assert r.exit_code == 2, r.output
+    assert "HEAD:jobs/ship_load.py:2: build(spark) raised" in r.output, r.output
+    assert "theseus-ref-" not in r.output
