@@ -113,13 +113,15 @@ class Report:
 
     def _finding_json(self, f: Finding) -> dict[str, Any]:
         doc = f.to_json()
-        # A SQL plan's findings say where they were written (its pointers are into the
-        # compiled JSON, which nobody wrote).
+        # A SQL plan's and a job's findings say where they were written (their pointers
+        # are into the compiled or imported JSON, which nobody wrote).
         for side, plan in (("old", self.old), ("new", self.new)):
             loc = doc[side]
             if plan.positions and (loc["node"] or loc["pointer"] is not None):
                 pos = plan.position(loc["pointer"], loc["node"])
                 if pos is not None:
+                    if pos.file:
+                        loc["file"] = pos.file
                     loc["line"], loc["column"] = pos.line, pos.col
         return doc
 

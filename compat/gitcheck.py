@@ -15,6 +15,8 @@ from typing import Any
 
 from compat.check import Report, check_plans, is_job, is_sql, load_plan
 from compat.errors import CheckError, TheseusError
+from compat.model import Plan
+from compat.origins import relocate
 
 #: outcome -> (rank, exit code)
 OUTCOMES = {"identical": (0, 0), "in_place": (1, 0), "new": (1, 0), "removed": (2, 1),
@@ -192,6 +194,19 @@ class RefTree:
             self.path = path
         return str(self.path / rel)
 
+    def job(self, rel: str) -> Plan:
+        """The job ``rel`` imported from the checkout, named ``REF:rel`` as a SQL script
+        read at the ref is, its positions in the checkout's other files likewise."""
+        path = self.file(rel)
+        root = str(self.path)
+        try:
+            plan = load_plan(path)
+        except TheseusError as e:  # an old job that does not import: named at the ref too
+            if e.file and e.file.startswith(root + "/"):
+                e.file = f"{self.ref}:{e.file[len(root) + 1:]}"
+            raise
+        return relocate(plan, f"{self.ref}:{rel}", root, f"{self.ref}:")
+
     def __exit__(self, *exc: object) -> None:
         if self.path is not None:
             git(["worktree", "remove", "--force", str(self.path)], self.root)
@@ -234,7 +249,7 @@ def _check_files(current: list[Path], entries: list[Entry], seen: set[str], ref:
                 continue
             # Both revisions are compiled when they are SQL: the old one from git's copy;
             # a job is imported from the ref's own tree (its sibling modules with it).
-            old_plan = load_plan(tree.file(rel)) if is_job(rel) else \
+            old_plan = tree.job(rel) if is_job(rel) else \
                 load_plan(f"{ref}:{rel}", raw=old.stdout)
             new_plan = load_plan(str(path), reuse=old_plan)
             report = check_plans(old_plan, new_plan, require=require,

@@ -262,13 +262,15 @@ def step_class(name: str) -> type[Node]:
 
 
 class Position(NamedTuple):
-    """Where a part of a plan was written in a source that is not its JSON (a SQL script):
-    1-based line and column of its first character and of the character after its end."""
+    """Where a part of a plan was written in a source that is not its JSON (a SQL script,
+    a PySpark job): 1-based line and column of its first character and of the character
+    after its end, and the file when it is not the plan's own (a job's helper module)."""
 
     line: int
     col: int
     end_line: int
     end_col: int
+    file: str | None = None
 
 
 @dataclass
@@ -292,7 +294,9 @@ class Plan:
     documents: dict[str, Any] = field(default_factory=dict, repr=False)
     #: for a plan compiled from SQL, where its parts were written, by JSON pointer (a node's
     #: ``/nodes/<i>``, some of its fields, ``/config/<key>``, ``/query``; ``""`` is the
-    #: query): reports point there instead of at the compiled JSON.  Empty for a JSON plan.
+    #: query): reports point there instead of at the compiled JSON.  For a plan imported
+    #: from a PySpark job, where each node's DataFrame call was (``compat.origins``).
+    #: Empty for a JSON plan.
     positions: dict[str, Position] = field(default_factory=dict, repr=False)
     #: what analyses derive from the plan once it is inferred, by name (``compat.demand``:
     #: the columns demanded of every node), computed on first use
@@ -310,6 +314,10 @@ class Plan:
     def pointer(self, node_id: str, field_name: str | None = None) -> str:
         base = self.pointers.get(node_id, "")
         return base + ("/" + field_name if field_name else "")
+
+    def source(self, pos: Position | None) -> str:
+        """The file a position is in (the plan's own unless it names another)."""
+        return pos.file if pos is not None and pos.file else self.file
 
     def position(self, pointer: str | None, node_id: str | None = None) -> Position | None:
         """Where a SQL plan's part was written: the pointer's (``node_id``'s without one),

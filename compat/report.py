@@ -1,7 +1,8 @@
 """Report rendering: text for people, JSON for tools, Markdown for PR comments, SARIF and
 GitHub workflow annotations for CI.  Positions come from the source the plan was written in:
 a JSON plan's lines from the JSON text itself, a SQL plan's lines and columns from where the
-compiler found each part (``Plan.positions``)."""
+compiler found each part, a PySpark job's from where each DataFrame call was written, in the
+job file or a module beside it (``Plan.positions``)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ def _loc(report: Report, f: Finding) -> str:
                                       ("new", report.new, f.new_node, f.new_pointer)):
         if not (node or pointer):
             continue
-        if plan.positions:  # a SQL plan: its compiled JSON pointers mean nothing to a reader
-            line, col = where(plan, pointer, node)
-            parts.append(f"{side} {node + ' ' if node else ''}({plan.file}:{line}:{col})")
+        if plan.positions or is_job(plan.file):
+            # a SQL plan or a job: its JSON pointers are into a document nobody wrote
+            parts.append(f"{side} {node + ' ' if node else ''}({place(plan, pointer, node)})")
         else:
             parts.append(f"{side} {node or ''}{' ' + pointer if pointer else ''}")
     return "; ".join(p.replace("  ", " ") for p in parts)
@@ -181,8 +182,15 @@ def at(report: Report, f: Finding) -> str:
     name = f.new_node or f.old_node or "plan"
     if not plan.positions:
         return name
+    return f"{name} ({place(plan, pointer, node)})"
+
+
+def place(plan: Plan, pointer: str | None, node: str | None) -> str:
+    """``file:line:col`` of a pointer in a SQL or job plan; the file alone for a part of a
+    job that no DataFrame call made (its config, a node without an origin)."""
     line, col = where(plan, pointer, node)
-    return f"{name} ({plan.file}:{line}:{col})"
+    file = plan.source(plan.position(pointer, node))
+    return file if line is None else f"{file}:{line}:{col}"
 
 
 # -- positions in the source -------------------------------------------------------------
@@ -281,12 +289,15 @@ def line_of(path: str, pointer: str | None) -> int:
 def where(plan: Plan, pointer: str | None, node: str | None = None
           ) -> tuple[int | None, int | None]:
     """1-based line and column (None for a JSON plan: its lines are whole values) of a
-    pointer in the file the plan was written in.  A plan imported from a PySpark job has
-    neither: its JSON pointers are not places in the Python file (the finding names the
-    node, the annotation the file)."""
+    pointer in the file the plan was written in (``Plan.source`` names it).  A part of a
+    plan imported from a PySpark job that no DataFrame call made has neither: its JSON
+    pointers are not places in the Python file (the finding names the node, the annotation
+    the file)."""
     if plan.positions:
         pos = plan.position(pointer, node)
-        return (pos.line, pos.col) if pos is not None else (1, 1)
+        if pos is not None:
+            return pos.line, pos.col
+        return (None, None) if is_job(plan.file) else (1, 1)
     if is_job(plan.file):
         return None, None
     return line_of(plan.file, pointer), None
@@ -303,8 +314,15 @@ def _region(plan: Plan, pointer: str | None, node: str | None) -> dict[str, int]
     if pos is None:
         line = where(plan, pointer, node)[0]
         return {"startLine": line} if line is not None else None
+    if (pos.end_line, pos.end_col) == (pos.line, pos.col):  # a call site: a point
+        return {"startLine": pos.line, "startColumn": pos.col}
     return {"startLine": pos.line, "startColumn": pos.col, "endLine": pos.end_line,
             "endColumn": pos.end_col}
+
+
+def _uri(plan: Plan, pointer: str | None, node: str | None) -> str:
+    """The file a finding's part is in: the plan's, or a job's helper module."""
+    return plan.source(plan.position(pointer, node))
 
 
 def _physical(uri: str, region: dict[str, int] | None) -> dict[str, Any]:
@@ -323,7 +341,7 @@ def render_github(report: Report, verdict: bool = True) -> str:
     for f in report.findings:
         plan, pointer, node = _primary(report, f)
         line, col = where(plan, pointer, node)
-        at = f"file={plan.file}" + (f",line={line}" if line is not None else "") \
+        at = f"file={_uri(plan, pointer, node)}" + (f",line={line}" if line is not None else "") \
             + (f",col={col}" if col is not None else "")
         msg = f"{f.message}. {f.hint}".replace("%", "%25").replace("\r", "%0D") \
             .replace("\n", "%0A")
@@ -355,7 +373,8 @@ def render_sarif(report: Report) -> str:
     results = []
     for f in report.findings:
         plan, pointer, node = _primary(report, f)
-        locs = [{"physicalLocation": _physical(plan.file, _region(plan, pointer, node)),
+        locs = [{"physicalLocation": _physical(_uri(plan, pointer, node),
+                                               _region(plan, pointer, node)),
                  "logicalLocations": [{"name": f.new_node or f.old_node or "plan",
                                        "fullyQualifiedName": f.new_pointer or f.old_pointer
                                        or "/"}]}]
@@ -363,7 +382,7 @@ def render_sarif(report: Report) -> str:
         if f.old_pointer is not None and f.new_pointer is not None:
             related.append({"id": 1, "message": {"text": "in the old plan"},
                             "physicalLocation": _physical(
-                                report.old.file,
+                                _uri(report.old, f.old_pointer, f.old_node),
                                 _region(report.old, f.old_pointer, f.old_node))})
         res = {"ruleId": f.code, "ruleIndex": codes.index(f.code), "level": level[f.severity],
                "message": {"text": f"{f.message}. {f.hint}"}, "locations": locs,

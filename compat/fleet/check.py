@@ -102,6 +102,8 @@ def _finding_json(q: QueryResult, f: Finding) -> dict[str, Any]:
         if plan is not None and plan.positions and (loc["node"] or loc["pointer"]):
             pos = plan.position(loc["pointer"], loc["node"])
             if pos is not None:
+                if pos.file:
+                    loc["file"] = pos.file
                 loc["line"], loc["column"] = pos.line, pos.col
     return doc
 

@@ -51,7 +51,7 @@ class FleetQuery:
         ``file:line:col`` for a SQL script (its pointers are into JSON nobody wrote)."""
         pos = self.plan.position(pointer)
         if pos is not None:
-            return f"{self.plan.file}:{pos.line}:{pos.col}"
+            return f"{self.plan.source(pos)}:{pos.line}:{pos.col}"
         return f"{self.plan.file} at {pointer}"
 
 
@@ -381,5 +381,5 @@ def _at(q: FleetQuery, pointer: str) -> dict[str, Any]:
     and column where that part was written."""
     pos = q.plan.position(pointer)
     if pos is not None:
-        return {"file": f"{q.plan.file}:{pos.line}:{pos.col}"}
+        return {"file": f"{q.plan.source(pos)}:{pos.line}:{pos.col}"}
     return {"file": q.plan.file, "pointer": pointer}

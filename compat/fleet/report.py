@@ -50,8 +50,7 @@ def _title(q: QueryResult) -> str:
 def _at(q: QueryResult, pointer: str | None, node: str | None, old: bool = False) -> str:
     plan = q.old_plan if old and q.old_plan is not None else q.plan
     if plan.positions:
-        line, col = R.where(plan, pointer, node)
-        return f"{node + ' ' if node else ''}({plan.file}:{line}:{col})"
+        return f"{node + ' ' if node else ''}({R.place(plan, pointer, node)})"
     return f"{plan.file}" + (f" {node}" if node else "") + (f" {pointer}" if pointer else "")
 
 

@@ -24,7 +24,9 @@ from typing import Any
 
 from compat.errors import JobError, TheseusError
 from compat.model import Plan
+from compat.origins import with_origins
 from migrate.adopt.job import DEFAULT_FUNCTION, Job, call_line, read_source, run_job, split_target
+from migrate.adopt.origins import KEY as ORIGIN
 from migrate.adopt.translate import Out, Translator, _quote
 
 #: Spark's OutputMode objects -> the plan's sink mode
@@ -114,7 +116,8 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
                     line=call_line(job.source, "writeStream"),
                     expected="select(to_json(struct(...)).alias('key'), "
                     "to_json(struct(...)).alias('value'))", found=str(plan.nodeName()))
-    child = t.translate(plan.child())
+    with t.within(plan):
+        child = t.translate(plan.child())
     items = {str(it.name()).lower(): it for it in t.items(plan.projectList())}
     extra = sorted(set(items) - {"key", "value"})
     if extra or "value" not in items:
@@ -133,11 +136,12 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
     if [c["name"] for c in columns] != in_order or any(
             c["expr"] != _quote(c["name"]) for c in columns):
         inp = t.add("project", {"step": "project", "version": 1, "inputs": [inp],
-                                "columns": columns})
+                                "columns": columns}, origin=t.origin_of(plan))
     sink_mode = MODES.get(mode or "append", "append")
     t.add("out", {"step": "sink", "version": version, "inputs": [inp], "topic": topic,
                   "format": fmt, "key_columns": key_columns, "mode": sink_mode,
-                  "delivery": delivery or "at_least_once"})
+                  "delivery": delivery or "at_least_once"},
+          origin=job.origins.sink if job.origins is not None else None)
     # Step 5: what the analyzed plan does not say.
     for nid, sopts in t.sources.items():
         node = t.nodes[nid]
@@ -161,7 +165,15 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
     return {"format": "theseus.plan/1", "query": query,
             "config": {"state_partitions": job.shuffle_partitions},
             "metadata": {"imported_from": f"{Path(job.file).name}:{job.function}"},
-            "nodes": list(t.nodes.values())}
+            "nodes": [_origin_last(n) for n in t.nodes.values()]}
+
+
+def _origin_last(node: dict[str, Any]) -> dict[str, Any]:
+    """The node with its ``x-origin`` last, where the serde writes ``x-`` keys (fields set
+    after a node was added would follow it)."""
+    if ORIGIN not in node:
+        return node
+    return {**{k: v for k, v in node.items() if k != ORIGIN}, ORIGIN: node[ORIGIN]}
 
 
 def _struct_fields(t: Translator, e: Any, child: Out, what: str) -> list[tuple[str, Any]]:
@@ -287,7 +299,7 @@ def load_job_plan(path: str, raw: bytes | None = None) -> Plan:
     file, function = split_target(path)
     doc = import_job(path, file_name=file)
     plan = validate(doc, file)
-    return plan
+    return with_origins(plan)  # findings point at the job's DataFrame calls
 
 
 __all__ = ["DEFAULT_FUNCTION", "dumps", "import_job", "load_job_plan", "topic_partitions",

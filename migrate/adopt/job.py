@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.errors import JobError
+from migrate.adopt.origins import Origins, record
 
 #: the function a job file defines when ``FILE.py`` names none
 DEFAULT_FUNCTION = "build"
@@ -44,6 +45,8 @@ class Job:
     #: the sources whose partition count step 5 asked the broker for (node, bootstrap,
     #: topic): an import cache hit asks again
     lookups: list[dict[str, Any]] = field(default_factory=list)
+    #: where the job's DataFrame calls were written (``migrate.adopt.origins``)
+    origins: Origins | None = None
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -196,7 +199,8 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
                            "DataStreamWriter (or FILE.py:FUNCTION)",
                            found=", ".join(defined) or "no function")
         try:
-            writer = fn(spark)
+            with record(spark) as origins:
+                writer = fn(spark)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -224,7 +228,8 @@ def _run(spark: Any, path: str, function: str, source: str) -> Job:
                     loaded.append(real)
     _check_writer(writer, path, function, source)
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return Job(path, function, source, writer, spark, parts, sorted(set(loaded)))
+    return Job(path, function, source, writer, spark, parts, modules=sorted(set(loaded)),
+               origins=origins)
 
 
 def _installed_roots() -> tuple[str, ...]:

@@ -19,12 +19,17 @@ Anything else is refused with the operator's name: a plan never guesses.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from compat.errors import JobError
 from migrate.adopt.job import Job, call_line, def_line
+from migrate.adopt.origins import KEY as ORIGIN
+from migrate.adopt.origins import Origin
 
 #: Spark's join types -> the plan's
 JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right",
@@ -97,6 +102,9 @@ class Translator:
 
     def __post_init__(self) -> None:
         self.spark = self.job.spark
+        self.folder = os.path.dirname(os.path.realpath(self.job.file))
+        #: the origins of the operators being translated, innermost last
+        self._origins: list[Origin | None] = []
         self.jvm = self.spark._jvm
         self.cast_tag = self.jvm.org.apache.spark.sql.catalyst.expressions.Cast \
             .USER_SPECIFIED_CAST()
@@ -124,10 +132,30 @@ class Translator:
             name, i = f"{base}{i}", i + 1
         return name
 
-    def add(self, base: str, doc: dict[str, Any]) -> str:
+    def add(self, base: str, doc: dict[str, Any], origin: Origin | None = None) -> str:
+        """A new node; its ``x-origin`` is ``origin``, else the call that made the Spark
+        operator being translated."""
         nid = self.fresh(base)
         self.nodes[nid] = {"id": nid, **doc}
+        origin = origin or (self._origins[-1] if self._origins else None)
+        if origin is not None:
+            self.nodes[nid][ORIGIN] = origin.doc(self.folder)
         return nid
+
+    def origin_of(self, plan: Any) -> Origin | None:
+        """The user's call that made the operator ``plan``, else the nearest one above it
+        being translated."""
+        own = self.job.origins.at(plan) if self.job.origins is not None else None
+        return own or (self._origins[-1] if self._origins else None)
+
+    @contextlib.contextmanager
+    def within(self, plan: Any) -> Iterator[None]:
+        """Nodes added in the block come from ``plan``'s call."""
+        self._origins.append(self.origin_of(plan))
+        try:
+            yield
+        finally:
+            self._origins.pop()
 
     def rename(self, old: str, new: str) -> str:
         """A subtree's top node takes the name the job gave it (``df.alias("o")``); only
@@ -254,7 +282,8 @@ class Translator:
                 op = REFUSED_OPERATORS[c]
                 raise self.refuse(f"'{op}'", c, _LINE_NAMES.get(op, (op.split("/")[0],)))
             raise self.refuse(f"Spark operator {plan.nodeName()}", c)
-        return method(plan)
+        with self.within(plan):
+            return method(plan)
 
     def _batch(self, plan: Any) -> Out:
         raise self.err("a batch read (spark.read) cannot be expressed in a plan but as a "
@@ -351,8 +380,9 @@ class Translator:
             raise self.err("a batch read Theseus cannot read the options of",
                            line=call_line(self.job.source, "read"),
                            expected="spark.read.format('kafka')", found=str(rel.nodeName()))
-        out = self._kafka_source(opts, "read", {"startingoffsets": "earliest",
-                                                "endingoffsets": "latest"}, raw)
+        with self.within(rel):  # the source is the batch read's load(), not the filter
+            out = self._kafka_source(opts, "read", {"startingoffsets": "earliest",
+                                                    "endingoffsets": "latest"}, raw)
         self.nodes[out.node]["role"] = "table"
         self.nodes[out.node]["starting_offsets"] = "earliest"
         self.tables.add(out.node)

@@ -275,6 +275,8 @@ def test_the_wheel_installed_gives_the_gate_and_with_the_extra_plan_import(dist,
     got = json.loads(out.read_text())
     got.pop("metadata", None)
     expected.pop("metadata", None)
+    # the installed importer says where each step was made, in the job file itself
+    assert {n.pop("x-origin")["file"] for n in got["nodes"]} == {"job.py"}, got
     assert got == expected, r.stderr[-2000:]
     t.lap("plan import on Spark")
     t.report()

@@ -53,6 +53,12 @@ def test_job_imports_to_its_expected_plan(case, kafka_connector, monkeypatch):
     got = _import(str(case / "job.py"), **_plan_args(expected))
     got.pop("metadata")
     expected.pop("metadata", None)
+    # Every node says where it was made, in a file of the job's folder (the lines are
+    # tests/integration/test_pyspark_origins.py's); the plan is compared without them.
+    lines = {p.name: len(p.read_text().splitlines()) for p in case.glob("*.py")}
+    for n in got["nodes"]:
+        origin = n.pop("x-origin")
+        assert 1 <= origin["line"] <= lines[origin["file"]], (n["id"], origin)
     assert got == expected
 
 
