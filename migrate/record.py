@@ -4,6 +4,7 @@ where a migration resumes: its ``phase`` (:mod:`migrate.protocol`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.check import load_plan
+from compat.check import is_job, load_plan
 from compat.errors import InvalidRequest, MigrationError, Refused, StoreError, TheseusError
 from compat.serde import dumps
 from gates.deadline import Deadline
@@ -71,6 +72,9 @@ class Migration:
     #: the plan file as the user gave it (``new_plan`` is the store's copy): what refusals
     #: and messages name
     plan_file: str = ""
+    #: that file's digest when the migration started (:func:`source_digest`): a job file
+    #: is the source of truth, and the store's copy is only what it imported then
+    plan_digest: str = ""
     #: ``--dry-run``: the shadow runs to the head, nothing is cut (:mod:`migrate.protocol`)
     dry_run: bool = False
     #: the delete guard (step 3): ``--allow-deletes``, and the largest share of the
@@ -176,19 +180,41 @@ def user_plan(m: Migration) -> str:
     return m.plan_file or m.new_plan
 
 
-def user_file(store: DirectoryStore, instance: str) -> str:
-    """The user's file of the plan ``instance`` runs, as its host recorded it (``theseus
-    run``); an instance a migration started runs the store's copy of the migration's new
-    plan: that migration's ``plan_file`` then.  "" when not recorded (an older host)."""
-    f = str(store.status(instance).get("plan_file") or "")
+def source_digest(target: str) -> str:
+    """``sha256:HEX`` of the bytes of the user's plan file (a JSON plan, a SQL script, or
+    the job file of ``FILE.py[:FUNCTION]``), "" when it cannot be read.  The store keeps
+    it beside the plan it made: the recorded plan of a job is what the job built then,
+    and only the file's digest says whether the file still builds it."""
+    file = target.rsplit(":", 1)[0] if is_job(target) and not \
+        target.lower().endswith(".py") else target
+    try:
+        return "sha256:" + hashlib.sha256(Path(file).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def user_source(store: DirectoryStore, instance: str) -> tuple[str, str]:
+    """The user's file of the plan ``instance`` runs and its digest when the plan was made
+    from it (``("", "")`` when not recorded): :func:`user_file`, with the digest its host
+    or its migration recorded."""
+    st = store.status(instance)
+    f = str(st.get("plan_file") or "")
     p = Path(f)
     if p.parent.name == "migrations" and p.name.endswith(".plan.json") and \
             not p.name.endswith(".old.plan.json"):
         try:
-            return Migration.load(store, p.name[:-len(".plan.json")]).plan_file or f
+            m = Migration.load(store, p.name[:-len(".plan.json")])
+            return (m.plan_file or f, m.plan_digest) if m.plan_file else (f, "")
         except (TheseusError, OSError):
-            return f
-    return f
+            return f, ""
+    return f, str(st.get("plan_digest") or "")
+
+
+def user_file(store: DirectoryStore, instance: str) -> str:
+    """The user's file of the plan ``instance`` runs, as its host recorded it (``theseus
+    run``); an instance a migration started runs the store's copy of the migration's new
+    plan: that migration's ``plan_file`` then.  "" when not recorded (an older host)."""
+    return user_source(store, instance)[0]
 
 
 def resume_hint(query: str) -> str:
@@ -254,5 +280,6 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                      reconcile=reconcile, bootstrap=bootstrap, master=master,
                      trigger=trigger,
                      plan_file=plan_file or os.path.abspath(new_plan_path),
+                     plan_digest=source_digest(plan_file or new_plan_path),
                      old_plan=old_plan, old_plan_file=user_file(store, running),
                      rollback_of=rollback_of, previous=prev.id if prev is not None else "")

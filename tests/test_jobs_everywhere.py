@@ -9,6 +9,7 @@ a ``# plan:`` comment; the real importer is exercised under tests/integration.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -272,3 +273,68 @@ def test_a_fleet_of_helpers_alone_is_refused_naming_them(tmp_path, imported):
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert "holds no plan" in lines[0] and "2 helper modules skipped" in lines[0], r.output
     assert imported == []
+
+
+# -- the job file's digest in the store ------------------------------------------------------
+
+def test_the_digest_is_of_the_job_file_whatever_its_builder(tmp_path):
+    import hashlib
+
+    from migrate.record import source_digest
+
+    job = tmp_path / "job.py"
+    job.write_text(job_text("x.json"))
+    want = "sha256:" + hashlib.sha256(job.read_bytes()).hexdigest()
+    assert source_digest(str(job)) == source_digest(f"{job}:build_orders") == want
+    assert source_digest(str(tmp_path / "gone.py")) == ""
+
+
+def test_status_shows_the_job_files_digest_and_when_the_file_changed(tmp_path, imported):
+    import jsonschema
+
+    from compat.check import load_plan
+    from compat.schema_check import load_schema
+    from compat.serde import dumps
+    from migrate import view
+    from migrate.record import new_migration, source_digest, user_source
+    from migrate.store import DirectoryStore
+
+    c = case("group_by_key_changed")
+    job = tmp_path / "agg.py"
+    write_job(job, c / "old.json")
+    store = DirectoryStore(tmp_path / "state")
+    # what `theseus run agg.py` records (migrate.run: the plan imported, the file's digest)
+    plan = load_plan(str(job))
+    q = plan.query
+    store.put_plan(q, dumps(plan))
+    recorded = source_digest(str(job))
+    store.set_status(q, status="stopped", plan_file=str(job), plan_digest=recorded,
+                     plan_query=q)
+
+    def plan_view() -> dict:
+        doc = view.snapshot(store)
+        jsonschema.validate(doc, load_schema("status.v1.json"))
+        return doc["queries"][0]["plan"]
+
+    p = plan_view()
+    assert (p["file"], p["source_digest"], p["source_changed"]) == (str(job), recorded, False)
+    assert f"(from file {recorded[:19]})" in view.render_text(view.snapshot(store))
+    # the job edited after it started: what runs is no longer what the file says
+    write_job(job, c / "new.json")
+    p = plan_view()
+    assert p["source_digest"] == recorded and p["source_changed"] is True
+    assert f"(from file {recorded[:19]}, changed since)" in \
+        view.render_text(view.snapshot(store))
+    # a migration to the edited job records the job's digest then, and the shadow's host
+    # (which runs the store's copy) reports the job file and that digest
+    m = new_migration(store, q, str(job), bootstrap="b:1")
+    jsonschema.validate(json.loads(json.dumps(m.__dict__)), load_schema("migration.v1.json"))
+    assert m.plan_digest == source_digest(str(job)) != recorded
+    m.save(store)
+    store.set_status(m.new_instance, plan_file=m.new_plan, plan_query=q,
+                     plan_digest=source_digest(m.new_plan))
+    assert user_source(store, m.new_instance) == (os.path.abspath(job), m.plan_digest)
+    # without a recorded digest (a plan run by an older Theseus) nothing is claimed
+    store.set_status(q, plan_digest="")
+    p = plan_view()
+    assert p["source_digest"] is None and p["source_changed"] is None
