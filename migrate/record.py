@@ -193,6 +193,16 @@ def source_digest(target: str) -> str:
         return ""
 
 
+def source_changed(file: str, recorded: str) -> bool | None:
+    """Whether the user's file now differs from the bytes its plan was made from (None
+    when unknown).  For a job file this is the drift that matters first: the recorded plan
+    is what the job built at start, and an edited job runs only once migrated to."""
+    if not file or not recorded:
+        return None
+    now = source_digest(file)
+    return None if not now else now != recorded
+
+
 def user_source(store: DirectoryStore, instance: str) -> tuple[str, str]:
     """The user's file of the plan ``instance`` runs and its digest when the plan was made
     from it (``("", "")`` when not recorded): :func:`user_file`, with the digest its host

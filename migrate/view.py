@@ -41,7 +41,7 @@ from gates.state import Offsets, acked_offsets, read_ack
 from migrate import sides
 from migrate.progress import backfill_counts, bar_line, phase_log
 from migrate.protocol import TERMINAL, step_number
-from migrate.record import Migration, current, source_digest, user_source
+from migrate.record import Migration, current, source_changed, user_source
 from migrate.services.processes import pid_alive
 from migrate.store import DirectoryStore, open_store, read_json
 
@@ -217,16 +217,6 @@ def digest(path: Path) -> str | None:
         return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     except OSError:
         return None
-
-
-def source_changed(file: str, recorded: str) -> bool | None:
-    """Whether the user's file now differs from the bytes its plan was made from (None
-    when unknown).  For a job file this is the drift that matters first: the recorded plan
-    is what the job built at start, and an edited job runs only once migrated to."""
-    if not file or not recorded:
-        return None
-    now = source_digest(file)
-    return None if not now else now != recorded
 
 
 def instance_view(store: DirectoryStore, instance: str, heads: Heads | None,

@@ -338,3 +338,66 @@ def test_status_shows_the_job_files_digest_and_when_the_file_changed(tmp_path, i
     store.set_status(q, plan_digest="")
     p = plan_view()
     assert p["source_digest"] is None and p["source_changed"] is None
+
+
+def test_run_of_a_job_records_its_file_and_digest(tmp_path, imported, monkeypatch):
+    """``theseus run agg.py:build`` imports the job through the loader, and the store
+    records the plan it built, the job file and the file's digest (Spark not started)."""
+    import gates.broker
+    import migrate.plantopics
+    import migrate.run
+    from compat.check import load_plan
+    from compat.serde import dumps
+    from migrate.record import source_digest
+    from migrate.store import open_store
+
+    class Started(Exception):
+        pass
+
+    def start_query(*a, **kw):
+        raise Started
+
+    monkeypatch.setattr(gates.broker, "check_access", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.plantopics, "prepare", lambda *a, **kw: None)
+    monkeypatch.setattr(migrate.run, "start_query", start_query)
+    c = case("group_by_key_changed")
+    job = write_job(tmp_path / "agg.py", c / "old.json")
+    state = str(tmp_path / "st")
+    with pytest.raises(Started):
+        migrate.run.run(f"{job}:build", bootstrap="127.0.0.1:1", state=state,
+                        echo=lambda s: None)
+    assert imported == [f"{job}:build"]
+    plan = load_plan(str(c / "old.json"))
+    store = open_store(state)
+    st = store.status(plan.query)
+    assert st["plan_file"] == f"{job}:build"
+    assert st["plan_digest"] == source_digest(job) and st["plan_digest"].startswith("sha256:")
+    assert store.plan_path(plan.query).read_text() == dumps(plan)
+
+
+def test_a_drift_names_the_job_file_and_whether_it_changed(tmp_path, imported):
+    from compat.checkpoint_check import checkpoint_report
+    from migrate.ckcheck import recorded_from
+    from migrate.record import source_digest
+    from migrate.store import open_store
+    from tests.test_checkpoint import CK, _new_ops, _plan, _s, _with_store, read_checkpoint
+
+    job = write_job(tmp_path / "probe.py", CK / "plan.json")
+    state = str(tmp_path / "st")
+    store = open_store(state)
+    store.put_plan("probe", (CK / "plan.json").read_text())
+    store.set_status("probe", plan_file=job, plan_digest=source_digest(job))
+    made = recorded_from(state, "probe")
+    assert made == f"{job} ({source_digest(job)[:19]}, unchanged)"
+    (tmp_path / "probe.py").write_text(job_text(CK / "plan.json") + "# edited\n")
+    made = recorded_from(state, "probe")
+    assert made == f"{job} ({store.status('probe')['plan_digest'][:19]}, changed since)"
+    ck = read_checkpoint(CK)
+    agg, dedup = ck.operators
+    rec_ops = _new_ops([_with_store(agg, key_schema=_s("string", "string")), dedup])
+    rep = checkpoint_report(ck, _plan(), _new_ops(), _plan(), rec_ops, recorded_from=made)
+    (f,) = [f for f in rep.findings if f.code == "checkpoint-drift"]
+    assert f"made from {made}" in f.message
+    # a store that records no file (an older Theseus): the drift names the plan alone
+    store.set_status("probe", plan_file="", plan_digest="")
+    assert recorded_from(state, "probe") == ""
