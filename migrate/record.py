@@ -15,6 +15,7 @@ from typing import Any
 
 from compat.check import is_job, load_plan
 from compat.errors import InvalidRequest, MigrationError, Refused, StoreError, TheseusError
+from compat.model import Plan
 from compat.serde import dumps
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -247,10 +248,11 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                   require: list[str] | None = None, compare: bool = False,
                   reconcile: str = "auto", master: str = "local[2]",
                   trigger: str = "1 second", plan_file: str | None = None,
-                  rollback_of: str = "") -> Migration:
+                  rollback_of: str = "", plan: Plan | None = None) -> Migration:
     """A new migration of the running ``query`` to the plan at ``new_plan_path`` (recorded
     in the store), not saved yet; refused when the query is unknown or already migrating.
-    ``plan_file``: the user's file of that plan (default: ``new_plan_path``)."""
+    ``plan_file``: the user's file of that plan (default: ``new_plan_path``); ``plan``: that
+    plan when the caller loaded it already (a job file is not imported twice)."""
     running = store.live_instance(query)
     st = store.status(running)
     if not st:
@@ -275,7 +277,7 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     # the plan as JSON (a SQL plan compiled), as `theseus run` records the plan it runs
-    atomic_write(recorded, dumps(load_plan(new_plan_path)))
+    atomic_write(recorded, dumps(plan if plan is not None else load_plan(new_plan_path)))
     # the plan the query runs now, kept: the store keeps one plan per instance, and a
     # migration's finish writes the new one over the query's (migrate rollback goes back)
     kept = store.root / "migrations" / f"{mid}.old.plan.json"

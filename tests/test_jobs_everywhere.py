@@ -401,3 +401,29 @@ def test_a_drift_names_the_job_file_and_whether_it_changed(tmp_path, imported):
     # a store that records no file (an older Theseus): the drift names the plan alone
     store.set_status("probe", plan_file="", plan_digest="")
     assert recorded_from(state, "probe") == ""
+
+
+def test_migrate_start_of_a_job_imports_it_once_and_records_its_digest(tmp_path, imported,
+                                                                       monkeypatch):
+    from compat.check import load_plan
+    from compat.serde import dumps
+    from migrate import runner
+    from migrate.record import Migration, current, source_digest
+    from migrate.store import open_store
+
+    c = case("group_by_key_changed")
+    old = load_plan(str(c / "old.json"))
+    state = str(tmp_path / "st")
+    store = open_store(state)
+    store.put_plan(old.query, dumps(old))
+    store.set_status(old.query, status="running", plan_file=str(c / "old.json"),
+                     plan_query=old.query)
+    monkeypatch.setattr(runner, "run", lambda m, ctx: m)  # the phases are not the point
+    job = write_job(tmp_path / "agg.py", c / "new.json")
+    r = CliRunner().invoke(main, ["migrate", "start", job, "--bootstrap", "b:1",
+                                  "--state", state])
+    assert r.exit_code == 0, r.output
+    assert imported == [job]  # the command's load is the migration's: one import
+    m: Migration = current(store, old.query)
+    assert (m.plan_file, m.plan_digest) == (os.path.abspath(job), source_digest(job))
+    assert Path(m.new_plan).read_text() == dumps(load_plan(str(c / "new.json")))
