@@ -95,15 +95,17 @@ def theseus(*args, timeout: float = 400):
 
 @pytest.mark.own_jvm
 def test_migrate_start_to_an_edited_job_through_the_importer(job_env, kafka):
-    """``migrate start NEW.py`` (in place: the query was run to the end and stopped):
-    the new job is imported, the migration records its digest, and the query restarts on
-    its checkpoint with the plan the job built.  Every command in its own process: the
+    """``migrate start JOB.py`` after an edit (in place: the query was run to the end and
+    stopped): the edited job is imported, the migration records its digest, and the query
+    restarts on its checkpoint with the plan the job built.  Every command in its own process: the
     migrator's JVM and the host it starts are the only ones."""
     job, state, out = job_env
     r = theseus("run", job, "--bootstrap", kafka.bootstrap, "--state", state,
                 "--available-now")
     assert r.returncode == 0, r.stdout + r.stderr
-    new = job.with_name("big_orders_v2.py")
+    # edited where it is (the job's query is named after its file): the file the query
+    # started from now says something else
+    new = job
     new.write_text(job.read_text().replace(
         'F.struct("order_id", "total", "region")',
         'F.struct("order_id", "total", "region", (F.col("total") * 2).alias("twice"))'))
