@@ -482,11 +482,14 @@ def drift(ck: Checkpoint, recorded_ops: Checkpoint) -> list[str]:
     return diffs
 
 
-def drift_finding(diffs: list[str], recorded: Plan) -> Finding:
+def drift_finding(diffs: list[str], recorded: Plan, made_from: str = "") -> Finding:
+    """``made_from``: the user's file the recorded plan was made from, with its digest
+    then (a job file edited and run outside Theseus since is the usual cause)."""
+    source = f", made from {made_from}" if made_from else ""
     return finding("checkpoint-drift",
                    "the checkpoint was not made by the store's recorded plan "
-                   f"({recorded.file}): " + "; ".join(diffs) + ". The plan check against "
-                   "the recorded plan is not to be trusted; the checkpoint decides",
+                   f"({recorded.file}{source}): " + "; ".join(diffs) + ". The plan check "
+                   "against the recorded plan is not to be trusted; the checkpoint decides",
                    old_pointer="/nodes", new_pointer="/nodes")
 
 
@@ -528,7 +531,7 @@ def characteristics(ck: Checkpoint) -> list[str]:
 def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                       recorded: Plan | None = None, rec_ops: Checkpoint | None = None, *,
                       require: list[str] | None = None, schema_compat: str = "forward",
-                      allow_migration: bool = False) -> Any:
+                      allow_migration: bool = False, recorded_from: str = "") -> Any:
     """The report of ``new`` against the checkpoint ``ck``, given the operators Spark plans
     for ``new`` (``new_ops``) and, with a recorded plan, for it (``rec_ops``).
 
@@ -543,7 +546,7 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
     if recorded is not None and rec_ops is not None:
         drifted = drift(ck, rec_ops)
         if drifted:
-            findings.append(drift_finding(drifted, recorded))
+            findings.append(drift_finding(drifted, recorded, recorded_from))
     findings += compare(ck, new_ops, new)
     plan_report = None
     # What Spark does at the restart does not depend on what the user requires of the

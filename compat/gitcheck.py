@@ -15,6 +15,7 @@ from typing import Any
 
 from compat.check import Report, check_plans, is_job, is_sql, load_plan
 from compat.errors import CheckError, TheseusError
+from compat.loaders import defines_builder
 from compat.model import Plan
 from compat.origins import relocate
 
@@ -47,10 +48,6 @@ def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
 #: plan files: JSON documents, Spark SQL scripts (compiled on the fly) and PySpark jobs
 #: (imported on the fly)
 SUFFIXES = (".json", ".sql", ".py")
-#: a PySpark job defines build(spark) and builds a streaming writer (a helper module that
-#: only builds writers for others is not a job)
-_JOB = re.compile(rb"\.writeStream\b")
-_BUILD = re.compile(rb"^def build\(", re.MULTILINE)
 #: a Theseus SQL script declares its topics as Kafka tables
 _KAFKA_TABLE = re.compile(rb"\busing\s+kafka\b", re.IGNORECASE)
 
@@ -62,7 +59,7 @@ def _is_plan_text(raw: bytes, name: str) -> bool:
     if is_sql(name):
         return bool(_KAFKA_TABLE.search(raw))
     if is_job(name):
-        return bool(_JOB.search(raw) and _BUILD.search(raw))
+        return defines_builder(raw)  # a helper module the jobs import is left alone
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):

@@ -9,6 +9,7 @@ names no module of migrate, and ``theseus check`` on JSON and SQL never imports 
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,9 @@ from compat.errors import JobError
 
 if TYPE_CHECKING:  # compat.model is not needed to register or look up a loader
     from compat.model import Plan
+
+#: the builder function a job file defines when its target names none (``FILE.py``)
+BUILDER = "build"
 
 #: reads ``path`` (``raw``: its bytes when they do not come from disk) into a validated plan
 JobLoader = Callable[[str, "bytes | None"], "Plan"]
@@ -39,4 +43,29 @@ def job_loader(path: str) -> JobLoader:
     return _JOB_LOADERS[-1]
 
 
-__all__ = ["JobLoader", "job_loader", "register_job_loader"]
+def defines_builder(raw: bytes, function: str = BUILDER) -> bool:
+    """Whether the Python source ``raw`` is a job: its module defines ``function`` at the
+    top level (``def build(spark)``, or ``build = ...``).  Other ``.py`` files beside the
+    jobs are the helpers they import, which a fleet or ``check --against`` skips.
+
+    Read from the syntax tree, never by importing: importing runs the file's code and
+    needs Spark, and deciding which files to import must cost neither.  What the function
+    builds (a streaming writer, perhaps through a helper) is the importer's to check, so a
+    job whose ``build`` calls a helper's ``.writeStream`` is still a job.  A file that does
+    not parse is taken for a job: importing it reports the syntax error, where skipping it
+    would drop a query without a word."""
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
+        return True
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == function:
+            return True
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+            [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == function for t in targets):
+            return True
+    return False
+
+
+__all__ = ["BUILDER", "JobLoader", "defines_builder", "job_loader", "register_job_loader"]

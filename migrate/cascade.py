@@ -211,20 +211,22 @@ def start(store: DirectoryStore, plan_paths: list[str], *, bootstrap: str,
     cid = f"c{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     lease = Lease.take(store, order, cid, what="theseus migrate start", ttl=lease_ttl)
     with lease.installed():
-        return _start(store, lease, cid, order, links, paths, bootstrap=bootstrap,
+        return _start(store, lease, cid, order, links, paths, plans, bootstrap=bootstrap,
                       cut_mode=cut_mode, require=require, compare=compare,
                       reconcile=reconcile, master=master, trigger=trigger, echo=echo,
                       timeout=timeout, live=live)
 
 
 def _start(store: DirectoryStore, lease: Lease, cid: str, order: list[str],
-           links: list[dict[str, str]], paths: dict[str, str], *, bootstrap: str,
+           links: list[dict[str, str]], paths: dict[str, str], plans: dict[str, Plan], *,
+           bootstrap: str,
            cut_mode: str, require: list[str] | None, compare: bool, reconcile: str,
            master: str, trigger: str, echo: Callable[[str], None], timeout: float,
            live: Callable[[str, str], None] | None) -> Cascade:
     ms = {q: new_migration(store, q, paths[q], bootstrap=bootstrap, strategy="shadow",
                            cut_mode=cut_mode, require=require, compare=compare,
-                           reconcile=reconcile, master=master, trigger=trigger)
+                           reconcile=reconcile, master=master, trigger=trigger,
+                           plan=plans[q])
           for q in order}
     for m in ms.values():
         m.cascade = cid

@@ -97,6 +97,24 @@ def locate(store_spec: str, query: str) -> tuple[str, Plan | None]:
     return ck, recorded
 
 
+def recorded_from(store_spec: str, query: str) -> str:
+    """The user's file the store's recorded plan of ``query`` was made from, for the drift
+    finding: ``FILE (sha256:…, changed since)``; "" when the store does not say.  A job
+    file is what users edit, so a drift names it and says whether it changed since."""
+    from migrate.record import source_changed, user_source
+    from migrate.store import open_store
+
+    store = open_store(store_spec)
+    file, digest = user_source(store, store.live_instance(query))
+    if not file:
+        return ""
+    if not digest:
+        return file
+    changed = source_changed(file, digest)
+    return f"{file} ({digest[:len('sha256:') + 12]}" + (
+        ", changed since" if changed else ", unchanged" if changed is False else "") + ")"
+
+
 def output_query(plan: Plan, ck: Any) -> Plan:
     """What made the checkpoint: for a plan with recursive steps, its output query (each
     step a source of its loop's internal topic, named as the checkpoint's offsets name it;
@@ -124,8 +142,10 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
     # Step 1. The new plan.
     new = load_plan(new_path)
     recorded: Plan | None = None
+    made_from = ""
     if query is not None:
         checkpoint, recorded = locate(state or ".theseus", query)
+        made_from = recorded_from(state or ".theseus", query)
         if recorded is not None and recorded.query != new.query:
             raise CheckpointError("the new plan is of another query", file=new_path,
                                   pointer="/query", expected=repr(query),
@@ -143,4 +163,5 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
                              conf=ck.conf) if recorded is not None else None
     # Steps 4 to 6: plain Python (compat.checkpoint_check).
     return checkpoint_report(ck, new, new_ops, recorded, rec_ops, require=require,
-                             schema_compat=schema_compat, allow_migration=allow_migration)
+                             schema_compat=schema_compat, allow_migration=allow_migration,
+                             recorded_from=made_from)

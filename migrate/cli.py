@@ -518,8 +518,10 @@ def fleet() -> None:
               help="Write to a file instead of stdout.")
 def fleet_show(root: str, fmt: str, output: str | None) -> None:
     """Print the global plan of the fleet under DIR: every *.json and *.sql plan in its
-    tree is one query; a topic one query writes and another reads is an edge.  A file that
-    is not a plan, two plans of one query name or two queries writing one topic: exit 2."""
+    tree is one query, and so is every *.py file that defines build(spark) (a PySpark job,
+    imported under Spark); other *.py files are the modules the jobs import, skipped and
+    counted.  A topic one query writes and another reads is an edge.  A file that is not
+    a plan, two plans of one query name or two queries writing one topic: exit 2."""
     from compat.fleet.graph import load_fleet
     from compat.fleet.show import render
 
@@ -605,7 +607,9 @@ def fleet_optimize(root: str, out_dir: str) -> None:
 def run(plan_path: str, bootstrap: str, state: str, available_now: bool, master: str,
         trigger_interval: str, instance: str | None, generation: int | None,
         gated_start: bool, shadow_topic: str | None) -> None:
-    """Build the plan's Spark query and run it (Ctrl-C stops it after the current batch)."""
+    """Build the plan's Spark query and run it (Ctrl-C stops it after the current batch).
+    PLAN is a JSON plan, a SQL script or a PySpark job (FILE.py[:FUNCTION], imported); the
+    store records the plan with the path and digest of PLAN's file (theseus status)."""
     from migrate.run import run as run_plan
 
     sys.exit(run_plan(plan_path, bootstrap=bootstrap, state=state, master=master,
@@ -718,10 +722,12 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
                   reconcile: str, master: str, trigger: str, timeout: float, dry_run: bool,
                   allow_deletes: bool, max_delete_ratio: float, fmt: str,
                   lease_ttl: float | None) -> None:
-    """Migrate the query named by PLAN's `query` to PLAN, live. Several plans chained
-    through topics (an output topic another plan reads) are migrated together as one
-    cascade, cut at one logical point of the chain. With --fleet NEW_DIR, every query of
-    the fleet whose plan changed (each migration with its own --timeout)."""
+    """Migrate the query named by PLAN's `query` to PLAN, live: a JSON plan, a SQL script
+    or a PySpark job (FILE.py[:FUNCTION], imported once; the store keeps the plan it
+    built).  Several plans chained through topics (an output topic another plan reads)
+    are migrated together as one cascade, cut at one logical point of the chain.  With
+    --fleet NEW_DIR, every query of the fleet whose plan changed (each migration with its
+    own --timeout)."""
     import json
 
     from compat.check import load_plan, parse_require
@@ -772,9 +778,10 @@ def migrate_start(new_plans: tuple[str, ...], fleet_dir: str | None, bootstrap: 
     plan = load_plan(new_plan)
     progress = Progress(sys.stderr if fmt == "json" else None)
     try:
-        m = migration.start(open_store(state), plan.query, new_plan, strategy=strategy,
-                            **common, echo=progress, live=progress.live, dry_run=dry_run,
-                            allow_deletes=allow_deletes, max_delete_ratio=max_delete_ratio)
+        m = migration.start(open_store(state), plan.query, new_plan, plan=plan,
+                            strategy=strategy, **common, echo=progress, live=progress.live,
+                            dry_run=dry_run, allow_deletes=allow_deletes,
+                            max_delete_ratio=max_delete_ratio)
     finally:
         progress.close()
     if dry_run:

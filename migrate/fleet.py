@@ -115,7 +115,7 @@ def start(store: DirectoryStore, root: str, *, strategy: str = "auto",
         paths = [str(Path(root) / fleet.queries[q].path) for q in g]
         if len(g) == 1:
             m = migration.start(store, g[0], paths[0], strategy=strategy, echo=echo,
-                                **options)
+                                plan=fleet.queries[g[0]].plan, **options)
             done.append((g, m.phase))
         else:
             c = cascade.start(store, paths, echo=echo, **options)

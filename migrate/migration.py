@@ -11,6 +11,7 @@ process owns it, ``abort`` takes it over and stops that process."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from migrate import cascade, runner
 from migrate.context import Context
@@ -27,6 +28,9 @@ from migrate.record import (
 )
 from migrate.store import DirectoryStore
 
+if TYPE_CHECKING:
+    from compat.model import Plan
+
 
 def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: str,
           strategy: str = "auto", cut_mode: str = "control-events",
@@ -37,13 +41,14 @@ def start(store: DirectoryStore, query: str, new_plan_path: str, *, bootstrap: s
           dry_run: bool = False, allow_deletes: bool = False,
           max_delete_ratio: float = 0.1,
           plan_file: str | None = None, rollback_of: str = "",
-          lease_ttl: float | None = None) -> Migration:
+          lease_ttl: float | None = None, plan: Plan | None = None) -> Migration:
     lease = Lease.take(store, [query], "", what="theseus migrate start", ttl=lease_ttl)
     with lease.installed():
         m = new_migration(store, query, new_plan_path, bootstrap=bootstrap,
                           strategy=strategy, cut_mode=cut_mode, require=require,
                           compare=compare, reconcile=reconcile, master=master,
-                          trigger=trigger, plan_file=plan_file, rollback_of=rollback_of)
+                          trigger=trigger, plan_file=plan_file, rollback_of=rollback_of,
+                          plan=plan)
         m.dry_run, m.allow_deletes = dry_run, allow_deletes
         m.max_delete_ratio = max_delete_ratio
         lease.migration = m.id

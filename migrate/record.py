@@ -4,6 +4,7 @@ where a migration resumes: its ``phase`` (:mod:`migrate.protocol`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -12,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.check import load_plan
+from compat.check import is_job, load_plan
 from compat.errors import InvalidRequest, MigrationError, Refused, StoreError, TheseusError
+from compat.model import Plan
 from compat.serde import dumps
 from gates.deadline import Deadline
 from gates.files import atomic_write
@@ -71,6 +73,9 @@ class Migration:
     #: the plan file as the user gave it (``new_plan`` is the store's copy): what refusals
     #: and messages name
     plan_file: str = ""
+    #: that file's digest when the migration started (:func:`source_digest`): a job file
+    #: is the source of truth, and the store's copy is only what it imported then
+    plan_digest: str = ""
     #: ``--dry-run``: the shadow runs to the head, nothing is cut (:mod:`migrate.protocol`)
     dry_run: bool = False
     #: the delete guard (step 3): ``--allow-deletes``, and the largest share of the
@@ -176,19 +181,51 @@ def user_plan(m: Migration) -> str:
     return m.plan_file or m.new_plan
 
 
-def user_file(store: DirectoryStore, instance: str) -> str:
-    """The user's file of the plan ``instance`` runs, as its host recorded it (``theseus
-    run``); an instance a migration started runs the store's copy of the migration's new
-    plan: that migration's ``plan_file`` then.  "" when not recorded (an older host)."""
-    f = str(store.status(instance).get("plan_file") or "")
+def source_digest(target: str) -> str:
+    """``sha256:HEX`` of the bytes of the user's plan file (a JSON plan, a SQL script, or
+    the job file of ``FILE.py[:FUNCTION]``), "" when it cannot be read.  The store keeps
+    it beside the plan it made: the recorded plan of a job is what the job built then,
+    and only the file's digest says whether the file still builds it."""
+    file = target.rsplit(":", 1)[0] if is_job(target) and not \
+        target.lower().endswith(".py") else target
+    try:
+        return "sha256:" + hashlib.sha256(Path(file).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def source_changed(file: str, recorded: str) -> bool | None:
+    """Whether the user's file now differs from the bytes its plan was made from (None
+    when unknown).  For a job file this is the drift that matters first: the recorded plan
+    is what the job built at start, and an edited job runs only once migrated to."""
+    if not file or not recorded:
+        return None
+    now = source_digest(file)
+    return None if not now else now != recorded
+
+
+def user_source(store: DirectoryStore, instance: str) -> tuple[str, str]:
+    """The user's file of the plan ``instance`` runs and its digest when the plan was made
+    from it (``("", "")`` when not recorded): :func:`user_file`, with the digest its host
+    or its migration recorded."""
+    st = store.status(instance)
+    f = str(st.get("plan_file") or "")
     p = Path(f)
     if p.parent.name == "migrations" and p.name.endswith(".plan.json") and \
             not p.name.endswith(".old.plan.json"):
         try:
-            return Migration.load(store, p.name[:-len(".plan.json")]).plan_file or f
+            m = Migration.load(store, p.name[:-len(".plan.json")])
+            return (m.plan_file or f, m.plan_digest) if m.plan_file else (f, "")
         except (TheseusError, OSError):
-            return f
-    return f
+            return f, ""
+    return f, str(st.get("plan_digest") or "")
+
+
+def user_file(store: DirectoryStore, instance: str) -> str:
+    """The user's file of the plan ``instance`` runs, as its host recorded it (``theseus
+    run``); an instance a migration started runs the store's copy of the migration's new
+    plan: that migration's ``plan_file`` then.  "" when not recorded (an older host)."""
+    return user_source(store, instance)[0]
 
 
 def resume_hint(query: str) -> str:
@@ -211,10 +248,11 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                   require: list[str] | None = None, compare: bool = False,
                   reconcile: str = "auto", master: str = "local[2]",
                   trigger: str = "1 second", plan_file: str | None = None,
-                  rollback_of: str = "") -> Migration:
+                  rollback_of: str = "", plan: Plan | None = None) -> Migration:
     """A new migration of the running ``query`` to the plan at ``new_plan_path`` (recorded
     in the store), not saved yet; refused when the query is unknown or already migrating.
-    ``plan_file``: the user's file of that plan (default: ``new_plan_path``)."""
+    ``plan_file``: the user's file of that plan (default: ``new_plan_path``); ``plan``: that
+    plan when the caller loaded it already (a job file is not imported twice)."""
     running = store.live_instance(query)
     st = store.status(running)
     if not st:
@@ -239,7 +277,7 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
     mid = f"m{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
     recorded = store.root / "migrations" / f"{mid}.plan.json"
     # the plan as JSON (a SQL plan compiled), as `theseus run` records the plan it runs
-    atomic_write(recorded, dumps(load_plan(new_plan_path)))
+    atomic_write(recorded, dumps(plan if plan is not None else load_plan(new_plan_path)))
     # the plan the query runs now, kept: the store keeps one plan per instance, and a
     # migration's finish writes the new one over the query's (migrate rollback goes back)
     kept = store.root / "migrations" / f"{mid}.old.plan.json"
@@ -254,5 +292,6 @@ def new_migration(store: DirectoryStore, query: str, new_plan_path: str, *, boot
                      reconcile=reconcile, bootstrap=bootstrap, master=master,
                      trigger=trigger,
                      plan_file=plan_file or os.path.abspath(new_plan_path),
+                     plan_digest=source_digest(plan_file or new_plan_path),
                      old_plan=old_plan, old_plan_file=user_file(store, running),
                      rollback_of=rollback_of, previous=prev.id if prev is not None else "")

@@ -32,6 +32,7 @@ from compat.model import Plan
 from compat.serde import dumps
 from gates.deadline import Deadline
 from migrate import plantopics
+from migrate.record import source_digest
 from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
@@ -123,6 +124,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
     ``gated_start`` (its sink obeys the start gate the migrator opens at the cutover)."""
     # Step 1. Validate before anything is deployed; with an authorizer, refuse a topic the
     # user may not read or write before anything is written.
+    digest = source_digest(plan_path)  # the bytes that are loaded, read first
     plan = load_plan(plan_path)
     from gates.broker import check_access
 
@@ -135,7 +137,8 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         raise BrokerError(f"broker {bootstrap}: {e.message}") from None
     store = open_store(state)
     name = instance or plan.query
-    # Step 2. Record what runs where.
+    # Step 2. Record what runs where, and the digest of the file it came from: a job
+    # file is its plan's source of truth (status and check --query compare with it).
     store.put_plan(name, dumps(plan))
     store.clear_stop(name)
     if generation is None:
@@ -147,6 +150,7 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
                      checkpoint=str(store.checkpoint(plan.query, generation)),
                      generation=generation, plan_query=plan.query,
                      host=socket.gethostname(), plan_file=os.path.abspath(plan_path),
+                     plan_digest=digest,
                      heartbeat_at=time.time(), heartbeat_every=HEARTBEAT_EVERY)
     start_gate = reconciler = None
     if gated_start:

@@ -41,7 +41,7 @@ from gates.state import Offsets, acked_offsets, read_ack
 from migrate import sides
 from migrate.progress import backfill_counts, bar_line, phase_log
 from migrate.protocol import TERMINAL, step_number
-from migrate.record import Migration, current, user_file
+from migrate.record import Migration, current, source_changed, user_source
 from migrate.services.processes import pid_alive
 from migrate.store import DirectoryStore, open_store, read_json
 
@@ -290,9 +290,11 @@ def query_view(store: DirectoryStore, query: str, heads: Heads | None,
     or the last one when it ended)."""
     inst = store.live_instance(query)
     view = instance_view(store, inst, heads, here, now)
+    file, source = _safe(lambda: user_source(store, inst)) or ("", "")
     view = {"query": query, **view, "plan": {
-        "file": _safe(lambda: user_file(store, inst)) or None,
-        "digest": digest(store.plan_path(inst)), "recorded": str(store.plan_path(inst))}}
+        "file": file or None, "digest": digest(store.plan_path(inst)),
+        "recorded": str(store.plan_path(inst)), "source_digest": source or None,
+        "source_changed": source_changed(file, source)}}
     view["migration"] = None
     if (store.query_dir(query) / "migration").exists():
         try:
@@ -396,6 +398,15 @@ def migration_lines(mv: dict[str, Any], now: float, indent: str = "  ") -> list[
     return lines
 
 
+def _source_text(plan: dict[str, Any]) -> str:
+    """The user's file's digest as recorded, and whether the file changed since."""
+    if not plan.get("source_digest"):
+        return ""
+    short = plan["source_digest"][:len("sha256:") + 12]
+    return f"  (from file {short}" + (", changed since" if plan.get("source_changed")
+                                      else "") + ")"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     now = float(doc["at"])
     queries = doc["queries"]
@@ -408,7 +419,7 @@ def render_text(doc: dict[str, Any]) -> str:
         inst = "" if q["instance"] == q["query"] else f" (instance {q['instance']})"
         out += ["", f"{q['query']}{inst}: {q['status']}, {alive_text(q)}",
                 f"  plan {q['plan']['file'] or q['plan']['recorded']}  "
-                f"{q['plan']['digest'] or '(no plan recorded)'}",
+                f"{q['plan']['digest'] or '(no plan recorded)'}{_source_text(q['plan'])}",
                 f"  {batch_text(q, now)}, {'not running' if q['alive'] is False else lag_text(q)}"]
         if q["migration"]:
             out += migration_lines(q["migration"], now)

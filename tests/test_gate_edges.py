@@ -149,10 +149,11 @@ def test_fleet_of_an_empty_folder_is_refused(tmp_path, monkeypatch):
     repo = one_plan_repo(tmp_path, monkeypatch)
     (repo / "empty").mkdir()
     (repo / "jobs").mkdir()
-    (repo / "jobs" / "job.py").write_text(job_text("x.json"))
+    # a module the jobs import, not a job: no build function
+    (repo / "jobs" / "sinks.py").write_text("def to_kafka(df):\n    return df.writeStream\n")
     refused(["fleet", "show", "empty"], "empty", "holds no plan")
     line = refused(["fleet", "show", "jobs"], "jobs", "holds no plan")
-    assert "1 .py file" in line
+    assert "1 helper module skipped" in line
     (repo / "empty2").mkdir()
     refused(["fleet", "check", "empty2", "empty"], "empty", "holds no plan nor in empty2")
     refused(["fleet", "check", "--against", "HEAD", "empty"], "empty",

@@ -353,11 +353,10 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
         old = load_fleet(dirs[0], allow_empty=True)
         new = load_fleet(dirs[1], allow_empty=True)
     if not old.queries and not new.queries:
-        from compat.errors import FleetError
+        from compat.fleet.graph import empty_fleet
 
         where = f" or at {against}" if against is not None else f" nor in {dirs[0]}"
-        raise FleetError(f"the folder holds no plan{where}", file=new.root,
-                         expected="*.json or *.sql plans in its tree", found="none")
+        raise empty_fleet(new.root, new, where)
     return check_fleets(old, new, require=require, schema_compat=schema_compat,
                         allow_migration=allow_migration)
 

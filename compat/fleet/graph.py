@@ -1,8 +1,12 @@
 """Loading a fleet and its global graph: queries connected through the topics they write
 and read.
 
-A fleet is a directory tree: every ``*.json`` and ``*.sql`` file in it is one query's plan
-(folders and files whose name starts with ``.`` are skipped: ``.git``, a ``.theseus`` store).
+A fleet is a directory tree: every ``*.json`` and ``*.sql`` file in it is one query's plan,
+and so is every ``*.py`` file that defines the builder function (``build``; read from its
+syntax tree, :func:`compat.loaders.defines_builder`): a PySpark job, imported under Spark.
+The other ``*.py`` files are the helper modules the jobs import: skipped, and counted
+(folders and files whose name starts with ``.`` are skipped too: ``.git``, a ``.theseus``
+store).
 A JSON file that is not a plan document at all is an error, not skipped: a fleet directory
 is the list of what is deployed, and a stray file there is a mistake to point at, not data
 to guess about.  Queries are known by their plan's ``query`` name; a topic is written by at
@@ -28,12 +32,16 @@ from typing import Any
 
 from compat.check import is_job, is_sql, load_plan
 from compat.errors import CheckError, FleetError, PlanError
-from compat.gitcheck import git
+from compat.gitcheck import RefTree, git
+from compat.loaders import defines_builder
 from compat.model import Plan
 from compat.steps import Source
 
-#: plan files: JSON documents and Spark SQL scripts (compiled on the fly)
-SUFFIXES = (".json", ".sql")
+#: plan files: JSON documents, Spark SQL scripts (compiled on the fly) and PySpark jobs
+#: (imported on the fly)
+SUFFIXES = (".json", ".sql", ".py")
+#: what a folder of plans holds, for the error on one that holds none
+PLAN_FILES = "*.json or *.sql plans, or *.py jobs defining build(spark), in its tree"
 
 
 @dataclass
@@ -68,6 +76,8 @@ class Fleet:
     #: each plan file's bytes by its path relative to the root (``fleet check --against``
     #: compares them before reading the other side)
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    #: the ``*.py`` files that define no builder: modules the jobs import (relative, posix)
+    helpers: list[str] = field(default_factory=list)
 
     def successors(self, query: str) -> list[str]:
         """The queries that read what ``query`` writes, by name."""
@@ -218,8 +228,8 @@ class Fleet:
 
 
 def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
-    """The fleet under the directory ``root``: every ``*.json`` and ``*.sql`` file in its
-    tree, hidden folders and files skipped.  A folder that holds no plan is an error (a
+    """The fleet under the directory ``root``: every ``*.json``, ``*.sql`` and job ``*.py``
+    file in its tree, hidden folders and files skipped.  A folder that holds no plan is an error (a
     typo in the path would otherwise pass as an empty fleet), unless ``allow_empty`` (a
     side of ``fleet check``, which refuses only two empty sides)."""
     top = Path(root)
@@ -227,31 +237,39 @@ def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
         raise FleetError("not a directory", file=root, expected="a folder of plans",
                          found="no such folder" if not top.exists() else "a file")
     files: dict[str, bytes] = {}
-    skipped = 0
     for folder, dirs, names in os.walk(top):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             if name.startswith(".") or not name.lower().endswith(SUFFIXES):
-                skipped += not name.startswith(".") and name.lower().endswith(".py")
                 continue
             path = Path(folder) / name
             try:
                 files[path.relative_to(top).as_posix()] = path.read_bytes()
             except OSError as e:
                 raise FleetError(f"cannot read file: {e.strerror}", file=str(path)) from None
-    if not files and not allow_empty:
-        raise FleetError("the folder holds no plan", file=root,
-                         expected="*.json or *.sql plans in its tree",
-                         found="none" + (f" ({skipped} .py file{'s' * (skipped != 1)}, which "
-                                         "a fleet does not read)" if skipped else ""))
-    return load_fleet_files(root, files)
+    fleet = load_fleet_files(root, files, lambda rel: str(top / rel))
+    if not fleet.queries and not allow_empty:
+        raise empty_fleet(root, fleet)
+    return fleet
 
 
-def load_fleet_files(root: str, files: dict[str, bytes], same: Fleet | None = None,
+def empty_fleet(root: str, fleet: Fleet, where: str = "") -> FleetError:
+    """The error on a folder that holds no plan (a typo in the path must not pass as an
+    empty fleet), counting the helper modules it holds instead."""
+    n = len(fleet.helpers)
+    return FleetError(f"the folder holds no plan{where}", file=root, expected=PLAN_FILES,
+                      found="none" + (f" ({n} helper module{'s' * (n != 1)} skipped: .py "
+                                      "files that define no build function)" if n else ""))
+
+
+def load_fleet_files(root: str, files: dict[str, bytes],
+                     job_file: Callable[[str], str] | None = None, same: Fleet | None = None,
                      unchanged: Callable[[str], bool] | None = None) -> Fleet:
     """The fleet made of ``files`` (path relative to ``root``, posix -> content); messages
     name each file as ``root/path``.  Files are read in path order, so that of two queries
-    writing one topic (or named alike) the error is always on the same one.  A file whose
+    writing one topic (or named alike) the error is always on the same one.  A job is
+    imported from a file on disk, since it imports its sibling modules: ``job_file`` gives
+    the path of one (``rel`` -> path); without it, job files are refused.  A file whose
     bytes equal those of the same path in the fleet ``same`` (the other side of a check)
     is not read again: its plan is that fleet's, named by this fleet's path; ``unchanged``
     may still refuse the reuse (a job whose local modules changed)."""
@@ -261,15 +279,21 @@ def load_fleet_files(root: str, files: dict[str, bytes], same: Fleet | None = No
         if not rel.lower().endswith(SUFFIXES) or \
                 any(part.startswith(".") for part in rel.split("/")):
             continue
+        name = posixpath.join(root, rel)
+        if is_job(rel) and not defines_builder(files[rel]):
+            fleet.helpers.append(rel)
+            continue
         fleet.files[rel] = files[rel]
         twin = by_path.get(rel)
         if twin is not None and same is not None and same.files.get(rel) == files[rel] \
                 and (unchanged is None or unchanged(rel)):
             plan = copy.copy(twin.plan)
-            plan.file = posixpath.join(root, rel)
+            plan.file = name
             q = FleetQuery(twin.name, rel, plan, twin.sources, twin.sink_topic)
+        elif is_job(rel):
+            q = _load_query(name, rel, None, job_file(rel) if job_file else name)
         else:
-            q = _load_query(posixpath.join(root, rel), rel, files[rel])
+            q = _load_query(name, rel, files[rel])
         _add(fleet, q)
     for readers in fleet.consumers.values():
         readers.sort()
@@ -304,23 +328,34 @@ def load_fleet_at(ref: str, root: str, same: Fleet | None = None) -> Fleet:
         blob = git(["show", f"{ref}:{name}"], repo)
         if blob.returncode == 0:
             files[name[len(prefix):]] = blob.stdout
-    unchanged = None
-    if any(is_job(n) for n in files):
-        from compat.gitcheck import changed_files, job_deps_unchanged
+    # a job imports its sibling modules as they were at the ref: from a checkout of it,
+    # made only when a job must be imported (one whose bytes and local modules are those of
+    # the work tree reuses the work tree's plan)
+    with RefTree(ref, repo) as tree:
+        unchanged = None
+        if any(is_job(n) for n in files):
+            from compat.gitcheck import job_deps_unchanged
 
-        changed = changed_files(ref, repo)
-        unchanged = (lambda rel: not is_job(rel) or
-                     job_deps_unchanged(prefix + rel, repo, changed))
-    return load_fleet_files(f"{ref}:{rel_root}", files, same, unchanged)
+            unchanged = (lambda rel: not is_job(rel) or
+                         job_deps_unchanged(prefix + rel, repo, tree.changed()))
+        return load_fleet_files(f"{ref}:{rel_root}", files,
+                                lambda rel: tree.file(prefix + rel), same, unchanged)
 
 
-def _load_query(file: str, rel: str, raw: bytes) -> FleetQuery:
-    try:
-        plan = load_plan(file, raw=raw)
-    except PlanError:
-        if not is_sql(file):
-            _refuse_non_plan(file, raw)
-        raise
+def _load_query(file: str, rel: str, raw: bytes | None,
+                job_path: str | None = None) -> FleetQuery:
+    """One query: a plan read from ``raw`` and named ``file``, or a job imported from
+    ``job_path`` (a checkout of a ref: the plan is still named ``file``)."""
+    if job_path is not None:
+        plan = load_plan(job_path)
+        plan.file = file
+    else:
+        try:
+            plan = load_plan(file, raw=raw)
+        except PlanError:
+            if not is_sql(file):
+                _refuse_non_plan(file, raw or b"")
+            raise
     sources = {nid: n.topic for nid, n in plan.nodes.items() if isinstance(n, Source)}
     return FleetQuery(plan.query, rel, plan, sources, plan.sink.topic)  # type: ignore[attr-defined]
 

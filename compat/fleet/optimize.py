@@ -326,8 +326,9 @@ def _event_time(tmpl: Plan, n0: str, nodes: set[str], names: list[str]
 
 def optimize_dir(root: str, out_dir: str) -> Optimized:
     """Optimize the fleet under ``root`` into ``out_dir`` (which must be empty or absent):
-    unchanged queries are copied as they were, rewritten ones written as JSON plans at their
-    path (a ``.sql`` one as ``.json``), shared queries under ``_shared/``."""
+    unchanged queries are copied as they were (a job with the helper modules it may
+    import), rewritten ones written as JSON plans at their path (a ``.sql`` or ``.py`` one
+    as ``.json``), shared queries under ``_shared/``."""
     from compat.fleet.graph import load_fleet
 
     fleet = load_fleet(root)
@@ -348,10 +349,13 @@ def optimize_dir(root: str, out_dir: str) -> Optimized:
         if name not in result.docs:
             shutil.copyfile(Path(root) / q.path, target)
             continue
-        if q.path.lower().endswith(".sql"):
-            rel = _unique_path(q.path[:-4] + ".json", taken)
+        if not q.path.lower().endswith(".json"):  # a SQL script or a job, rewritten
+            rel = _unique_path(q.path.rsplit(".", 1)[0] + ".json", taken)
             target = dest / rel
         _write(target, result.docs[name])
+    for rel in fleet.helpers:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(root) / rel, dest / rel)
     for name, doc in result.docs.items():
         if name in fleet.queries:
             continue

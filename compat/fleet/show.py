@@ -60,6 +60,7 @@ def describe(fleet: Fleet) -> dict[str, Any]:
                   _edges(fleet)],
         "external_inputs": fleet.external_inputs(),
         "external_outputs": fleet.external_outputs(),
+        "helpers": list(fleet.helpers),
         "cycles": fleet.cycles(),
         "shared": [{"signature": sh.signature, "short": sh.short, "kind": sh.kind,
                     "steps": sh.steps, "topics": list(sh.topics),
@@ -111,6 +112,15 @@ def _plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else many or word + 's'}"
 
 
+def _helpers_text(helpers: list[str]) -> str:
+    """The ``.py`` files the fleet skipped, counted: a job that lost its ``build`` shows
+    here rather than vanishing from the fleet unseen."""
+    if not helpers:
+        return ""
+    named = ", ".join(helpers[:3]) + (f", {len(helpers) - 3} more" if len(helpers) > 3 else "")
+    return f"; {_plural(len(helpers), 'helper module')} skipped ({named})"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """Queries upstream first, then every topic with who writes it, what it carries and
     who reads it, then the fleet's external topics, cycles and shared subplans."""
@@ -121,7 +131,8 @@ def render_text(doc: dict[str, Any]) -> str:
            f"input{'' if len(doc['external_inputs']) == 1 else 's'}, "
            f"{len(doc['external_outputs'])} external "
            f"output{'' if len(doc['external_outputs']) == 1 else 's'}), "
-           f"{_plural(len(cycles), 'cycle') if cycles else 'no cycles'}", "",
+           f"{_plural(len(cycles), 'cycle') if cycles else 'no cycles'}"
+           + _helpers_text(doc.get("helpers") or []), "",
            "queries (upstream first):"]
     wname = max((len(q["query"]) for q in queries), default=0)
     wfile = max((len(q["file"]) for q in queries), default=0)
