@@ -25,6 +25,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PY if VENV_PY.exists() else Path(sys.executable))
+# For the short-lived drivers the tests start: a serial collector and the client compiler
+# alone start a JVM sooner, and the tests' queries are too short for C2 to pay back
+# (bench/jvm_start.py measures it).
+TEST_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 
 
 def spark_env() -> dict:
