@@ -31,6 +31,16 @@ PYTHON = str(VENV_PY if VENV_PY.exists() else Path(sys.executable))
 TEST_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 
 
+# Queries run side by side in the one session at most this many at a time: eight at once
+# starved the Python workers of two loaded cores ("Python worker failed to connect back").
+SIDE_BY_SIDE = 3
+
+
+def in_groups(items: list, width: int = SIDE_BY_SIDE) -> list[list]:
+    """``items`` in consecutive groups of at most ``width``."""
+    return [items[i:i + width] for i in range(0, len(items), width)]
+
+
 def spark_env() -> dict:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", PYTHON)
