@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
-	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-jvm lint clean
+	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-sink bench-jvm lint clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -75,6 +75,9 @@ bench-recursion: $(STAMP)
 
 bench-tables: $(STAMP)
 	$(PY) bench/tables.py
+
+bench-sink: $(STAMP)
+	$(PY) bench/sink_speed.py
 
 bench-jvm: $(STAMP)
 	$(PY) bench/jvm_start.py
