@@ -49,6 +49,20 @@ def spark_env() -> dict:
     return env
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _test_driver_java_options():
+    """Every ``theseus`` the module's tests spawn inherits the tests' driver JVM options
+    (unless the environment already sets THESEUS_SPARK_CONF); undone after the module, so
+    the unit tests never see it."""
+    if os.environ.get("THESEUS_SPARK_CONF"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("THESEUS_SPARK_CONF",
+                  f"spark.driver.extraJavaOptions={TEST_DRIVER_JAVA_OPTIONS}")
+        yield
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "own_jvm: runs a Spark driver in a subprocess; ordered before in-process Spark")
