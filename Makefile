@@ -5,8 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
-	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-import lint docs \
-	docs-serve clean
+	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-import bench-sink \
+	bench-jvm lint docs docs-serve clean
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -88,6 +88,12 @@ docs-serve: $(STAMP)
 # $$KAFKA_BOOTSTRAP, 127.0.0.1:19092 by default): bench/results/import.md
 bench-import: $(STAMP)
 	$(PY) bench/import_speed.py
+
+bench-sink: $(STAMP)
+	$(PY) bench/sink_speed.py
+
+bench-jvm: $(STAMP)
+	$(PY) bench/jvm_start.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

@@ -25,6 +25,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PY if VENV_PY.exists() else Path(sys.executable))
+# For the short-lived drivers the tests start: a serial collector and the client compiler
+# alone start a JVM sooner, and the tests' queries are too short for C2 to pay back
+# (bench/jvm_start.py measures it).
+TEST_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
+
+
+# Queries run side by side in the one session at most this many at a time: eight at once
+# starved the Python workers of two loaded cores ("Python worker failed to connect back").
+SIDE_BY_SIDE = 3
+
+
+def in_groups(items: list, width: int = SIDE_BY_SIDE) -> list[list]:
+    """``items`` in consecutive groups of at most ``width``."""
+    return [items[i:i + width] for i in range(0, len(items), width)]
 
 
 def spark_env() -> dict:
@@ -33,6 +47,20 @@ def spark_env() -> dict:
     env.setdefault("PYSPARK_DRIVER_PYTHON", PYTHON)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _test_driver_java_options():
+    """Every ``theseus`` the module's tests spawn inherits the tests' driver JVM options
+    (unless the environment already sets THESEUS_SPARK_CONF); undone after the module, so
+    the unit tests never see it."""
+    if os.environ.get("THESEUS_SPARK_CONF"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("THESEUS_SPARK_CONF",
+                  f"spark.driver.extraJavaOptions={TEST_DRIVER_JAVA_OPTIONS}")
+        yield
 
 
 def pytest_configure(config):

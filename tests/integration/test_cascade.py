@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 
 import pytest
 
-from tests.integration.test_migration import spawn_run, theseus, wait_for
+from tests.integration.test_migration import spawn_run, theseus, wait_caught_up, wait_for
 from tests.integration.test_reconcile import KEYS, LIVE, LiveKeys, compacted
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_jvm]
@@ -105,7 +104,9 @@ def run_cascade(kafka, tmp_path, faults: list[tuple[str, str]] | None = None):
     store = DirectoryStore(state)
     wait_for(lambda: all(store.status(q).get("status") == "running" for q in (up, down)),
              240, "the old chain up")
-    time.sleep(4)
+    # live input through the whole old chain before the cut
+    wait_caught_up(kafka, state, store.live_instance(up), src)
+    wait_caught_up(kafka, state, store.live_instance(down), mid)
     env = dict(os.environ)
     steps = list(faults or [])
     if steps:
@@ -129,10 +130,10 @@ def run_cascade(kafka, tmp_path, faults: list[tuple[str, str]] | None = None):
     status = theseus("migrate", "status", down, "--state", str(state))
     assert status.returncode == 0, status.stderr
     # more input after the cut, then drain the chain and stop it
-    time.sleep(3)
-    feeder.stop()
     a1, b1 = store.live_instance(up), store.live_instance(down)
     assert (a1, b1) == (m_up.new_instance, m_down.new_instance)
+    wait_caught_up(kafka, state, a1, src)
+    feeder.stop()
     wait_for(lambda: is_acked(state, a1, {src: kafka.end_offsets(src)}), 180,
              "the new upstream drains the input")
     wait_for(lambda: is_acked(state, b1, {mid: kafka.end_offsets(mid)}), 180,

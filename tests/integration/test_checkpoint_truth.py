@@ -47,11 +47,14 @@ import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from compat.check import check_plans, load_plan
 from compat.serde import dumps
+
+from .conftest import in_groups
 
 pytestmark = pytest.mark.integration
 
@@ -405,25 +408,48 @@ def cases(t: dict) -> list[dict]:
 
 # -- running ---------------------------------------------------------------------------------
 
-def _run(spark, kafka, plan_path: Path, checkpoint: Path, output: str) -> str | None:
-    """Run a plan availableNow; None when it finished, else Spark's error text."""
+def _start(spark, kafka, plan_path: Path, checkpoint: Path, output: str) -> Any:
+    """Start a plan availableNow: the running query, or Spark's error text when it could
+    not start."""
     from migrate.build import Builder, BuildOptions
 
     p = load_plan(str(plan_path))
+    # a streaming query copies the session's conf when it starts: the next start may change it
     spark.conf.set("spark.sql.shuffle.partitions", str(p.state_partitions))
     try:
-        q = Builder(spark, p, BuildOptions(bootstrap=kafka.bootstrap, available_now=True,
-                                           checkpoint=str(checkpoint),
-                                           output_topic=output,
-                                           query=f"truth-{output}")).start()
-        q.awaitTermination(180)
+        return Builder(spark, p, BuildOptions(bootstrap=kafka.bootstrap, available_now=True,
+                                              checkpoint=str(checkpoint),
+                                              output_topic=output,
+                                              query=f"truth-{output}")).start()
     except Exception as e:  # noqa: BLE001 - an error at start is an outcome here
+        return str(e)
+
+
+def _outcome(q: Any) -> str | None:
+    """None when the query ``_start`` gave finished, else Spark's error text."""
+    if isinstance(q, str):
+        return q
+    try:
+        q.awaitTermination(180)
+    except Exception as e:  # noqa: BLE001 - the query's failure is the outcome
         return str(e)
     if q.isActive:
         q.stop()
         return "did not finish within 180 s"
     exc = q.exception()
     return None if exc is None else str(exc)
+
+
+def _wait_partitions(kafka, topic: str, n: int, timeout: float = 30.0) -> None:
+    """Until the broker's metadata gives ``topic`` ``n`` partitions, each with a leader (every
+    client made after that, producer or Spark source, sees them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = kafka.admin.list_topics(topic, timeout=timeout).topics[topic]
+        if len(md.partitions) == n and all(p.leader >= 0 for p in md.partitions.values()):
+            return
+        assert time.monotonic() < deadline, f"{topic}: {len(md.partitions)} partitions, not {n}"
+        time.sleep(0.1)
 
 
 def _error_class(text: str) -> str:
@@ -449,28 +475,35 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
     kafka.produce(topics["pays"], pays_a())
     all_cases = cases(topics)
     # 1. One checkpoint per distinct old plan, over A.
+    #    They share nothing but the input: they run side by side, a few at a time.
     made: dict[str, Path] = {}
+    olds: list[tuple[str, str]] = []
     for c in all_cases:
         key = json.dumps(c["old"], sort_keys=True)
         if key in made:
             continue
-        d = tmp_path / f"old{len(made)}"
-        d.mkdir()
-        (d / "plan.json").write_text(json.dumps(c["old"]))
-        err = _run(spark, kafka, d / "plan.json", d / "ck", kafka.topic("out", 2))
-        assert err is None, f"{c['name']}: the old plan failed: {err[:2000]}"
-        made[key] = d
+        made[key] = tmp_path / f"old{len(made)}"
+        made[key].mkdir()
+        (made[key] / "plan.json").write_text(json.dumps(c["old"]))
+        olds.append((c["name"], key))
+    for group in in_groups(olds):
+        started_olds = [(name, _start(spark, kafka, made[key] / "plan.json", made[key] / "ck",
+                                      kafka.topic("out", 2))) for name, key in group]
+        for name, q in started_olds:
+            err = _outcome(q)
+            assert err is None, f"{name}: the old plan failed: {err[:2000]}"
     # 2. Input B (and the grown topic).
     kafka.produce(topics["events"], b)
     from confluent_kafka.admin import NewPartitions
 
     kafka.admin.create_partitions([NewPartitions(topics["grow"], 3)])[topics["grow"]] \
         .result(30)
-    time.sleep(2)  # metadata of the new partition reaches every client
+    _wait_partitions(kafka, topics["grow"], 3)
     kafka.produce(topics["grow"], b, partition=lambda i: i % 3)
     kafka.produce(topics["orders"], orders_b())
     kafka.produce(topics["pays"], pays_b())
-    for c in all_cases:
+
+    def predict_and_start(c: dict) -> tuple:
         old_dir = made[json.dumps(c["old"], sort_keys=True)]
         case_dir = tmp_path / c["name"]
         shutil.copytree(old_dir / "ck", case_dir / "ck")
@@ -483,24 +516,31 @@ def test_checkpoint_check_predicts_spark(spark, kafka, tmp_path):
         # 3. The prediction.
         report = check_checkpoint(None, str(new_path), query="truth",
                                   state=str(case_dir / "store"), spark=spark)
-        restart = report.checkpoint["restart"]
-        # 4. What Spark does.
+        # 4. What Spark does: every restart is on its own copy of the checkpoint, into its
+        #    own topic, so a few run side by side while the next cases are predicted.
         out = kafka.topic("out", 2)
-        err = _run(spark, kafka, new_path, case_dir / "ck", out)
-        if err is not None:
-            did, cls = "fails", _error_class(err)
-        else:
-            ok = c["oracle"](a if c["topic"] != "join" else orders_a(),
-                             b if c["topic"] != "join" else orders_b(),
-                             kafka.read_all(out))
-            did, cls = ("starts" if ok else "wrong_state"), None
-        after = c["after"](old_dir / "ck", case_dir / "ck") if c["after"] else None
-        plan_only = check_plans(load_plan(str(old_dir / "plan.json")),
-                                load_plan(str(new_path))).verdict
-        RESULTS.append({"case": c["name"], "predicted": restart["outcome"],
-                        "predicted_error": restart["error_class"], "spark": did,
-                        "error": cls, "verdict": report.verdict, "after": after,
-                        "plan_verdict": plan_only})
+        return (c, old_dir, case_dir, new_path, report, out,
+                _start(spark, kafka, new_path, case_dir / "ck", out))
+
+    for group in in_groups(all_cases):
+        for c, old_dir, case_dir, new_path, report, out, q in \
+                [predict_and_start(c) for c in group]:
+            restart = report.checkpoint["restart"]
+            err = _outcome(q)
+            if err is not None:
+                did, cls = "fails", _error_class(err)
+            else:
+                ok = c["oracle"](a if c["topic"] != "join" else orders_a(),
+                                 b if c["topic"] != "join" else orders_b(),
+                                 kafka.read_all(out))
+                did, cls = ("starts" if ok else "wrong_state"), None
+            after = c["after"](old_dir / "ck", case_dir / "ck") if c["after"] else None
+            plan_only = check_plans(load_plan(str(old_dir / "plan.json")),
+                                    load_plan(str(new_path))).verdict
+            RESULTS.append({"case": c["name"], "predicted": restart["outcome"],
+                            "predicted_error": restart["error_class"], "spark": did,
+                            "error": cls, "verdict": report.verdict, "after": after,
+                            "plan_verdict": plan_only})
     table = "\n".join(f"{r['case']:28} predicted {r['predicted']:11} "
                       f"{r['predicted_error'] or '':55} spark {r['spark']:11} "
                       f"{r['error'] or '':55} verdict {r['verdict']:11} plan {r['plan_verdict']}"

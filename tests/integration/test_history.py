@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_qtt import assert_output, run_case
+from tests.integration.test_qtt import assert_output, finished, start_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = sorted(v for c in (ROOT / "fixtures" / "history").iterdir() if c.is_dir()
@@ -17,7 +17,12 @@ VERSIONS = sorted(v for c in (ROOT / "fixtures" / "history").iterdir() if c.is_d
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def history_runs(kafka, spark, tmp_path_factory):
+    yield from start_cases(VERSIONS, kafka, tmp_path_factory)
+
+
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_historical_plan_still_runs(version, kafka, spark, tmp_path):
-    records, expected = run_case(version, kafka, spark, tmp_path)
+def test_historical_plan_still_runs(version, history_runs, kafka):
+    records, expected = finished(history_runs, version, kafka)
     assert_output(records, expected)

@@ -87,6 +87,17 @@ def wait_for(cond, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def wait_caught_up(kafka, state, instance: str, topic: str, timeout: float = 180) -> None:
+    """Until ``instance`` has acked every record ``topic`` holds now.  With a feeder running,
+    this is the moment a fixed sleep only hoped for: the query has read live input (before a
+    cut, or after it), not just started."""
+    from gates.state import is_acked
+
+    high = {topic: kafka.end_offsets(topic)}
+    wait_for(lambda: is_acked(state, instance, high), timeout,
+             f"{instance} reads {topic} up to {high[topic]}")
+
+
 def input_records(kafka, topic):
     from gates.control import is_control
 
@@ -128,9 +139,9 @@ def drain_and_stop(kafka, t: SimpleNamespace) -> str:
     """Stop the input, let the live instance read all of it, stop it; returns its name."""
     from gates.state import is_acked
 
-    time.sleep(3)
-    t.feeder.stop()
     live = t.store.live_instance(t.query)
+    wait_caught_up(kafka, t.state, live, t.src)  # the live instance reads input after the cut
+    t.feeder.stop()
     high = {t.src: kafka.end_offsets(t.src)}
     wait_for(lambda: is_acked(t.state, live, high), 180, "the live query drains the input")
     r = theseus("stop", t.query, "--state", str(t.state))
@@ -145,7 +156,7 @@ def run_migration(kafka, tmp_path, faults: list[str] | None = None,
                   extra: tuple[str, ...] = ()):
     t = start_old(kafka, tmp_path, "mig")
     src, state, new_p, query, store = t.src, t.state, t.new_p, t.query, t.store
-    time.sleep(3)
+    wait_caught_up(kafka, state, store.live_instance(query), src)  # input before the cut
     args = ["migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
             str(state), "--strategy", "shadow", "--timeout", "400"]
     if compare:
@@ -289,7 +300,7 @@ def test_stateful_migration_recomputes_history_exactly(kafka, tmp_path):
     old = spawn_run(old_p, kafka.bootstrap, state)
     store = DirectoryStore(state)
     wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
-    time.sleep(4)
+    wait_caught_up(kafka, state, store.live_instance(query), src)  # old rows before the cut
     # sum -> sum + count: the state changes, so `auto` chooses a shadow migration
     r = theseus("migrate", "start", str(new_p), "--bootstrap", kafka.bootstrap, "--state",
                 str(state), "--timeout", "400", timeout=600)
@@ -299,10 +310,10 @@ def test_stateful_migration_recomputes_history_exactly(kafka, tmp_path):
     # once its last batch before the cut committed, the old query stopped by itself: its
     # sink writes nothing after the hand-over and Spark runs no batch for nothing
     assert store.status(query).get("handed_over") is True
-    time.sleep(3)
+    inst = store.live_instance(query)
+    wait_caught_up(kafka, state, inst, src)  # new rows from input after the cut
     feeder.stop()
     high = {src: kafka.end_offsets(src)}
-    inst = store.live_instance(query)
     wait_for(lambda: is_acked(state, inst, high), 180, "new query drains the input")
     theseus("stop", query, "--state", str(state))
     wait_for(lambda: store.status(inst).get("status") == "stopped", 120, "new stops")

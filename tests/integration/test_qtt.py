@@ -11,12 +11,17 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from compat.infer import analyze
 from compat.serde import from_doc
+
+from .conftest import in_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = sorted(p for p in (ROOT / "fixtures" / "qtt").iterdir() if p.is_dir())
@@ -28,7 +33,9 @@ def _canon(v) -> str:
     return json.dumps(v, sort_keys=True)
 
 
-def run_case(case: Path, kafka, spark, tmp_path) -> tuple[list, dict]:
+def start_case(case: Path, kafka, tmp_path: Path) -> SimpleNamespace:
+    """The case's topics (fresh names) fed its input, and its query started available-now;
+    ``finish_case`` waits for it."""
     from migrate.run import start_query
     from migrate.store import DirectoryStore
 
@@ -62,19 +69,63 @@ def run_case(case: Path, kafka, spark, tmp_path) -> tuple[list, dict]:
     q = start_query(plan, bootstrap=kafka.bootstrap, store=DirectoryStore(tmp_path / "state"),
                     master="local[2]", available_now=True,
                     query_name=f"qtt-{case.name}-{tmp_path.name}")
+    return SimpleNamespace(plan=plan, expected=expected, query=q, records=None)
+
+
+def finish_case(run: SimpleNamespace, kafka) -> tuple[list, dict]:
+    """Wait for ``start_case``'s query; its output records (read once) and expectation."""
+    if run.records is None:
+        q = run.query
+        try:
+            assert q.awaitTermination(240), "the query did not finish within 240 s"
+        finally:
+            if q.isActive:
+                q.stop()
+        assert q.exception() is None, q.exception()
+        run.records = kafka.read_all(run.plan.sink.topic)
+    return run.records, run.expected
+
+
+def start_cases(cases: list[Path], kafka, tmp_path_factory) -> Iterator[dict]:
+    """Every case run, a few side by side (they share no topic, checkpoint or store): yields
+    ``{case: run or exception}``; each case's own test raises its exception or checks its
+    output."""
+    runs: dict[Path, Any] = {}
     try:
-        assert q.awaitTermination(240), "the query did not finish within 240 s"
+        for group in in_groups(cases):
+            for case in group:
+                try:
+                    runs[case] = start_case(case, kafka, tmp_path_factory.mktemp(case.name))
+                except Exception as e:  # noqa: BLE001 - reported by the case's own test
+                    runs[case] = e
+            for case in group:
+                if isinstance(runs[case], SimpleNamespace):
+                    try:
+                        finish_case(runs[case], kafka)
+                    except Exception as e:  # noqa: BLE001 - reported by the case's own test
+                        runs[case] = e
+        yield runs
     finally:
-        if q.isActive:
-            q.stop()
-    assert q.exception() is None, q.exception()
-    out = kafka.read_all(plan.sink.topic)
-    return out, expected
+        for run in runs.values():
+            if isinstance(run, SimpleNamespace) and run.query.isActive:
+                run.query.stop()
+
+
+def finished(runs: dict, case: Path, kafka) -> tuple[list, dict]:
+    run = runs[case]
+    if isinstance(run, Exception):
+        raise run
+    return finish_case(run, kafka)
+
+
+@pytest.fixture(scope="module")
+def qtt_runs(kafka, spark, tmp_path_factory):
+    yield from start_cases(CASES, kafka, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
-def test_query_translation(case, kafka, spark, tmp_path):
-    records, expected = run_case(case, kafka, spark, tmp_path)
+def test_query_translation(case, qtt_runs, kafka):
+    records, expected = finished(qtt_runs, case, kafka)
     assert_output(records, expected)
 
 
@@ -132,12 +183,11 @@ def test_a_watermark_reaches_spark_only_when_a_stateful_step_reads_it(case, chan
     assert ("EventTimeWatermark" in logical) is kept, logical
 
 
-def test_a_windowed_key_is_written_key_columns_then_the_window(kafka, spark, tmp_path):
+def test_a_windowed_key_is_written_key_columns_then_the_window(qtt_runs, kafka):
     """Sink version 2's key bytes: the key columns in order, then the window as the value
     writes it (``{"start": ..., "end": ...}``); version 1 (tumbling_window) writes the key
-    columns alone."""
-    records, _ = run_case(ROOT / "fixtures" / "qtt" / "hopping_window_key", kafka, spark,
-                          tmp_path)
+    columns alone.  The output is the hopping_window_key case's (the same run)."""
+    records, _ = finished(qtt_runs, ROOT / "fixtures" / "qtt" / "hopping_window_key", kafka)
     assert records
     for r in records:
         key = json.loads(r.key, object_pairs_hook=list)

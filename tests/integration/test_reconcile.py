@@ -17,7 +17,13 @@ import time
 
 import pytest
 
-from tests.integration.test_migration import Feeder, spawn_run, theseus, wait_for
+from tests.integration.test_migration import (
+    Feeder,
+    spawn_run,
+    theseus,
+    wait_caught_up,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_jvm]
 
@@ -93,7 +99,7 @@ def run_reconciled(kafka, tmp_path, env_extra: dict | None = None,
     old = spawn_run(old_p, kafka.bootstrap, state)
     store = DirectoryStore(state)
     wait_for(lambda: store.status(query).get("status") == "running", 180, "old query up")
-    time.sleep(4)
+    wait_caught_up(kafka, state, store.live_instance(query), src)  # live input before the cut
     env = dict(os.environ, **(env_extra or {}))
     steps = list(faults or [])
     if steps:
@@ -111,9 +117,9 @@ def run_reconciled(kafka, tmp_path, env_extra: dict | None = None,
     assert m.phase == "done" and m.kind == "shadow" and m.reconciling
     status = theseus("migrate", "status", query, "--state", str(state))
     # more input for the live keys after the cut, then drain and stop
-    time.sleep(3)
-    feeder.stop()
     inst = store.live_instance(query)
+    wait_caught_up(kafka, state, inst, src)
+    feeder.stop()
     high = {src: kafka.end_offsets(src)}
     wait_for(lambda: is_acked(state, inst, high), 180, "the new query drains the input")
     theseus("stop", query, "--state", str(state))

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -16,7 +15,7 @@ from compat.errors import ControlError
 from tests.conftest import FIXTURES
 
 from .conftest import ROOT, spark_env
-from .test_migration import drain_and_stop, input_records, start_old, theseus
+from .test_migration import drain_and_stop, input_records, start_old, theseus, wait_caught_up
 
 pytestmark = [pytest.mark.integration]
 
@@ -99,7 +98,7 @@ def test_a_source_topic_with_fewer_partitions_than_the_plan_is_one_line_exit_4(k
 def test_an_in_place_migration_killed_in_its_restart_resumes_on_its_own_steps(kafka,
                                                                             tmp_path):
     t = start_old(kafka, tmp_path, "inp")
-    time.sleep(3)
+    wait_caught_up(kafka, t.state, t.store.live_instance(t.query), t.src)  # before the cut
     env = dict(os.environ, THESEUS_FAULT="after:in_place")
     r = theseus("migrate", "start", str(t.new_p), "--bootstrap", kafka.bootstrap, "--state",
                 str(t.state), "--strategy", "in-place", "--timeout", "300", env=env,

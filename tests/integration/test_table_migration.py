@@ -31,7 +31,13 @@ import time
 
 import pytest
 
-from tests.integration.test_migration import Feeder, spawn_run, theseus, wait_for
+from tests.integration.test_migration import (
+    Feeder,
+    spawn_run,
+    theseus,
+    wait_caught_up,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_jvm]
 
@@ -205,7 +211,8 @@ def migrate_live(kafka, tmp_path, plans, key: str, args=(), after_cut=None):
         status = theseus("migrate", "status", query, "--state", str(state))
         if after_cut is not None:
             after_cut(src)
-        time.sleep(3)
+        # the new query reads live input after the cut (and after_cut's)
+        wait_caught_up(kafka, state, store.live_instance(query), src)
     finally:
         feeder.stop()
     inst = store.live_instance(query)

@@ -32,6 +32,7 @@ from tests.integration.test_migration import (
     plan,
     spawn_run,
     theseus,
+    wait_caught_up,
     wait_for,
 )
 
@@ -123,7 +124,8 @@ def scene(kafka_bootstrap, tmp_path_factory):
         s.history_1 = theseus("migrate", "history", s.query, "--state", str(s.state),
                               timeout=120)
 
-        time.sleep(3)
+        # input after the cut reaches the new query before the rollback
+        wait_caught_up(kafka, s.state, store.live_instance(s.query), s.src)
         s.rollback = theseus("migrate", "rollback", s.query, "--state", str(s.state),
                              "--strategy", "shadow", "--timeout", "400", env=env,
                              timeout=600)
@@ -164,9 +166,9 @@ def serve_page(s) -> SimpleNamespace:
 def drain_and_stop(s) -> None:
     from gates.state import is_acked
 
-    time.sleep(3)
-    s.feeder.stop()
     live = s.store.live_instance(s.query)
+    wait_caught_up(s.kafka, s.state, live, s.src)  # the live instance reads input after the cut
+    s.feeder.stop()
     high = {s.src: s.kafka.end_offsets(s.src)}
     wait_for(lambda: is_acked(s.state, live, high), 180, "the live query drains the input")
     r = theseus("stop", s.query, "--state", str(s.state))
