@@ -51,11 +51,10 @@ class AvroSchemaError(PlanError):
     """An Avro schema that is not JSON or not a valid schema; ``where`` is a JSON pointer
     inside the schema (the plan's own location is added by the step that holds it)."""
 
-    def __init__(self, message: str, where: str = "", *, expected: str | None = None,
-                 found: str | None = None):
+    def __init__(self, message: str, where: str = "", **kw: object) -> None:
         self.schema_pointer = where
         super().__init__(message + (f" (at {where} in the Avro schema)" if where else ""),
-                         expected=expected, found=found)
+                         **kw)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -581,3 +580,70 @@ def to_doc(s: Schema, done: set[str] | None = None) -> Any:
     if k == "map":
         return {"type": "map", "values": to_doc(s["values"], done)}
     return dict(s)  # a primitive with a logical type
+
+
+# --------------------------------------------------------------------------- plans
+
+def subject_name(strategy: str, topic: str, record: str, key: bool = False) -> str:
+    """The registry subject of a topic's values (or keys) under a subject name strategy."""
+    if strategy == "record_name":
+        return record
+    if strategy == "topic_record_name":
+        return f"{topic}-{record}"
+    return f"{topic}-{'key' if key else 'value'}"
+
+
+def columns_schema(record: str, columns: Sequence[tuple[str, str, bool]],
+                   text: str | None, writing: bool = False) -> Schema:
+    """The Avro record of a topic whose columns are ``(name, spark type, nullable)``: the
+    schema ``text`` when the plan gives one (its fields must be the columns, each of a type
+    that reads as the column's, or a wider one when ``writing`` the columns), else the
+    record derived from the columns.
+
+    Raises :class:`AvroSchemaError` whose ``schema_pointer`` is inside the schema, or
+    :class:`ColumnMismatch` naming the column (its index in ``columns``)."""
+    if text is None:
+        for i, (n, t, _) in enumerate(columns):
+            try:
+                avro_type(t, f"{record}_{n}")
+            except UnsupportedType as e:
+                raise ColumnMismatch(str(e), i, expected="a type with an Avro counterpart",
+                                     found=t) from None
+        return parse(record_doc(record, columns))
+    s = parse(text)
+    if kind(s) != "record":
+        raise AvroSchemaError("the schema of a topic's values is a record", "",
+                              expected="a record", found=describe(s))
+    fields = {f["name"]: (j, f) for j, f in enumerate(s["fields"])}
+    for i, (n, t, _) in enumerate(columns):
+        if n not in fields:
+            raise ColumnMismatch(f"column '{n}' is not a field of the Avro record "
+                                 f"'{s['name']}'", i, expected="one of " +
+                                 ", ".join(fields), found=repr(n))
+        j, f = fields[n]
+        try:
+            read, _ = spark_type(f["type"])
+        except UnsupportedType as e:
+            raise AvroSchemaError(str(e), f"/fields/{j}/type", expected="a type Spark reads",
+                                  found=describe(f["type"])) from None
+        want = T.parse_type(t)
+        fits = T.can_widen(want, read) if writing else T.can_widen(read, want)
+        if read != want and want != T.UNKNOWN and not fits:
+            raise ColumnMismatch(f"field '{n}' of the Avro record is {describe(f['type'])}, "
+                                 f"which reads as {read}", i, expected=want, found=read)
+    names = {n for n, _, _ in columns}
+    extra = [f["name"] for f in s["fields"] if f["name"] not in names and "default" not in f]
+    if extra:
+        raise AvroSchemaError(f"field '{extra[0]}' of the Avro record is no column and has "
+                              "no default", f"/fields/{fields[extra[0]][0]}",
+                              expected="a column of that name, or a default",
+                              found="neither")
+    return s
+
+
+class ColumnMismatch(PlanError):
+    """A column the Avro schema does not give (``index`` is the column's position)."""
+
+    def __init__(self, message: str, index: int = 0, **kw: object) -> None:
+        self.index = index
+        super().__init__(message, **kw)  # type: ignore[arg-type]
