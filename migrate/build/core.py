@@ -78,6 +78,12 @@ class BuildOptions:
 
         return dict(active() if self.kafka_conf is None else self.kafka_conf)
 
+    def registry(self) -> dict[str, str]:
+        """The schema registry client's ``schema.registry.*`` settings (``--kafka-config``)."""
+        from gates.kafkaconf import registry_settings
+
+        return registry_settings()
+
 
 def q(name: str) -> str:
     """A column name quoted for Spark."""
