@@ -219,3 +219,51 @@ def test_the_gated_source_turns_avro_rows_into_its_arrow_schema(registry):
     got = batch.to_pylist()
     assert got[0] == {**row, "attrs": [("k", 1)]}
     assert got[1] == empty
+
+
+# -- theseus check --registry ------------------------------------------------------------
+
+def _check(case: str, *flags: str, env: dict | None = None, kind: str = "avro"):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from migrate.cli import main
+
+    d = Path(__file__).resolve().parents[1] / "fixtures" / kind / case
+    r = CliRunner().invoke(main, ["check", str(d / "old.json"), str(d / "new.json"),
+                                  "--format", "json", *flags], env=env)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.output
+    return r.exit_code, json.loads(r.output)
+
+
+def test_check_asks_the_registry_and_reports_its_answer(registry):
+    case = "output_field_added_with_default_backward"
+    code, rep = _check(case, "--registry", registry, "--schema-compat", "backward")
+    (f,) = [f for f in rep["findings"] if f["code"].startswith("registry-")]
+    assert f["code"] == "registry-accepts" and "no version yet" in f["message"]
+    assert (code, rep["verdict"]) == (0, "in_place")
+    # the subject now has a version; the stand-in refuses schemas with a field 'qty'
+    RegistryClient(registry).register("order_amounts-value", "{}")
+    code, rep = _check(case, env={"SCHEMA_REGISTRY_URL": registry})
+    (f,) = [f for f in rep["findings"] if f["code"].startswith("registry-")]
+    assert f["code"] == "registry-refuses"
+    assert "subject 'order_amounts-value' (BACKWARD) refuses the new schema: qty at " \
+        "/fields/2" in f["message"]
+    assert (code, rep["verdict"]) == (3, "unsupported")
+    assert f["new"]["pointer"] == "/nodes/2/avro/schema"
+
+
+def test_an_unreachable_registry_is_a_finding_and_no_pass():
+    code, rep = _check("output_column_added_nullable", "--registry",
+                       "http://127.0.0.1:9/apis/ccompat/v7")
+    (f,) = [f for f in rep["findings"] if f["code"].startswith("registry-")]
+    assert f["code"] == "registry-unreachable"
+    assert "does not answer" in f["message"]
+    assert (code, rep["verdict"]) == (3, "unsupported")
+
+
+def test_a_json_output_asks_no_registry():
+    code, rep = _check("aggregate_arg_changed", "--registry", "http://127.0.0.1:9/x",
+                       kind="upgrades")
+    assert not [f for f in rep["findings"] if f["code"].startswith("registry-")]

@@ -10,12 +10,25 @@ Avro these replace the JSON rules of ``compat.rules.output``, which cannot know 
 
 from __future__ import annotations
 
+from typing import Any
+
 from compat import avro as A
 from compat.findings import Finding, register_codes
 from compat.rules import RuleContext
 from compat.steps.sink import Sink, avro_schema, avro_subject
 
+REGISTRY_HINT = "Make the new schema compatible at the subject's level, or change the " \
+    "subject's level with its owners (the registry refuses the schema when the sink " \
+    "registers it, and the query fails)."
+
 register_codes({
+    "registry-accepts": ("none", "info", "schema_evolution",
+                         "The sink registers the new schema when it starts writing."),
+    "registry-refuses": ("unsupported", "error", "schema_evolution", REGISTRY_HINT),
+    "registry-unreachable": ("unsupported", "error", "schema_evolution",
+                             "Check --registry (or SCHEMA_REGISTRY_URL) and run the check "
+                             "again where the registry answers; the check does not pass "
+                             "without its answer."),
     "avro-schema-changed": ("in_place", "info", "schema_evolution",
                             "The new schema is registered under the subject before the "
                             "new plan writes; records keep the id of the schema they were "
@@ -72,3 +85,33 @@ def check_avro_output(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
                      f"under --schema-compat {level}; the new schema goes to subject "
                      f"'{subject}'", old, new, where))
     return out
+
+
+def ask_registry(ctx: RuleContext, registry: Any) -> list[Finding]:
+    """Whether the subject of the new plan's Avro output accepts its schema at the
+    subject's own level (the registry's compatibility endpoint): one finding."""
+    from compat.registry import RegistryError
+
+    new = ctx.new.nodes[ctx.new.sink_id]
+    if not isinstance(new, Sink) or new.format != "avro":
+        return []
+    subject = avro_subject(new, ctx.ni(new))
+    schema = A.canonical(avro_schema(new, ctx.ni(new)))
+    old = ctx.old.nodes.get(ctx.old.sink_id)
+    old = old if isinstance(old, Sink) else None
+    where = "inputs" if new.avro is None else "avro/schema" if new.avro.schema else "avro"
+    try:
+        verdict = registry.check(subject, schema)
+    except RegistryError as e:
+        return [ctx.f("registry-unreachable", f"cannot ask the schema registry whether "
+                      f"subject '{subject}' accepts the new schema: {e.render()}", old, new,
+                      where if old is not None else None, where)]
+    level = verdict.level or "its default level"
+    if verdict.compatible is False:
+        why = "; ".join(verdict.reasons) or "no reason given"
+        return [ctx.f("registry-refuses", f"subject '{subject}' ({level}) refuses the new "
+                      f"schema: {why}", old, new, where, where)]
+    said = "has no version yet and accepts any schema" if verdict.compatible is None \
+        else f"({level}) accepts the new schema"
+    return [ctx.f("registry-accepts", f"subject '{subject}' {said}", old, new, where,
+                  where)]
