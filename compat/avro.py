@@ -632,8 +632,9 @@ def columns_schema(record: str, columns: Sequence[tuple[str, str, bool]],
             raise ColumnMismatch(f"field '{n}' of the Avro record is {describe(f['type'])}, "
                                  f"which reads as {read}", i, expected=want, found=read)
     names = {n for n, _, _ in columns}
+    # a reader decodes a field it has no column for and drops it; a writer needs a value
     extra = [f["name"] for f in s["fields"] if f["name"] not in names and "default" not in f]
-    if extra:
+    if extra and writing:
         raise AvroSchemaError(f"field '{extra[0]}' of the Avro record is no column and has "
                               "no default", f"/fields/{fields[extra[0]][0]}",
                               expected="a column of that name, or a default",

@@ -132,3 +132,40 @@ def test_invalid_avro_plans_get_one_clear_error(tmp_path, name, doc, pointer, wo
     assert len(line) == 1, result.output
     assert f"at {pointer}" in line[0]
     assert words in line[0]
+
+
+SQL = """CREATE TABLE orders (order_id STRING NOT NULL, amount DOUBLE, qty INT)
+  USING kafka OPTIONS (format 'avro', partitions 2, avro.record 'shop.Order',
+                       avro.schema '{SCHEMA}');
+CREATE TABLE order_amounts USING kafka OPTIONS (format 'avro', key 'order_id',
+                                                avro.subject 'topic_record_name')
+  AS SELECT order_id, amount FROM orders WHERE amount > 10;
+"""
+ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "order_id", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "qty", "type": "int"}]})
+
+
+def test_sql_tables_take_format_avro_and_its_options(tmp_path):
+    from compat.check import load_plan
+    from compat.steps.sink import avro_subject
+
+    path = tmp_path / "q.sql"
+    path.write_text(SQL.replace("{SCHEMA}", ORDER))
+    plan = load_plan(str(path))
+    src, sink = plan.nodes["orders"], plan.nodes["order_amounts"]
+    assert (src.format, src.avro.record, src.avro.schema) == ("avro", "shop.Order", ORDER)
+    # the compiler prunes qty (nothing reads it): the reader schema still has it
+    assert [c.name for c in src.schema] == ["order_id", "amount"]
+    assert (sink.format, sink.avro.subject) == ("avro", "topic_record_name")
+    assert avro_subject(sink, plan.info[sink.id]) == "order_amounts-order_amounts"
+
+
+def test_an_avro_option_on_a_json_table_is_refused_where_it_is_written(tmp_path):
+    path = tmp_path / "q.sql"
+    path.write_text(SQL.replace("format 'avro', key", "format 'json', key")
+                    .replace("{SCHEMA}", ORDER))
+    result = CliRunner().invoke(main, ["plan", "validate", str(path)])
+    assert result.exit_code == 2
+    assert "q.sql:5:" in result.output
+    assert "option 'avro.subject' says how an Avro topic is encoded" in result.output
