@@ -169,3 +169,53 @@ def test_an_avro_option_on_a_json_table_is_refused_where_it_is_written(tmp_path)
     assert result.exit_code == 2
     assert "q.sql:5:" in result.output
     assert "option 'avro.subject' says how an Avro topic is encoded" in result.output
+
+
+# -- the fleet contract: a consumer's reader schema against the producer's writer schema ---
+
+def _fleet(sink_avro: dict | None, consumer_cols, consumer_avro: dict | None = None):
+    from compat.fleet.contract import impacts, produced
+    from compat.infer import analyze
+
+    producer = copy.deepcopy(BASE)
+    producer["nodes"][2].pop("avro")
+    if sink_avro is not None:
+        producer["nodes"][2]["avro"] = sink_avro
+    src = {"id": "amounts", "step": "source", "version": 1, "topic": "order_amounts",
+           "partitions": 1, "format": "avro", "role": "stream",
+           "schema": [{"name": n, "type": t, "nullable": nul} for n, t, nul in consumer_cols]}
+    if consumer_avro is not None:
+        src["avro"] = consumer_avro
+    consumer = serde.from_doc({"format": "theseus.plan/1", "query": "reader", "nodes": [
+        src, {"id": "o", "step": "sink", "version": 1, "inputs": ["amounts"], "topic": "x",
+              "format": "json", "key_columns": [], "mode": "append",
+              "delivery": "at_least_once"}]})
+    p = serde.from_doc(producer)
+    analyze(p)
+    analyze(consumer)
+    return impacts(None, produced(p), consumer, "amounts")
+
+
+def test_a_consumer_that_resolves_the_writer_schema_has_no_finding():
+    # the producer writes order_id and amount (nullable, derived); the consumer reads
+    # amount and a note the producer never wrote, null by default
+    found = _fleet(None, [("order_id", "string", True), ("amount", "double", True),
+                          ("note", "string", True)],
+                   {"record": "order_amounts"})
+    assert found == []
+
+
+def test_a_consumer_whose_reader_field_has_no_default_gets_upstream_avro_unreadable():
+    found = _fleet(None, [("order_id", "string", True), ("amount", "double", True),
+                          ("note", "string", False)], {"record": "order_amounts"})
+    (f,) = found
+    assert f.code == "upstream-avro-unreadable" and f.effect == "unsupported"
+    assert "'note' (string) has no default" in f.message
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in f.message
+
+
+def test_a_consumer_reading_a_nullable_field_as_not_null_cannot_resolve_it():
+    found = _fleet(None, [("order_id", "string", True), ("amount", "double", False)],
+                   {"record": "order_amounts"})
+    assert [f.code for f in found] == ["upstream-avro-unreadable"]
+    assert "TYPE_MISMATCH" in found[0].message
