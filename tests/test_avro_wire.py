@@ -267,3 +267,42 @@ def test_a_json_output_asks_no_registry():
     code, rep = _check("aggregate_arg_changed", "--registry", "http://127.0.0.1:9/x",
                        kind="upgrades")
     assert not [f for f in rep["findings"] if f["code"].startswith("registry-")]
+
+
+# -- the gated sink's JSON values written as Avro ------------------------------------------
+
+def test_sink_json_values_become_wire_format_avro_and_read_back(registry):
+    from compat import avro as A
+    from gates.avro import AvroDecoder, JsonToAvro
+
+    cols = [("id", "bigint", False), ("ts", "timestamp", True), ("day", "date", True),
+            ("price", "decimal(10,2)", True), ("tags", "array<string>", True),
+            ("attrs", "map<string,int>", True), ("pos", "struct<x:double,y:double>", True),
+            ("raw", "binary", True), ("local", "timestamp_ntz", True)]
+    schema = A.canonical(A.parse(A.record_doc("shop.R", cols)))
+    enc = JsonToAvro("out-value", schema, RegistryClient(registry))
+    # registered when made: before any value is written
+    assert FakeRegistry.subjects == {"out-value": [enc.schema_id]}
+    # what Spark's to_json writes with the sink's options (gates.sink.JSON_OPTIONS)
+    text = ('{"id":7,"ts":"2026-01-02T03:04:05.000006Z","day":"2026-01-02","price":12.34,'
+            '"tags":["a",null],"attrs":{"k":1},"pos":{"x":1.0,"y":2.0},"raw":"AAE=",'
+            '"local":"2026-01-02T03:04:05.000000"}')
+    value = enc(text)
+    assert value[:5] == b"\x00" + enc.schema_id.to_bytes(4, "big")
+    back = AvroDecoder("out", schema, RegistryClient(registry)).decode(value, 0, 0)
+    assert back == {"id": 7, "ts": dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
+                    "day": dt.date(2026, 1, 2), "price": decimal.Decimal("12.34"),
+                    "tags": ["a", None], "attrs": {"k": 1}, "pos": {"x": 1.0, "y": 2.0},
+                    "raw": b"\x00\x01", "local": dt.datetime(2026, 1, 2, 3, 4, 5)}
+    assert enc(None) is None  # a tombstone stays one
+    nulls = AvroDecoder("out", schema, RegistryClient(registry)).decode(
+        enc('{"id":8,"ts":null,"day":null,"price":null,"tags":null,"attrs":null,'
+            '"pos":null,"raw":null,"local":null}'), 0, 1)
+    assert nulls == {"id": 8, **{n: None for n, _, _ in cols[1:]}}
+
+
+def test_a_refused_schema_fails_before_anything_is_written(registry):
+    from gates.avro import JsonToAvro
+
+    with pytest.raises(RegistryError, match="refused POST"):
+        JsonToAvro("out-value", V1, RegistryClient(registry + "/nowhere"))
