@@ -295,6 +295,7 @@ def test_sink_json_values_become_wire_format_avro_and_read_back(registry):
                     "tags": ["a", None], "attrs": {"k": 1}, "pos": {"x": 1.0, "y": 2.0},
                     "raw": b"\x00\x01", "local": dt.datetime(2026, 1, 2, 3, 4, 5)}
     assert enc(None) is None  # a tombstone stays one
+    assert enc(value) == value  # a record read back from the topic is written as it is
     nulls = AvroDecoder("out", schema, RegistryClient(registry)).decode(
         enc('{"id":8,"ts":null,"day":null,"price":null,"tags":null,"attrs":null,'
             '"pos":null,"raw":null,"local":null}'), 0, 1)
