@@ -219,3 +219,47 @@ def test_a_consumer_reading_a_nullable_field_as_not_null_cannot_resolve_it():
                    {"record": "order_amounts"})
     assert [f.code for f in found] == ["upstream-avro-unreadable"]
     assert "TYPE_MISMATCH" in found[0].message
+
+
+# -- control events on Avro topics ---------------------------------------------------------
+
+def test_control_events_on_avro_topics_are_headers_with_a_null_value():
+    from gates.control import parse_control, write_control_events
+    from tests.test_control_producer import FakeProducer
+
+    class Recording(FakeProducer):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def produce(self, topic, value=None, key=None, partition=None, headers=None,
+                    on_delivery=None):
+            self.records.append((topic, partition, value, headers))
+            super().produce(topic, value, key, partition, headers, on_delivery)
+
+    p = Recording()
+    write_control_events("h:1", ["avro_in", "json_in"], "m1", deadline=5, producer=p,
+                         bare_topics={"avro_in"})
+    by_topic = {}
+    for topic, _part, value, headers in p.records:
+        by_topic.setdefault(topic, []).append((value, parse_control(headers)))
+    # an Avro consumer reads a null value (no JSON body without the magic byte)
+    assert all(v is None for v, _ in by_topic["avro_in"])
+    assert all(v is not None for v, _ in by_topic["json_in"])
+    # Theseus reads the header on both
+    assert {c["migration"] for _, c in by_topic["avro_in"] + by_topic["json_in"]} == {"m1"}
+
+
+def test_a_migrations_avro_topics_are_its_plans_avro_sources_and_output(tmp_path):
+    from migrate.plantopics import migration_avro_topics
+
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(BASE))
+    new_doc = copy.deepcopy(BASE)
+    new_doc["nodes"][0]["format"] = "json"
+    new_doc["nodes"][2]["topic"] = "amounts_v2"
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(new_doc))
+    assert migration_avro_topics(str(new), str(old)) == {"orders", "order_amounts",
+                                                         "amounts_v2"}
+    assert migration_avro_topics(str(new)) == {"amounts_v2"}
