@@ -263,3 +263,33 @@ def test_a_migrations_avro_topics_are_its_plans_avro_sources_and_output(tmp_path
     assert migration_avro_topics(str(new), str(old)) == {"orders", "order_amounts",
                                                          "amounts_v2"}
     assert migration_avro_topics(str(new)) == {"amounts_v2"}
+
+
+# -- plan export --pyspark ---------------------------------------------------------------
+
+def test_an_avro_source_exports_as_from_avro_after_the_five_byte_header(tmp_path):
+    import ast
+
+    from compat import avro as A
+    from compat.export import to_pyspark
+    from compat.steps.source import avro_schema
+
+    doc = copy.deepcopy(BASE)
+    doc["nodes"][2]["format"] = "json"
+    doc["nodes"][2].pop("avro")
+    plan = serde.from_doc(doc)
+    from compat.infer import analyze
+
+    analyze(plan)
+    text = to_pyspark(plan)
+    ast.parse(text)
+    assert "from pyspark.sql.avro.functions import from_avro" in text
+    schema = A.canonical(avro_schema(plan.nodes["orders"]))
+    assert f"from_avro(F.expr(\"substring(value, 6)\"), {schema!r})" in text
+
+
+def test_an_avro_sink_is_not_exported_and_says_why(tmp_path):
+    result = CliRunner().invoke(main, ["plan", "export", "--pyspark", str(
+        ROOT / "fixtures/avro/output_column_added_nullable/old.json")])
+    assert result.exit_code == 2
+    assert "schema id a job learns only by registering its schema" in result.output

@@ -352,6 +352,10 @@ def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
 
 @export_step.register
 def _export(node: Sink, plan: Plan) -> Code | Refusal:
+    if node.format == "avro":
+        return Refusal(f"sink '{node.id}' writes Avro in the registry's wire format, whose "
+                       "schema id a job learns only by registering its schema: Spark's "
+                       "to_avro writes the body alone")
     names = plan.info[node.inputs[0]].names
     key = list(node.key_columns)
     windowed = "window" in [n.lower() for n in names]
