@@ -293,3 +293,22 @@ def test_an_avro_sink_is_not_exported_and_says_why(tmp_path):
         ROOT / "fixtures/avro/output_column_added_nullable/old.json")])
     assert result.exit_code == 2
     assert "schema id a job learns only by registering its schema" in result.output
+
+
+def test_checking_avro_plans_imports_no_runtime_library():
+    import subprocess
+    import sys
+
+    case = ROOT / "fixtures/avro/output_field_added_without_default_backward"
+    code = ("import sys\nfrom migrate.cli import main\n"
+            "try:\n    main([\"check\", sys.argv[1], sys.argv[2]])\nexcept SystemExit:\n"
+            "    pass\n"
+            "bad = sorted({m.split('.')[0] for m in sys.modules} & {'fastavro', 'pyspark', "
+            "'confluent_kafka', 'networkx', 'deepdiff', 'urllib3'})\n"
+            "print('LOADED', bad)")
+    r = subprocess.run([sys.executable, "-c", code, str(case / "old.json"),
+                        str(case / "new.json")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert "LOADED []" in r.stdout, r.stdout + r.stderr
+    # the default --schema-compat forward: old readers skip the new field
+    assert "[avro-schema-changed]" in r.stdout
