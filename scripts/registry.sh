@@ -74,6 +74,7 @@ fetch_app() {
   mkdir -p "$tmp/app"
   tar xzf "$tmp"/*.tar.gz -C "$tmp/app" || { rm -rf "$tmp"; die "could not unpack $GAV"; }
   rm -rf "$APP"
+  mkdir -p "$(dirname "$APP")"
   mv "$tmp/app" "$APP"
   rm -rf "$tmp"
 }
