@@ -594,6 +594,9 @@ class _ArrowBuilder:
         return pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
 
     def from_dicts(self, docs: list) -> Any:
+        if self.decoder is not None:
+            # rows of a table or changelog read from Avro: typed already, not JSON values
+            return self.from_avro(docs)
         cols = [self.column(i, [d.get(n) for d in docs]) for i, n in enumerate(self.names)]
         return self.pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
 

@@ -307,3 +307,29 @@ def test_a_refused_schema_fails_before_anything_is_written(registry):
 
     with pytest.raises(RegistryError, match="refused POST"):
         JsonToAvro("out-value", V1, RegistryClient(registry + "/nowhere"))
+
+
+def test_table_rows_read_from_avro_keep_their_types(registry):
+    """A table's (or changelog's) rows go through ``from_dicts``: Avro's typed values must
+    not meet the JSON converters, which would null a timestamp."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import types as S
+
+    from compat import avro as A
+    from gates.source import SourceOptions, _ArrowBuilder
+
+    schema = A.canonical(A.parse(A.record_doc("R", [("k", "string", False),
+                                                    ("ts", "timestamp", True)])))
+    opts = SourceOptions.parse({"bootstrap": "b:1", "topic": "t", "format": "avro",
+                                "schema": "k STRING, ts TIMESTAMP", "avroSchema": schema,
+                                "registry": registry, "role": "changelog",
+                                "key_columns": "k"})
+    spark_schema = S.StructType([S.StructField("k", S.StringType()),
+                                 S.StructField("ts", S.TimestampType()),
+                                 S.StructField("_theseus_deleted", S.BooleanType()),
+                                 S.StructField("_theseus_offset", S.LongType())])
+    builder = _ArrowBuilder(spark_schema, "avro", opts)
+    ts = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    rows = builder.from_dicts([{"k": "a", "ts": ts, "_theseus_deleted": False,
+                                "_theseus_offset": 4}]).to_pylist()
+    assert rows == [{"k": "a", "ts": ts, "_theseus_deleted": False, "_theseus_offset": 4}]
