@@ -333,3 +333,23 @@ def test_table_rows_read_from_avro_keep_their_types(registry):
     rows = builder.from_dicts([{"k": "a", "ts": ts, "_theseus_deleted": False,
                                 "_theseus_offset": 4}]).to_pylist()
     assert rows == [{"k": "a", "ts": ts, "_theseus_deleted": False, "_theseus_offset": 4}]
+
+
+def test_the_kafka_config_file_carries_the_registry_settings_redacted(tmp_path):
+    from gates import kafkaconf
+
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=PLAINTEXT\nschema.registry.url=http://reg:8081/apis/"
+                 "ccompat/v7\nschema.registry.basic.auth.user.info=alice:s3cret\n")
+    try:
+        conf = kafkaconf.use(f)
+        # librdkafka never sees them (it would refuse the names)
+        assert conf == {"security.protocol": "PLAINTEXT"}
+        reg = kafkaconf.registry_settings()
+        assert reg["schema.registry.url"] == "http://reg:8081/apis/ccompat/v7"
+        assert kafkaconf.redact("auth alice:s3cret failed") == "auth [redacted] failed"
+        client = RegistryClient.configured(None, reg)
+        assert client is not None and client.url == "http://reg:8081/apis/ccompat/v7"
+        assert "s3cret" not in repr(client)
+    finally:
+        kafkaconf.use(None)
