@@ -104,6 +104,10 @@ register_codes({
                                   "Spark picks up added partitions on restart; make sure "
                                   "they exist before the upgrade."),
     "source-partitions-reduced": ("migrate", "error", "scaling", MIGRATE),
+    "source-avro-schema-changed": ("in_place", "info", "schema_evolution",
+                                   "Records are read with the new reader schema from the "
+                                   "restart on (its defaults fill the fields a writer "
+                                   "lacks); rows read before keep the old one's values."),
     "source-starting-offsets-changed": ("none", "info", "transparent",
                                         "Starting offsets apply only to a fresh checkpoint."),
 })
@@ -243,6 +247,13 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
         out.append(f("source-format-changed", f"source '{new.id}' reads its record keys as "
                      f"{'Avro' if avro_spec(new).key else 'JSON'} instead of "
                      f"{'Avro' if avro_spec(old).key else 'JSON'}", old, new, "avro/key"))
+    elif new.format == "avro" and avro_spec(new).schema is not None and \
+            A.canonical(avro_schema(old)) != A.canonical(avro_schema(new)):
+        # the columns' changes have findings of their own; this is what else the given
+        # schema changes (defaults, names, fields no column reads)
+        out.append(f("source-avro-schema-changed", f"source '{new.id}' reads its records "
+                     "with another Avro reader schema", old, new, "avro/schema",
+                     history=ctx.notes.get("stateful_plan", False)))
     if old.role != new.role:
         out.append(f("source-role-changed", f"source '{new.id}' role changes from "
                      f"{old.role} to {new.role}", old, new, "role"))
