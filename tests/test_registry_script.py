@@ -79,3 +79,31 @@ def test_a_taken_registry_port_is_refused_before_anything_starts(tmp_path):
     assert r.returncode != 0
     assert f"port {port} (REGISTRY_PORT) is already in use" in r.stderr
     assert not (tmp_path / "registry.pid").exists()
+
+
+def test_an_answering_schema_registry_url_is_used_and_nothing_starts(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Subjects(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            ok = self.path.endswith("/subjects")
+            self.send_response(200 if ok else 404)
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Subjects)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/apis/ccompat/v7"
+        r = run(tmp_path, "start", SCHEMA_REGISTRY_URL=url)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == [f"SCHEMA_REGISTRY_URL={url}"]
+    assert "using the registry at SCHEMA_REGISTRY_URL" in r.stderr
+    assert not (tmp_path / "registry.pid").exists()
