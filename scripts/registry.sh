@@ -141,7 +141,9 @@ cmd_start() {
   echo "$port" >"$PORTFILE"
   [ -f "$LOG" ] && mv -f "$LOG" "$LOG.old"
   # setsid: survive the caller's process group; close stdin, the lock fd and the caller's
-  # stdout.  The app's default storage is in memory; it binds loopback only.
+  # stdout.  The app's default storage is in memory; it binds loopback only.  Without the
+  # legacy id mode (the default, said explicitly) ccompat ids are content ids: the same
+  # schema gets the same id, as Confluent's registry gives them.
   # shellcheck disable=SC2086
   setsid bash -c "$CLOSE_FDS"'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
     java ${REGISTRY_HEAP_OPTS:--Xms64m -Xmx384m} -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
