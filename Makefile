@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
 	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-import bench-sink \
-	bench-jvm lint docs docs-serve clean
+	bench-jvm lint docs docs-serve clean registry registry-stop
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -32,6 +32,14 @@ kafka:
 
 kafka-stop:
 	@BROKERS=$(BROKERS) bash scripts/kafka.sh stop
+
+# A schema registry (Apicurio, in memory, 127.0.0.1:18081) for Avro topics; clients use its
+# Confluent-compatible API. SCHEMA_REGISTRY_URL=... points everything at an existing one.
+registry:
+	@bash scripts/registry.sh start
+
+registry-stop:
+	@bash scripts/registry.sh stop
 
 # A Spark standalone cluster (master + 2 workers, one core each) from the PySpark wheel.
 cluster: $(STAMP)

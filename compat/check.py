@@ -171,7 +171,7 @@ def load_plan(path: str, reuse: Plan | None = None, raw: bytes | None = None) ->
 
 def check_files(old_path: str, new_path: str, *, require: list[str] | None = None,
                 schema_compat: str = "forward", allow_migration: bool = False,
-                pair_passive: bool = False) -> Report:
+                pair_passive: bool = False, registry: Any = None) -> Report:
     # A check builds many small objects and frees nothing until it ends: the cyclic
     # garbage collector would only rescan them, over and over (it doubles the cost).
     was_enabled = gc.isenabled()
@@ -180,7 +180,8 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
         old = load_plan(old_path)
         new = load_plan(new_path, reuse=old)
         return check_plans(old, new, require=require, schema_compat=schema_compat,
-                           allow_migration=allow_migration, pair_passive=pair_passive)
+                           allow_migration=allow_migration, pair_passive=pair_passive,
+                           registry=registry)
     finally:
         if was_enabled:
             gc.enable()
@@ -188,12 +189,15 @@ def check_files(old_path: str, new_path: str, *, require: list[str] | None = Non
 
 def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
                 schema_compat: str = "forward", allow_migration: bool = False,
-                pair_passive: bool = False, output_rules: bool = True) -> Report:
+                pair_passive: bool = False, output_rules: bool = True,
+                registry: Any = None) -> Report:
     """The check of ``new`` against ``old``; ``pair_passive`` also records which passive
     steps the walk paired (``Report.passive_alignment``), for ``plan diff``.  Without
     ``output_rules`` the output's schema and changelog mode are not judged here (not even
     under ``--require cascading``): ``theseus fleet check`` judges them against each query
-    that reads the output instead."""
+    that reads the output instead.  ``registry`` (a ``compat.registry.RegistryClient``)
+    also asks the schema registry whether an Avro output's subject accepts the new
+    schema."""
     require = sorted(set(require or []))
     if schema_compat not in SCHEMA_COMPAT:
         raise CheckError("unknown --schema-compat", expected=" | ".join(SCHEMA_COMPAT),
@@ -222,6 +226,10 @@ def check_plans(old: Plan, new: Plan, *, require: list[str] | None = None,
         findings.append(finding("config-changed", f"the query name changes from "
                                 f"'{old.query}' to '{new.query}'", old_pointer="/query",
                                 new_pointer="/query"))
+    if registry is not None:
+        from compat.rules.avro import ask_registry
+
+        findings.extend(ask_registry(ctx, registry))
     # Step 4: requirements of the environment.
     findings, requirements = _apply_requirements(findings, old, new, set(require))
     findings = dedupe(findings)

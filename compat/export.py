@@ -53,11 +53,13 @@ def to_pyspark(plan: Plan) -> str:
                         file=plan.file, expected="steps the DataFrame API has",
                         found=written.split(":")[0])
     parts = {n.topic: n.partitions for n in plan.nodes.values() if isinstance(n, Source)}
+    avro = any(isinstance(n, Source) and n.format == "avro" for n in plan.nodes.values())
     lines = [
         f'"""The query \'{plan.query}\' as a PySpark job (written by theseus plan export '
         '--pyspark).',
         "",
-        "Run it with Spark's Kafka connector (spark-sql-kafka-0-10):",
+        "Run it with Spark's Kafka connector (spark-sql-kafka-0-10)"
+        + (" and spark-avro:" if avro else ":"),
         "    KAFKA_BOOTSTRAP=host:9092 CHECKPOINT=dir spark-submit ... (build(spark).start())",
         "Import it back with:",
         f"    theseus plan import THIS.py --delivery {plan.sink.delivery}"
@@ -69,6 +71,7 @@ def to_pyspark(plan: Plan) -> str:
         "import os",
         "",
         "from pyspark.sql import functions as F",
+        *(["from pyspark.sql.avro.functions import from_avro"] if avro else []),
         "",
         'BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092")',
         f'CHECKPOINT = os.environ.get("CHECKPOINT", {py("checkpoints/" + plan.query)})',

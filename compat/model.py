@@ -41,7 +41,7 @@ EXPR = {"type": "string", "minLength": 1, "description": "a Spark SQL expression
 TYPE = {"type": "string", "minLength": 1, "description": "a Spark SQL type"}
 DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[A-Za-z]+\s*$",
             "description": "a duration such as '10 minutes'"}
-RECORD_FORMAT = {"enum": ["json", "string"]}
+RECORD_FORMAT = {"enum": ["json", "string", "avro"]}
 #: Kafka's partition counts and Spark's shuffle partitions are Java ints
 INT32_MAX = 2**31 - 1
 PARTITIONS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX}
@@ -162,6 +162,30 @@ class EventTime:
 
     column: str = prop(schema={"type": "string"})
     watermark: str = prop(schema=DURATION)
+
+
+@dataclass(frozen=True)
+class AvroSpec:
+    """How a ``format: avro`` topic's records are encoded: values in the schema registry's
+    wire format (a zero byte, the schema's 4-byte id, the Avro body) under a subject named
+    by ``subject`` (Confluent's subject name strategies: ``topic_name`` is
+    ``<topic>-value``, ``record_name`` the record's full name, ``topic_record_name``
+    ``<topic>-<record>``)."""
+
+    subject: str = prop("topic_name", schema=enum("topic_name", "record_name",
+                                                  "topic_record_name"),
+                        doc="how the registry subject is named (default topic_name: "
+                        "<topic>-value)")
+    record: str | None = prop(None, schema={"type": "string", "pattern":
+                                            r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"},
+                              doc="the record's full name (default: the topic's name with "
+                              "every other character than a letter, digit or _ as _)")
+    schema: str | None = prop(None, schema={"type": "string", "minLength": 2},
+                              doc="the Avro schema as JSON text, as the registry's API "
+                              "carries it (default: derived from the columns, a nullable "
+                              "column as a union with null and default null)")
+    key: bool = prop(False, doc="the record key is Avro too (subject <topic>-key): a "
+                     "record of the key columns")
 
 
 # -- steps --------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 A control event is an ordinary Kafka record carrying the header ``theseus.control`` whose
 value is the JSON object ``{"migration": id, "topic": t, "partition": p, "count": n}``
 (``count`` = how many control records this migration wrote in total, over all topics and
-partitions). The record value repeats that JSON; its key is ``theseus.control/<migration>``
-so that it is accepted by compacted topics. Gated sources skip such records (they still
-occupy an offset); nothing else about them is special.
+partitions). The record value repeats that JSON, except on an Avro topic (``bare_topics``),
+where it is null: a consumer deserializing the registry's wire format reads a null value, never
+a JSON body without the magic byte, while Theseus reads the header.  Its key is
+``theseus.control/<migration>`` so that it is accepted by compacted topics. Gated sources
+skip such records (they still occupy an offset); nothing else about them is special.
 """
 from __future__ import annotations
 
@@ -107,8 +109,10 @@ def write_control_events(
     deadline: Deadline | float = 30.0,
     producer_config: Mapping[str, Any] | None = None,
     producer: Any = None,
+    bare_topics: Iterable[str] = (),
 ) -> dict[str, dict[int, int]]:
     """Write one control record into every partition of every topic; return the cut vector.
+    On ``bare_topics`` (Avro topics) its value is null: the header alone carries it.
 
     Uses an idempotent producer (acks=all; ``producer``: one of :func:`control_producer`,
     created ahead, which this call then owns), waits for every delivery report (within
@@ -137,6 +141,7 @@ def write_control_events(
             else:
                 cut[msg.topic()][msg.partition()] = msg.offset()
 
+        bare = set(bare_topics)
         for t, parts in layout.items():
             for p in parts:
                 doc = json.dumps(
@@ -146,7 +151,7 @@ def write_control_events(
                 try:
                     producer.produce(
                         t,
-                        value=doc,
+                        value=None if t in bare else doc,
                         key=control_key(migration_id),
                         partition=p,
                         headers=[(CONTROL_HEADER, doc)],

@@ -19,6 +19,10 @@ source's ``kafka.<name>`` options (Spark redacts option values whose name matche
 ``spark.redaction.regex``), so no executor reads the file, its path or an environment
 variable.
 
+Settings named ``schema.registry.*`` are the schema registry client's
+(:mod:`compat.registry`: ``schema.registry.url``, ``schema.registry.basic.auth.user.info``),
+kept apart from librdkafka's (:func:`registry_settings`) and redacted like them.
+
 Java names that librdkafka does not know are refused with the name to use instead
 (:data:`JAVA_NAMES`); names Theseus sets itself (``bootstrap.servers``: use ``--bootstrap``;
 group and transactional ids) are refused too.  Secrets (:func:`is_secret`) are never printed:
@@ -55,7 +59,9 @@ JAVA_NAMES = {
 RESERVED = ("bootstrap.servers", "metadata.broker.list", "group.id", "transactional.id",
             "enable.idempotence", "isolation.level", "enable.auto.commit", "client.id")
 _SECRET = re.compile(r"password|secret|token|credential|(^|\.)key(\.pem)?$|jaas|"
-                     r"oauthbearer\.config", re.I)
+                     r"oauthbearer\.config|user\.info", re.I)
+#: the schema registry client's settings share the file under this prefix
+REGISTRY_PREFIX = "schema.registry."
 
 # librdkafka logs every failed connection attempt (every 50 ms for a broker that is down):
 # the clients of a migration report a failure once, as an error naming what failed.
@@ -64,6 +70,7 @@ QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 
 _ACTIVE: dict[str, str] = {}
+_REGISTRY: dict[str, str] = {}
 _PATH: str | None = None
 
 
@@ -130,7 +137,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, str]:
         raise KafkaConfigError("the Kafka client properties file is not UTF-8 text",
                                file=file) from None
     conf = parse(text, file)
-    validate(conf, file)
+    validate({k: v for k, v in conf.items() if not k.startswith(REGISTRY_PREFIX)}, file)
     return conf
 
 
@@ -157,13 +164,15 @@ def validate(conf: Mapping[str, str], file: str = "<kafka config>") -> None:
 def use(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """Load ``path`` (default: ``$THESEUS_KAFKA_CONFIG``, none when unset) and make it the
     settings of every client this process creates; returns them."""
-    global _ACTIVE, _PATH
+    global _ACTIVE, _PATH, _REGISTRY
     if path is None:
         path = os.environ.get(ENV) or None
     if path is None:
-        _ACTIVE, _PATH = {}, None
+        _ACTIVE, _REGISTRY, _PATH = {}, {}, None
         return {}
     conf = load(path)
+    _REGISTRY = {k: v for k, v in conf.items() if k.startswith(REGISTRY_PREFIX)}
+    conf = {k: v for k, v in conf.items() if not k.startswith(REGISTRY_PREFIX)}
     _ACTIVE, _PATH = conf, str(Path(path).resolve())
     return dict(conf)
 
@@ -173,6 +182,11 @@ def active() -> dict[str, str]:
     return dict(_ACTIVE)
 
 
+def registry_settings() -> dict[str, str]:
+    """The ``schema.registry.*`` settings :func:`use` loaded (a copy), ``{}`` when none."""
+    return dict(_REGISTRY)
+
+
 def cli_args() -> list[str]:
     """``--kafka-config PATH`` for a child ``theseus`` process, or nothing."""
     return ["--kafka-config", _PATH] if _PATH else []
@@ -180,7 +194,7 @@ def cli_args() -> list[str]:
 
 def secrets(conf: Mapping[str, str] | None = None) -> list[str]:
     """The secret values of ``conf`` (default: the active settings)."""
-    conf = _ACTIVE if conf is None else conf
+    conf = {**_ACTIVE, **_REGISTRY} if conf is None else conf
     return [v for k, v in conf.items() if is_secret(k) and v]
 
 

@@ -17,6 +17,9 @@ Record format:
   Spark's ``to_json`` in the JVM. Timestamps are ISO-8601 in UTC with microseconds and ``Z``
   (``2024-01-01T00:00:00.000000Z``), ``timestamp_ntz`` the same without ``Z``, dates
   ``yyyy-MM-dd``. The gated source reads this format back.
+* format avro (``encode``, a :class:`gates.avro.JsonToAvro`): the value is that JSON
+  object written in the schema registry's wire format under the sink's writer schema,
+  registered under its subject when the writer is made (before any batch).
 * an optional column ``_theseus_op``: rows where it equals ``'D'`` are written as tombstones
   (null value, same key); the column itself is never written.
 * an optional column ``_theseus_sign`` (a changelog: ``+1`` a row enters the output, ``-1``
@@ -141,7 +144,8 @@ class KafkaSink:
                  on_done: Callable[[int], None] | None = None,
                  retired: Callable[[], bool] | None = None,
                  reconciler: Any = None,
-                 timeout: float = 120.0):
+                 timeout: float = 120.0,
+                 encode: Callable[[Any], bytes | None] | None = None):
         if delivery not in DELIVERIES:
             raise SinkError("unknown sink delivery", topic=topic,
                             expected=" | ".join(DELIVERIES), found=repr(delivery))
@@ -158,6 +162,8 @@ class KafkaSink:
         # True once the query handed its output over to a migration (gates.state.retired)
         self.retired = retired
         self.reconciler = reconciler
+        # format avro: JSON values -> wire-format Avro (gates.avro.JsonToAvro), else None
+        self.encode = encode
         if reconciler is not None and hasattr(reconciler, "watch"):
             reconciler.watch()  # reads ahead from the pause on (gates.reconcile)
         self.timeout = timeout
@@ -274,6 +280,8 @@ class KafkaSink:
     def _produce(self, topic: str, keys: list, values: list) -> None:
         p = self.producer()
         produce, poll = p.produce, p.poll
+        if self.encode is not None:
+            values = [self.encode(v) for v in values]
         for k, v in zip(keys, values):
             while True:
                 try:

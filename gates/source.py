@@ -13,8 +13,12 @@ Options (names are case-insensitive, values strings):
 
 ``bootstrap`` (required), ``topic`` (required), ``partitions`` (expected partition count; the
     broker's metadata wins, a topic with fewer partitions is an error), ``format`` (``json``
-    default | ``string``), ``schema`` (Spark DDL of the output columns; for ``string`` default
-    ``value STRING``: the value decoded as UTF-8 goes into the first column),
+    default | ``string`` | ``avro``: the schema registry's wire format, read with the reader
+    schema ``avroSchema`` (Avro JSON), writer schemas fetched by id from the registry at
+    ``registry`` (its Confluent-compatible API; ``registry.<setting>``: the client's
+    ``schema.registry.*`` settings), see :mod:`gates.avro`), ``schema`` (Spark DDL of the
+    output columns; for ``string`` default ``value STRING``: the value decoded as UTF-8 goes
+    into the first column),
 ``maxRecordsPerBatch`` (admission control, default 100000 offsets per micro-batch over all
     partitions, spread fairly; ``0`` = unlimited), ``backfillBatches`` (a migration's shadow:
     read the history up to the head found at the first batch in about this many batches,
@@ -157,6 +161,10 @@ class SourceOptions:
     kafka_conf: tuple[tuple[str, str], ...] = field(repr=False)
     node: str | None = None
     backfill_batches: int = 0
+    avro_schema: str | None = None
+    registry: str | None = None
+    # the registry client's settings (credentials among them: never in the repr)
+    registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -179,7 +187,7 @@ class SourceOptions:
                                   expected=" | ".join(allowed), found=repr(v))
             return v
 
-        fmt = choice("format", "json", ("json", "string"))
+        fmt = choice("format", "json", ("json", "string", "avro"))
         role = choice("role", "stream", ("stream", "table", "changelog"))
         starting = choice("startingOffsets", "earliest", ("earliest", "latest"))
         schema = get("schema")
@@ -188,6 +196,12 @@ class SourceOptions:
                 raise SourceError(f"{NAME}: option 'schema' (Spark DDL) is required for "
                                   "format json", topic=topic)
             schema = "value STRING"
+        if fmt == "avro" and not (get("avroSchema") and get("registry")):
+            raise SourceError(f"{NAME}: format avro needs options 'avroSchema' (the reader "
+                              "schema) and 'registry' (the schema registry's URL)",
+                              topic=topic, expected="both options",
+                              found=", ".join(n for n in ("avroSchema", "registry")
+                                              if get(n)) or "neither")
         keys = tuple(k.strip() for k in (get("key_columns", "") or "").split(",") if k.strip())
         if role in ("table", "changelog") and not keys:
             raise SourceError(f"{NAME}: role '{role}' needs option 'key_columns'", topic=topic)
@@ -211,7 +225,11 @@ class SourceOptions:
                    max_records=max_records, store=get("store"), query=get("query"),
                    starting=starting, role=role, key_columns=keys, read_timeout=read_timeout,
                    isolation=iso, kafka_conf=kafka_conf, node=get("node"),
-                   backfill_batches=max(0, values["backfillBatches"]))
+                   backfill_batches=max(0, values["backfillBatches"]),
+                   avro_schema=get("avroSchema"), registry=get("registry"),
+                   registry_conf=tuple(sorted(
+                       (k[9:], str(v)) for k, v in options.items()
+                       if k.lower().startswith("registry.") and v is not None)))
 
     def consumer_conf(self) -> dict:
         conf = {
@@ -524,7 +542,7 @@ def _arrow_json_ok(dt: DataType) -> bool:
 class _ArrowBuilder:
     """Turns record values (bytes) into pyarrow RecordBatches of the source schema."""
 
-    def __init__(self, schema: StructType, fmt: str):
+    def __init__(self, schema: StructType, fmt: str, opts: SourceOptions | None = None):
         # pyarrow loads with the first batch read as Arrow (start-up time)
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -539,6 +557,15 @@ class _ArrowBuilder:
         self.fast = [isinstance(f.dataType, _FAST) for f in schema.fields]
         self.arrow_json = fmt == "json" and _arrow_json_ok(schema)
         self.arrow_json_hits = 0  # chunks parsed by Arrow (for tests and tuning)
+        self.decoder = None
+        if fmt == "avro" and opts is not None:
+            from compat.registry import PREFIX, RegistryClient
+            from gates.avro import AvroDecoder
+
+            client = RegistryClient.configured(opts.registry, {
+                PREFIX + k: v for k, v in opts.registry_conf})
+            assert client is not None  # options parsing requires the URL
+            self.decoder = AvroDecoder(opts.topic, opts.avro_schema or "", client)
 
     def column(self, i: int, raw: list):
         pa = self.pa
@@ -551,7 +578,25 @@ class _ArrowBuilder:
         conv = self.convs[i]
         return pa.array([conv(v) for v in raw], type=typ)
 
+    def from_avro(self, docs: list) -> Any:
+        """Rows Avro decoded: their values are the columns' Python types already (Avro's
+        resolution made them the reader schema's), so only maps need Arrow's form."""
+        pa = self.pa
+        cols = []
+        for i, n in enumerate(self.names):
+            raw = [d.get(n) for d in docs]
+            try:
+                cols.append(pa.array(raw, type=self.pa_schema.field(i).type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+                conv = _avro_items(self.schema.fields[i].dataType)
+                cols.append(pa.array([conv(v) for v in raw],
+                                     type=self.pa_schema.field(i).type))
+        return pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
+
     def from_dicts(self, docs: list) -> Any:
+        if self.decoder is not None:
+            # rows of a table or changelog read from Avro: typed already, not JSON values
+            return self.from_avro(docs)
         cols = [self.column(i, [d.get(n) for d in docs]) for i, n in enumerate(self.names)]
         return self.pa.RecordBatch.from_arrays(cols, schema=self.pa_schema)
 
@@ -680,8 +725,44 @@ def _is_control(m) -> bool:
     return any(k == _CONTROL_KEY for k, _ in h)
 
 
+def _avro_items(dt: DataType):
+    """A decoded Avro value -> what pyarrow takes for ``dt``: maps as (key, value) pairs."""
+    if isinstance(dt, MapType):
+        vc = _avro_items(dt.valueType)
+        return lambda v: None if v is None else [(k, vc(x)) for k, x in v.items()]
+    if isinstance(dt, ArrayType):
+        ec = _avro_items(dt.elementType)
+        return lambda v: None if v is None else [ec(x) for x in v]
+    if isinstance(dt, StructType):
+        fs = [(f.name, _avro_items(f.dataType)) for f in dt.fields]
+        return lambda v: None if v is None else {n: c(v.get(n)) for n, c in fs}
+    return lambda v: v
+
+
+def _read_avro_range(builder: _ArrowBuilder, rng: KafkaRange, opts: SourceOptions,
+                     start: int, end: int):
+    decode = builder.decoder.decode
+    docs: list[dict] = []
+    for msgs in _consume(opts, rng, start, end):
+        for m in msgs:
+            if _is_control(m):
+                continue
+            v = m.value()
+            if v is None:
+                continue
+            docs.append(decode(v, rng.partition, m.offset()))
+        if len(docs) >= _CHUNK:
+            yield builder.from_avro(docs)
+            docs = []
+    if docs:
+        yield builder.from_avro(docs)
+
+
 def _read_stream_range(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange,
                        start: int, end: int):
+    if builder.decoder is not None:
+        yield from _read_avro_range(builder, rng, opts, start, end)
+        return
     buf: list[bytes] = []
     size = 0
     for msgs in _consume(opts, rng, start, end):
@@ -738,6 +819,8 @@ def _record_doc(builder: _ArrowBuilder, m) -> dict | None:
     v = m.value()
     if v is None:
         return None
+    if builder.decoder is not None:
+        return builder.decoder.decode(v, m.partition(), m.offset())
     return builder.parse(v) if builder.fmt == "json" else \
         {builder.names[0]: v.decode("utf-8", "replace")}
 
@@ -977,7 +1060,7 @@ class TheseusKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     # -- executor side
     def read(self, partition: KafkaRange):
-        builder = _ArrowBuilder(self.schema, self.opts.format)
+        builder = _ArrowBuilder(self.schema, self.opts.format, self.opts)
         if self.opts.role == "changelog":
             yield from _read_changelog_range(self.opts, builder, partition,
                                              partition.start, partition.end)
@@ -1088,7 +1171,7 @@ class TheseusKafkaBatchReader(DataSourceReader):
         return [KafkaRange(self.opts.topic, p, None, None) for p in _kafka_partitions(self.opts)]
 
     def read(self, partition: KafkaRange):
-        builder = _ArrowBuilder(self.schema, self.opts.format)
+        builder = _ArrowBuilder(self.schema, self.opts.format, self.opts)
         if self.opts.role in ("table", "changelog"):
             yield from _read_table_partition(self.opts, builder, partition)
             return

@@ -258,10 +258,14 @@ def main() -> None:
               metavar="FILE", help="With --query on a Kafka store (kafka://...): the Kafka "
               "client properties to read it with (default: $THESEUS_KAFKA_CONFIG); a check "
               "of plans alone reads no file.")
+@click.option("--registry", "registry", envvar="SCHEMA_REGISTRY_URL", default=None,
+              metavar="URL", help="Also ask this schema registry (its Confluent-compatible "
+              "API) whether an Avro output's subject accepts the new schema (default: "
+              "$SCHEMA_REGISTRY_URL).")
 def check(paths: tuple[str, ...], against: str | None, checkpoint: str | None,
           query: str | None, state: str, require: str, schema_compat: str,
           allow_migration: bool, fmt: str, output: str | None,
-          kafka_config: str | None) -> None:
+          kafka_config: str | None, registry: str | None) -> None:
     from compat.check import check_files, parse_require
     from compat.errors import CheckError
     from compat.report import render
@@ -301,8 +305,14 @@ def check(paths: tuple[str, ...], against: str | None, checkpoint: str | None,
         raise CheckError("check takes two plans (OLD NEW), or --against REF and paths",
                          expected="2 paths", found=f"{len(paths)}")
     old, new = paths
+    client = None
+    if registry:
+        from compat.registry import RegistryClient
+
+        client = RegistryClient(registry.rstrip("/"))
     report = check_files(old, new, require=parse_require(require),
-                         schema_compat=schema_compat, allow_migration=allow_migration)
+                         schema_compat=schema_compat, allow_migration=allow_migration,
+                         registry=client)
     text = render(report, fmt)
     _emit(text, output)
     code = report.exit_code  # 0 on migrate with --allow-migration

@@ -35,6 +35,27 @@ from gates.broker import create_topic, topics_of
 from gates.kafkaconf import user
 
 
+def avro_topics(*plans: Plan) -> set[str]:
+    """The topics the plans read or write in the registry's wire format (format avro): a
+    control event there carries its payload in its header alone (``gates.control``)."""
+    out = set()
+    for plan in plans:
+        for n in plan.nodes.values():
+            if getattr(n, "format", None) == "avro" and getattr(n, "topic", None):
+                out.add(n.topic)
+    return out
+
+
+def migration_avro_topics(new_plan: str, old_plan: str = "") -> set[str]:
+    """:func:`avro_topics` of a migration's recorded plans (paths; an older record may
+    lack the old one)."""
+    import os
+
+    from compat.check import load_plan
+
+    return avro_topics(*(load_plan(p) for p in (new_plan, old_plan) if p and os.path.exists(p)))
+
+
 def sources(plan: Plan) -> list[Source]:
     """The plan's sources, in the plan's order."""
     return [n for n in plan.nodes.values() if isinstance(n, Source)]

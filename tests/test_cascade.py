@@ -706,7 +706,7 @@ def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_que
                         lambda bootstrap, deadline: made.append(object()) or made[-1])
     used: list = []
 
-    def write(bootstrap, topics, mid, deadline, producer=None):
+    def write(bootstrap, topics, mid, deadline, producer=None, bare_topics=()):
         used.append(producer)
         return {"t": {0: 7, 1: 3}}
 

@@ -52,7 +52,7 @@ def test_every_fixture_plan_is_written_or_refused_with_its_step():
         else:
             assert steps & set(NOT_EXPORTABLE) or any(w in why for w in (
                 "table", "expression keys", "key columns", "watermark delay", "version",
-                "config"))
+                "config", "writes Avro", "Avro record keys"))
             with pytest.raises(Exception, match="cannot be written as a PySpark job"):
                 to_pyspark(plan)
             refused += 1

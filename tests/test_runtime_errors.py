@@ -107,7 +107,8 @@ def test_gate_errors_point_at_topic_and_partition():
 # -------------------------------------------------------------------------- gates
 
 @pytest.mark.parametrize("options, expected, found", [
-    ({"format": "avro"}, "json | string", "'avro'"),
+    ({"format": "protobuf"}, "json | string | avro", "'protobuf'"),
+    ({"format": "avro", "registry": "http://r"}, "both options", "registry"),
     ({"role": "upsert"}, "stream | table | changelog", "'upsert'"),
     ({"maxRecordsPerBatch": "lots"}, "an integer", "'lots'"),
     ({"isolationLevel": "dirty"}, "read_committed | read_uncommitted", "'dirty'"),

@@ -29,14 +29,17 @@ changed upstream:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from compat import avro as A
 from compat import types as T
 from compat.demand import demanded
 from compat.findings import Finding, finding, register_codes
 from compat.infer import INSERT, MODE_RANK, RETRACT, UPSERT, NodeInfo
 from compat.model import Plan
 from compat.steps import Sink, Source
-from compat.steps.sink import written_key
+from compat.steps.sink import avro_schema, written_key
+from compat.steps.source import avro_schema as source_avro_schema
 
 MODE_NAMES = {INSERT: "inserts only [I]", UPSERT: "upserts [I,UA]",
               RETRACT: "retractions [I,UB,UA,D]"}
@@ -45,6 +48,11 @@ _FIX_PRODUCER = "Keep writing it in the producer, or change the consumer in the 
     "change so that it no longer reads it."
 
 register_codes({
+    "upstream-avro-unreadable": (
+        "unsupported", "error", "schema_evolution",
+        "Keep the producer's Avro schema resolvable by the consumer's reader schema (new "
+        "fields with defaults, promotions Avro allows), or change the consumer's source in "
+        "the same change."),
     "upstream-column-removed": (
         "unsupported", "error", "schema_evolution",
         "Keep the column in the producer's output, or stop reading it in the consumer in "
@@ -111,6 +119,8 @@ class Contract:
     key_columns: tuple[str, ...]
     mode: str
     format: str
+    #: the Avro writer schema (``compat.avro``) of an Avro output, else None
+    avro: Any = field(default=None, compare=False)
 
     def column(self, name: str) -> str | None:
         """The type the producer writes ``name`` with (exact name), or None."""
@@ -125,7 +135,8 @@ def produced(plan: Plan) -> Contract:
     names = info.names or tuple(c[0] for c in info.columns)
     return Contract(plan.query, sink.topic,
                     tuple((n, t) for n, (_, t) in zip(names, info.columns)),
-                    tuple(written_key(sink, info)), info.mode, sink.format)
+                    tuple(written_key(sink, info)), info.mode, sink.format,
+                    avro_schema(sink, info) if sink.format == "avro" else None)
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,8 @@ class Usage:
     #: upsert or retraction changelog would be misread
     inserts_only: bool
     readers: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
+    #: the Avro reader schema (``compat.avro``) of an Avro source, else None
+    avro: Any = field(default=None, compare=False)
 
     def read_by(self, name: str) -> tuple[str, ...]:
         return dict(self.readers).get(name, ())
@@ -178,7 +191,8 @@ def usage(plan: Plan, node: str) -> Usage:
                  tuple((n, t) for n, (_, t) in zip(names, info.columns)),
                  tuple(src.key_columns), src.format, src.role, frozenset(readers),
                  src.role == "stream",
-                 tuple(sorted((n, tuple(sorted(w))) for n, w in readers.items())))
+                 tuple(sorted((n, tuple(sorted(w))) for n, w in readers.items())),
+                 source_avro_schema(src) if src.format == "avro" else None)
 
 
 # -- impacts across one edge -----------------------------------------------------------------
@@ -244,8 +258,22 @@ class _Edge:
         self.format()
         self.mode()
         self.key()
-        self.columns()
+        if new.avro is not None and use.avro is not None:
+            # Avro records carry their writer schema's id: resolution decides, not names
+            self.avro()
+        else:
+            self.columns()
         return self.out
+
+    def avro(self) -> None:
+        use, new = self.use, self.new
+        assert new is not None
+        for inc in A.incompatibilities(use.avro, new.avro):
+            self.add("upstream-avro-unreadable", f"query '{new.query}' writes topic "
+                     f"'{use.topic}' with an Avro schema that {self.src()} cannot resolve "
+                     f"with its reader schema: {inc.message} (Avro rule {inc.rule})",
+                     "avro/schema" if self.plan.nodes[use.node].avro is not None and
+                     self.plan.nodes[use.node].avro.schema else "schema")
 
     # -- record format, changelog mode and key ------------------------------------------------
 

@@ -10,6 +10,7 @@ from compat import types as T
 from compat.findings import Finding
 from compat.infer import INSERT, RETRACT, UPSERT
 from compat.rules import RuleContext
+from compat.rules.avro import check_avro_output
 from compat.steps.sink import Sink
 
 _MODE_NAMES = {INSERT: "inserts only [I]", UPSERT: "upserts [I,UA]",
@@ -38,6 +39,9 @@ def _relax(ctx: RuleContext, kind: str) -> str:
 
 
 def check_output_schema(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
+    if old.format == new.format == "avro":
+        # Avro's resolution rules know defaults and promotions, which JSON's cannot
+        return check_avro_output(old, new, ctx)
     mode = ctx.schema_compat
     if mode == "none" and "cascading" in ctx.require:
         mode = "forward"  # other queries read this output: it must stay readable

@@ -136,7 +136,8 @@ def build_graph(src: SqlText, script: Script) -> tuple[ir.Graph, Output, SinkOpt
         tuple(out.group_keys or ()) or _table_key(graph, top)
     # without a mode option, step 6 decides it: append if the plan is valid so, else update
     sink = Sink(id=target.name, inputs=(top,), topic=opts.topic, format=opts.format,
-                key_columns=keys, mode=opts.mode or "append", delivery=opts.delivery)
+                key_columns=keys, mode=opts.mode or "append", delivery=opts.delivery,
+                avro=opts.avro)
     graph.add(sink, target.span)
     graph.sink = sink.id
     if opts.key_columns is not None:

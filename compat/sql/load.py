@@ -22,7 +22,9 @@ from compat.sql.text import Span, SqlText
 OPTION_FIELDS = {"topic": "topic", "partitions": "partitions", "format": "format",
                  "role": "role", "key": "key_columns", "event_time": "event_time/column",
                  "watermark": "event_time/watermark", "starting_offsets": "starting_offsets",
-                 "read": "read", "mode": "mode", "delivery": "delivery"}
+                 "read": "read", "mode": "mode", "delivery": "delivery",
+                 "avro.subject": "avro/subject", "avro.record": "avro/record",
+                 "avro.schema": "avro/schema"}
 
 
 def read_sql(path: str, raw: bytes | None = None) -> str:

@@ -29,14 +29,16 @@ from sqlglot import exp
 from compat import types as T
 from compat.errors import SqlError
 from compat.infer import duration_seconds
-from compat.model import Column, EventTime
+from compat.model import AvroSpec, Column, EventTime
 from compat.sql.text import Span, SqlText, did_you_mean, span_of
 from compat.steps import Source
 from compat.steps.source import CHANGELOG, CHANGELOG_VERSION, SNAPSHOT
 
+#: how a ``format 'avro'`` table's records are named and shaped (``AvroSpec``'s fields)
+AVRO_OPTIONS = ("avro.subject", "avro.record", "avro.schema")
 SOURCE_OPTIONS = ("topic", "partitions", "format", "role", "key", "event_time", "watermark",
-                  "starting_offsets", "read")
-SINK_OPTIONS = ("topic", "format", "key", "mode", "delivery")
+                  "starting_offsets", "read", *AVRO_OPTIONS)
+SINK_OPTIONS = ("topic", "format", "key", "mode", "delivery", *AVRO_OPTIONS)
 SETTINGS = ("spark.sql.shuffle.partitions", "theseus.query",
             "theseus.optimizer.excluded_rules", "theseus.config.<key>",
             "theseus.metadata.<key>")
@@ -374,7 +376,8 @@ def source_step(src: SqlText, table: Table, step_id: str, *,
     if partitions < 1:
         raise src.error("option 'partitions' must be at least 1",
                         table.options["partitions"].span)
-    fmt = _opt(src, table, "format", str, "json", ("json", "string"))
+    fmt = _opt(src, table, "format", str, "json", ("json", "string", "avro"))
+    avro = _avro(src, table, fmt)
     role = _opt(src, table, "role", str, "stream", ("stream", "table"))
     keys = _key_list(src, table, names)
     if role == "table" and not keys:
@@ -415,7 +418,22 @@ def source_step(src: SqlText, table: Table, step_id: str, *,
     return Source(id=step_id, topic=topic, partitions=partitions, format=fmt, role=role,
                   schema=tuple(table.columns), key_columns=keys,
                   event_time=EventTime(et, wm) if et is not None and wm is not None else None,
-                  starting_offsets=start, version=version, read=read)
+                  starting_offsets=start, version=version, read=read, avro=avro)
+
+
+def _avro(src: SqlText, table: Table, fmt: str) -> AvroSpec | None:
+    """The ``avro.*`` options as the step's ``avro`` field (None when none is given)."""
+    given = [k for k in AVRO_OPTIONS if k in table.options]
+    if not given:
+        return None
+    if fmt != "avro":
+        raise src.error(f"option '{given[0]}' says how an Avro topic is encoded; table "
+                        f"'{table.name}' has format '{fmt}' (add OPTIONS (format 'avro'))",
+                        table.options[given[0]].key_span)
+    return AvroSpec(subject=_opt(src, table, "avro.subject", str, "topic_name",
+                                 ("topic_name", "record_name", "topic_record_name")),
+                    record=_opt(src, table, "avro.record", str, None),
+                    schema=_opt(src, table, "avro.schema", str, None))
 
 
 @dataclass(frozen=True)
@@ -425,15 +443,18 @@ class SinkOptions:
     key_columns: tuple[str, ...] | None  # None: not given
     mode: str | None
     delivery: str
+    avro: AvroSpec | None = None
 
 
 def sink_options(src: SqlText, table: Table) -> SinkOptions:
     _refuse(src, table, SINK_OPTIONS, "output")
     names = [c.name for c in table.columns] if table.columns is not None else None
     keys = _key_list(src, table, names) if "key" in table.options else None
+    fmt = _opt(src, table, "format", str, "json", ("json", "string", "avro"))
     return SinkOptions(
         topic=_opt(src, table, "topic", str, table.name),
-        format=_opt(src, table, "format", str, "json", ("json", "string")),
+        format=fmt,
+        avro=_avro(src, table, fmt),
         key_columns=keys,
         mode=_opt(src, table, "mode", str, None, ("append", "update", "complete")),
         delivery=_opt(src, table, "delivery", str, "exactly_once",

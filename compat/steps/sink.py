@@ -14,6 +14,13 @@ Versions (old versions stay buildable and keep their bytes):
    in the value).  Keyed by its group columns alone, a compacted topic would keep only the
    last window of each group.  Without a window column, version 2 writes what 1 does.
    ``plan compile`` writes version 2 for a windowed output.
+
+``format: avro`` (any version: it gives no existing plan another meaning) writes values in the
+schema registry's wire format under the subject ``avro`` names
+(:class:`~compat.model.AvroSpec`); the writer schema is the output columns' (every one
+nullable, default null) or the one ``avro.schema`` gives, whose fields must be the columns.
+Whether the new schema may replace the old is ``compat.rules.avro``'s (Avro's resolution
+rules under ``--schema-compat``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from compat import avro as A
 from compat import types as T
 from compat.demand import Demand, everything, moves_filter, reads
 from compat.findings import NEW_OUTPUT, RESTART, Finding, register_codes
@@ -36,7 +44,7 @@ from compat.infer import (
     covering_key,
     infer_step,
 )
-from compat.model import ENFORCING, NAME, RECORD_FORMAT, Node, Plan, enum, prop
+from compat.model import ENFORCING, NAME, RECORD_FORMAT, AvroSpec, Node, Plan, enum, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.pyspark_text import Code, Refusal, export_step, py, var
 from compat.rules import RuleContext, compare
@@ -54,6 +62,7 @@ class Sink(Node):
     key_columns: tuple[str, ...] = prop(items=NAME)
     mode: str = prop(schema=enum("append", "update", "complete"))
     delivery: str = prop(schema=enum("exactly_once", "at_least_once"))
+    avro: AvroSpec | None = prop(None, doc="how an Avro topic is written (format avro only)")
     step: ClassVar[str] = "sink"
     klass: ClassVar[str] = ENFORCING
     max_version: ClassVar[int] = 2
@@ -85,12 +94,62 @@ def written_key(node: Sink, info: NodeInfo) -> tuple[str, ...]:
     return keys
 
 
+def avro_spec(node: Sink) -> AvroSpec:
+    """The node's Avro settings, defaults filled in (format avro)."""
+    return node.avro or AvroSpec()
+
+
+def avro_record(node: Sink) -> str:
+    return avro_spec(node).record or A.record_name(node.topic)
+
+
+def avro_subject(node: Sink, info: NodeInfo) -> str:
+    """The registry subject the sink's values are written under."""
+    spec = avro_spec(node)
+    return A.subject_name(spec.subject, node.topic, avro_schema(node, info)["name"])
+
+
+def avro_schema(node: Sink, info: NodeInfo) -> A.Schema:
+    """The writer schema of an Avro sink over its input's ``info`` (a valid plan's)."""
+    names = info.names or tuple(c[0] for c in info.columns)
+    return A.columns_schema(avro_record(node), [(n, t, True) for n, (_, t) in
+                                                zip(names, info.columns)],
+                            avro_spec(node).schema, writing=True)
+
+
+def _check_avro(node: Sink, ctx: InferContext, src: NodeInfo) -> None:
+    if node.format != "avro":
+        if node.avro is not None:
+            raise ctx.err(node, "avro", "'avro' says how an Avro topic is written",
+                          expected="format 'avro', or no 'avro'",
+                          found=f"format '{node.format}'")
+        return
+    spec = avro_spec(node)
+    if spec.key and not written_key(node, src):
+        raise ctx.err(node, "avro/key", "an Avro key is a record of the key columns",
+                      expected="key_columns", found="none")
+    try:
+        avro_schema(node, src)
+    except A.ColumnMismatch as e:
+        names = src.names or tuple(c[0] for c in src.columns)
+        raise ctx.err(node, "avro/schema" if spec.schema else "inputs",
+                      f"output column '{names[e.index]}': {e.message}",
+                      expected=e.expected, found=e.found) from None
+    except A.AvroSchemaError as e:
+        raise ctx.err(node, "avro/schema", e.message, expected=e.expected,
+                      found=e.found) from None
+
+
 register_codes({
     "sink-topic-changed": ("unsupported", "error", "topology", NEW_OUTPUT),
     "sink-key-changed": ("unsupported", "error", "topology", NEW_OUTPUT),
     "sink-mode-changed": ("unsupported", "error", "topology", NEW_OUTPUT),
     "sink-format-changed": ("unsupported", "error", "schema_evolution", NEW_OUTPUT),
     "sink-delivery-changed": ("in_place", "warning", "transparent", RESTART),
+    "sink-subject-changed": ("in_place", "warning", "schema_evolution",
+                             "The new subject starts its own history: the registry checks "
+                             "the next schemas against it alone. Register the old schema "
+                             "under it first if the history must carry over."),
 })
 
 
@@ -114,6 +173,7 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         raise ctx.err(node, "mode", "Spark's complete mode needs a streaming aggregation",
                       expected="an aggregate upstream", found="none")
     ctx.distinct_keys(node, node.key_columns)
+    _check_avro(node, ctx, src)
     if src.changelog and node.key_columns:
         _unique_over_changelog(node, ctx, src)
     if src.mode == RETRACT and not written_key(node, src):
@@ -247,9 +307,27 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
     if old.format != new.format:
         out.append(f("sink-format-changed", f"the output format changes from {old.format} "
                      f"to {new.format}", old, new, "format"))
+    if old.format == new.format == "avro":
+        out += _compare_avro(old, new, ctx)
     if old.delivery != new.delivery:
         out.append(f("sink-delivery-changed", f"delivery changes from {old.delivery} to "
                      f"{new.delivery}", old, new, "delivery"))
+    return out
+
+
+def _compare_avro(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
+    f = ctx.f
+    out = []
+    if avro_spec(old).key != avro_spec(new).key:
+        enc = {True: "an Avro record", False: "a JSON object"}
+        out.append(f("sink-key-changed", f"the output key is written as "
+                     f"{enc[avro_spec(new).key]} instead of {enc[avro_spec(old).key]}: "
+                     "records of one entity would land under two keys and partitions",
+                     old, new, "avro/key"))
+    was, now = avro_subject(old, ctx.oi(old)), avro_subject(new, ctx.ni(new))
+    if was != now:
+        out.append(f("sink-subject-changed", f"the output's values are registered under "
+                     f"subject '{now}' instead of '{was}'", old, new, "avro"))
     return out
 
 
@@ -261,7 +339,9 @@ def _sign(node: Sink, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
     out = tuple(sorted((n.lower(), src.columns.get(n.lower(), "?")) for n in names))
     keys = tuple(k.lower() for k in node.key_columns)
     sig = digest("sink", node.version, src.sig, out, keys, node.format, node.mode,
-                 node.delivery)
+                 node.delivery,
+                 # what an Avro sink writes besides its columns (others hash as before)
+                 *((avro_spec(node),) if node.format == "avro" else ()))
     return NodeSig(sig, src.columns)
 
 
@@ -272,6 +352,10 @@ def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
 
 @export_step.register
 def _export(node: Sink, plan: Plan) -> Code | Refusal:
+    if node.format == "avro":
+        return Refusal(f"sink '{node.id}' writes Avro in the registry's wire format, whose "
+                       "schema id a job learns only by registering its schema: Spark's "
+                       "to_avro writes the body alone")
     names = plan.info[node.inputs[0]].names
     key = list(node.key_columns)
     windowed = "window" in [n.lower() for n in names]

@@ -11,6 +11,10 @@ Versions (old versions stay buildable and keep their meaning):
    key), normalised in Spark state into retractions of the old row plus the new row
    (Flink's ChangelogNormalize), so that a table alone, a table aggregate and a
    table-table join run incrementally.  ``read`` is refused in version 1 and on a stream.
+
+``format: avro`` (any version: it gives no existing plan another meaning) reads values in the
+schema registry's wire format; ``avro`` (:class:`~compat.model.AvroSpec`) says how, and its
+reader schema is the columns' (or the one it gives, whose fields must be the columns).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from compat import avro as A
 from compat import types as T
 from compat.demand import Demand, moves_filter, reads
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
@@ -28,6 +33,7 @@ from compat.model import (
     NAME,
     PARTITIONS,
     RECORD_FORMAT,
+    AvroSpec,
     Column,
     EventTime,
     Node,
@@ -57,6 +63,7 @@ class Source(Node):
     read: str | None = prop(None, schema=enum("changelog", "snapshot"),
                             doc="how a table is read (source version 2): changelog (default) "
                             "or snapshot (re-read in full at every micro-batch, as version 1)")
+    avro: AvroSpec | None = prop(None, doc="how an Avro topic is read (format avro only)")
 
     step: ClassVar[str] = "source"
     klass: ClassVar[str] = ENFORCING
@@ -97,6 +104,10 @@ register_codes({
                                   "Spark picks up added partitions on restart; make sure "
                                   "they exist before the upgrade."),
     "source-partitions-reduced": ("migrate", "error", "scaling", MIGRATE),
+    "source-avro-schema-changed": ("in_place", "info", "schema_evolution",
+                                   "Records are read with the new reader schema from the "
+                                   "restart on (its defaults fill the fields a writer "
+                                   "lacks); rows read before keep the old one's values."),
     "source-starting-offsets-changed": ("none", "info", "transparent",
                                         "Starting offsets apply only to a fresh checkpoint."),
 })
@@ -124,6 +135,7 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
             raise ctx.err(node, f"key_columns/{i}", f"key column '{k}' is not in the schema",
                           expected="one of " + ", ".join(types), found=repr(k))
     ctx.distinct_keys(node, node.key_columns)
+    _check_avro(node, ctx)
     if node.role == "table" and not node.key_columns:
         raise ctx.err(node, "key_columns", "a table source keeps the latest value per key, "
                       "so it needs key_columns", expected="a non-empty key_columns list",
@@ -162,6 +174,44 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     return NodeInfo(tuple(cols), mode, node.role == "stream", False, marks, True, names)
 
 
+def avro_spec(node: Source) -> AvroSpec:
+    """The node's Avro settings, defaults filled in (format avro)."""
+    return node.avro or AvroSpec()
+
+
+def avro_record(node: Source) -> str:
+    return avro_spec(node).record or A.record_name(node.topic)
+
+
+def avro_schema(node: Source) -> A.Schema:
+    """The reader schema of an Avro source (a valid plan's: errors were raised by
+    inference)."""
+    spec = avro_spec(node)
+    return A.columns_schema(avro_record(node), [(c.name, c.type, c.nullable)
+                                                for c in node.schema], spec.schema)
+
+
+def _check_avro(node: Source, ctx: InferContext) -> None:
+    if node.format != "avro":
+        if node.avro is not None:
+            raise ctx.err(node, "avro", "'avro' says how an Avro topic is read",
+                          expected="format 'avro', or no 'avro'",
+                          found=f"format '{node.format}'")
+        return
+    spec = avro_spec(node)
+    if spec.key and not node.key_columns:
+        raise ctx.err(node, "avro/key", "an Avro key is a record of the key columns",
+                      expected="key_columns", found="none")
+    try:
+        avro_schema(node)
+    except A.ColumnMismatch as e:
+        where = f"schema/{e.index}" + ("" if spec.schema else "/type")
+        raise ctx.err(node, where, e.message, expected=e.expected, found=e.found) from None
+    except A.AvroSchemaError as e:
+        raise ctx.err(node, "avro/schema", e.message, expected=e.expected,
+                      found=e.found) from None
+
+
 @reads.register
 def _reads(node: Source, demand: Demand, ins: list[NodeInfo]) -> list[Demand]:
     return []  # no inputs: what it reads is its schema
@@ -193,6 +243,17 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
     if old.format != new.format:
         out.append(f("source-format-changed", f"source '{new.id}' format changes from "
                      f"{old.format} to {new.format}", old, new, "format"))
+    elif new.format == "avro" and avro_spec(old).key != avro_spec(new).key:
+        out.append(f("source-format-changed", f"source '{new.id}' reads its record keys as "
+                     f"{'Avro' if avro_spec(new).key else 'JSON'} instead of "
+                     f"{'Avro' if avro_spec(old).key else 'JSON'}", old, new, "avro/key"))
+    elif new.format == "avro" and avro_spec(new).schema is not None and \
+            A.canonical(avro_schema(old)) != A.canonical(avro_schema(new)):
+        # the columns' changes have findings of their own; this is what else the given
+        # schema changes (defaults, names, fields no column reads)
+        out.append(f("source-avro-schema-changed", f"source '{new.id}' reads its records "
+                     "with another Avro reader schema", old, new, "avro/schema",
+                     history=ctx.notes.get("stateful_plan", False)))
     if old.role != new.role:
         out.append(f("source-role-changed", f"source '{new.id}' role changes from "
                      f"{old.role} to {new.role}", old, new, "role"))
@@ -247,7 +308,10 @@ def _sign(node: Source, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) 
                  (et.column.lower(), duration(et.watermark)) if et else None,
                  node.starting_offsets,
                  # how a version 2 table is read (version 1 hashes as it always did)
-                 *((table_read(node),) if node.version >= CHANGELOG_VERSION else ()))
+                 *((table_read(node),) if node.version >= CHANGELOG_VERSION else ()),
+                 # the reader schema and key encoding of an Avro topic (others hash as before)
+                 *((A.canonical(avro_schema(node)), avro_spec(node).key)
+                   if node.format == "avro" else ()))
     return NodeSig(sig, {c.name.lower(): token(sig, c.name.lower()) for c in node.schema})
 
 
@@ -269,7 +333,16 @@ def _export(node: Source, plan: Plan) -> Code | Refusal:
            f'      .option("subscribe", {py(node.topic)})',
            f'      .option("startingOffsets", {py(node.starting_offsets)})',
            "      .load()"]
-    if node.format == "string":
+    if node.format == "avro":
+        if avro_spec(node).key:
+            return Refusal(f"source '{node.id}' reads Avro record keys: a job reads the "
+                           "record value only")
+        # What users write today: the 5-byte header cut off, every record read with this
+        # one schema (Spark's from_avro cannot look writer schemas up by id).
+        out += [f'      .select(from_avro(F.expr("substring(value, 6)"), '
+                f'{py(A.canonical(avro_schema(node)))}).alias("v"))',
+                '      .select("v.*")']
+    elif node.format == "string":
         out.append(f'      .select(F.col("value").cast("string")'
                    f'.alias({py(node.schema[0].name)}))')
     else:

@@ -78,6 +78,12 @@ class BuildOptions:
 
         return dict(active() if self.kafka_conf is None else self.kafka_conf)
 
+    def registry(self) -> dict[str, str]:
+        """The schema registry client's ``schema.registry.*`` settings (``--kafka-config``)."""
+        from gates.kafkaconf import registry_settings
+
+        return registry_settings()
+
 
 def q(name: str) -> str:
     """A column name quoted for Spark."""
@@ -150,6 +156,34 @@ class Builder:
 
         return lambda: retired(store, query)
 
+    def _avro_encode(self) -> Any:
+        """An Avro sink's encoder: its schema registered (or found) under its subject now,
+        before the query writes (None for JSON and string sinks)."""
+        sink = self.plan.sink
+        if sink.format != "avro":
+            return None
+        from compat import avro as A
+        from compat.registry import RegistryClient, RegistryError
+        from compat.steps.sink import avro_schema, avro_subject
+        from gates.avro import JsonToAvro
+
+        info = self.plan.info[sink.id]
+        client = RegistryClient.configured(None, self.opts.registry())
+        if client is None:
+            raise RuntimeFailure(f"sink '{sink.id}' writes Avro, and no schema registry is "
+                                 "named", file=self.plan.file, node=sink.id,
+                                 pointer=self.plan.pointer(sink.id, "format"),
+                                 expected="SCHEMA_REGISTRY_URL, or schema.registry.url in "
+                                 "--kafka-config", found="neither")
+        subject = avro_subject(sink, info)
+        try:
+            return JsonToAvro(subject, A.canonical(avro_schema(sink, info)), client)
+        except RegistryError as e:
+            raise RuntimeFailure(f"cannot register the output's schema under subject "
+                                 f"'{subject}': {e.message}", file=self.plan.file,
+                                 node=sink.id, pointer=self.plan.pointer(sink.id, "format"),
+                                 expected=e.expected, found=e.found) from None
+
     def start(self) -> Any:
         """Start the streaming query writing to the sink; returns the StreamingQuery (a
         plan with recursive steps: a chain of queries that behaves as one)."""
@@ -164,7 +198,7 @@ class Builder:
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
                              retired=self._retired(), reconciler=self.opts.reconciler,
-                             producer_config=self.opts.kafka())
+                             producer_config=self.opts.kafka(), encode=self._avro_encode())
         # A changelog's rows are all appended (signed: migrate.build.changelog); Spark
         # chains its stateful operators only in append mode.
         mode = "append" if self.plan.info[sink.id].changelog else sink.mode

@@ -13,6 +13,33 @@ from migrate.build import changelog
 from migrate.build.core import SOURCE_FORMAT, Builder, build_step, ddl
 
 
+def _avro_options(node: Source, b: Builder) -> dict[str, str]:
+    """The reader schema and the registry (URL and settings, shipped as options like the
+    Kafka ones: an executor reads no file or environment of its host)."""
+    from compat import avro as A
+    from compat.errors import RuntimeFailure
+    from compat.registry import PREFIX, RegistryClient
+    from compat.steps.source import avro_schema, avro_spec
+
+    if avro_spec(node).key:
+        raise RuntimeFailure("this Theseus checks plans whose record keys are Avro but does "
+                             "not run them yet", file=b.plan.file, node=node.id,
+                             pointer=b.plan.pointer(node.id, "avro/key"),
+                             expected="avro.key false (keys as JSON)", found="true")
+    settings = b.opts.registry()
+    client = RegistryClient.configured(None, settings)
+    if client is None:
+        raise RuntimeFailure(f"source '{node.id}' reads Avro, and no schema registry is "
+                             "named", file=b.plan.file, node=node.id,
+                             pointer=b.plan.pointer(node.id, "format"),
+                             expected="SCHEMA_REGISTRY_URL, or schema.registry.url in "
+                             "--kafka-config", found="neither")
+    out = {"avroSchema": A.canonical(avro_schema(node)), "registry": client.url}
+    out.update({f"registry.{k[len(PREFIX):]}": v for k, v in settings.items()
+                if k != PREFIX + "url"})
+    return out
+
+
 @build_step.register
 def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     opts = {
@@ -27,6 +54,8 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     # The executors read Kafka with the same settings as the driver: they get them as
     # options (shipped with the source), never from a file or the environment of their host.
     opts.update({f"kafka.{k}": v for k, v in b.opts.kafka().items()})
+    if node.format == "avro":
+        opts.update(_avro_options(node, b))
     if node.key_columns:
         opts["key_columns"] = ",".join(node.key_columns)
     if b.opts.store:

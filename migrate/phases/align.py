@@ -13,6 +13,7 @@ from gates.state import is_acked, offsets_to_json, overran, read_gate
 from migrate import sides
 from migrate.context import CUT_POLL, Context
 from migrate.lease import Lapsed
+from migrate.plantopics import migration_avro_topics
 from migrate.record import Migration, int_offsets, json_offsets
 
 
@@ -143,8 +144,9 @@ def propagate(m: Migration, ctx: Context) -> None:
         topic = sides.output_topic(m)
         producer = ctx.producers.pop(m.id, None)
         with ctx.guard():
-            out = control.write_control_events(m.bootstrap, [topic], m.id,
-                                               deadline=ctx.deadline, producer=producer)
+            out = control.write_control_events(
+                m.bootstrap, [topic], m.id, deadline=ctx.deadline, producer=producer,
+                bare_topics=migration_avro_topics(m.new_plan, m.old_plan))
         m.out_cut = json_offsets(out)
         ctx.save(m)
         ctx.echo(f"  propagated the cut into {topic}: " + json.dumps(m.out_cut))

@@ -1,0 +1,195 @@
+"""The schema registry's wire format, read and written with fastavro.
+
+A value is a zero byte (the magic byte), the writer schema's id (4 bytes, big-endian), then
+the Avro binary body.  :class:`AvroDecoder` reads a value with the plan's reader schema:
+the writer schema comes from the registry by id (parsed once per id), and fastavro resolves
+one against the other by Avro's rules (defaults for missing fields, promotions, unions with
+null).  :class:`AvroEncoder` registers (or finds) its schema under a subject once and
+prefixes every body with that id.
+
+A bad record is a :class:`~compat.errors.SourceError` naming the topic, partition and offset:
+no magic byte, an id the registry does not know, a body that does not decode with the
+writer schema.  The source fails on it rather than inventing a row: a JSON value that is
+not an object has no row to give either, but an Avro record always has a writer schema that
+says what it holds, so a bad one is a producer's bug to see, not data.  A registry that does
+not answer fails the task too (Spark retries it).
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import io
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from compat import avro as A
+from compat.errors import SourceError
+from compat.registry import RegistryClient, RegistryError
+
+MAGIC = 0
+HEADER = struct.Struct(">bI")
+
+
+def frame(schema_id: int, body: bytes) -> bytes:
+    """A value in the wire format."""
+    return HEADER.pack(MAGIC, schema_id) + body
+
+
+def unframe(value: bytes) -> tuple[int, memoryview]:
+    """``(schema id, body)`` of a value; ValueError when it is not in the wire format."""
+    if len(value) < HEADER.size or value[0] != MAGIC:
+        raise ValueError("no magic byte" if not value or value[0] != MAGIC
+                         else "shorter than the 5-byte header")
+    return HEADER.unpack_from(value)[1], memoryview(value)[HEADER.size:]
+
+
+class AvroDecoder:
+    """Decodes a topic's values into dicts of the reader schema's fields."""
+
+    def __init__(self, topic: str, reader_schema: str, registry: RegistryClient):
+        # fastavro loads with the first Avro source (start-up time of other queries)
+        import fastavro
+
+        self.fastavro = fastavro
+        self.topic = topic
+        self.reader = fastavro.parse_schema(json.loads(reader_schema))
+        self.registry = registry
+        self.writers: dict[int, Any] = {}
+
+    def writer(self, schema_id: int, partition: int, offset: int) -> Any:
+        w = self.writers.get(schema_id)
+        if w is None:
+            try:
+                text = self.registry.schema(schema_id)
+            except RegistryError as e:
+                if e.status == 404:
+                    raise SourceError(f"the record's schema id {schema_id} is unknown to the "
+                                      f"schema registry at {self.registry.url}",
+                                      topic=self.topic, partition=partition,
+                                      expected="an id the registry knows",
+                                      found=f"offset {offset}: id {schema_id}") from None
+                raise SourceError(f"cannot fetch the writer schema of offset {offset}: "
+                                  f"{e.render()}", topic=self.topic,
+                                  partition=partition) from None
+            w = self.fastavro.parse_schema(json.loads(text))
+            self.writers[schema_id] = w
+        return w
+
+    def decode(self, value: bytes, partition: int, offset: int) -> dict:
+        try:
+            sid, body = unframe(value)
+        except ValueError as e:
+            raise SourceError("the record is not in the schema registry's wire format",
+                              topic=self.topic, partition=partition,
+                              expected="a zero byte, a 4-byte schema id, the Avro body",
+                              found=f"offset {offset}: {e} "
+                              f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
+        writer = self.writer(sid, partition, offset)
+        try:
+            buf = io.BytesIO(body)
+            doc = self.fastavro.schemaless_reader(buf, writer, self.reader)
+        except Exception as e:  # fastavro raises whatever its decoder meets
+            raise SourceError(f"the record's Avro body does not decode with schema id {sid}",
+                              topic=self.topic, partition=partition,
+                              expected="an Avro body of the writer schema, resolvable by "
+                              "the plan's reader schema",
+                              found=f"offset {offset}: {type(e).__name__}: {e}") from None
+        if buf.tell() != len(body):
+            raise SourceError(f"the record's Avro body is longer than schema id {sid} says",
+                              topic=self.topic, partition=partition,
+                              expected=f"{buf.tell()} bytes",
+                              found=f"offset {offset}: {len(body)} bytes")
+        return doc
+
+
+class AvroEncoder:
+    """Encodes dicts under one writer schema, registered under ``subject`` at first use."""
+
+    def __init__(self, subject: str, writer_schema: str, registry: RegistryClient):
+        import fastavro
+
+        self.fastavro = fastavro
+        self.subject = subject
+        self.text = writer_schema
+        self.writer = fastavro.parse_schema(json.loads(writer_schema))
+        self.registry = registry
+        self.schema_id: int | None = None
+
+    def register(self) -> int:
+        if self.schema_id is None:
+            self.schema_id = self.registry.register(self.subject, self.text)
+        return self.schema_id
+
+    def encode(self, doc: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        self.fastavro.schemaless_writer(buf, self.writer, doc)
+        return frame(self.register(), buf.getvalue())
+
+
+def datum(s: Any, v: Any) -> Any:
+    """A value of the gated sink's JSON (Spark's ``to_json``: timestamps and dates as ISO
+    text, binary as base64, decimals as numbers) as fastavro writes it for schema ``s``
+    (a ``compat.avro`` schema)."""
+    if v is None:
+        return None
+    k = A.kind(s)
+    if k == "union":
+        branches = [b for b in s if A.kind(b) != "null"]
+        for b in branches[:-1]:
+            try:
+                return datum(b, v)
+            except (TypeError, ValueError, KeyError, decimal.InvalidOperation):
+                continue
+        return datum(branches[-1], v)
+    logical = s.get("logicalType") if isinstance(s, dict) else None
+    if logical in ("timestamp-micros", "timestamp-millis"):
+        d = _dt.datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+        return d if d.tzinfo else d.replace(tzinfo=_dt.UTC)
+    if logical in ("local-timestamp-micros", "local-timestamp-millis"):
+        return _dt.datetime.fromisoformat(str(v))
+    if logical == "date":
+        return _dt.date.fromisoformat(str(v)[:10])
+    if logical == "decimal":
+        return decimal.Decimal(str(v))
+    if k in ("int", "long"):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{v!r} is not an integer")
+        return v
+    if k in ("float", "double"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{v!r} is not a number")
+        return float(v)
+    if k in ("bytes", "fixed"):
+        return base64.b64decode(v) if isinstance(v, str) else bytes(v)
+    if k == "string" and not isinstance(v, str):
+        raise TypeError(f"{v!r} is not a string")
+    if k == "array":
+        return [datum(s["items"], x) for x in v]
+    if k == "map":
+        return {key: datum(s["values"], x) for key, x in v.items()}
+    if k == "record":
+        return {f["name"]: datum(f["type"], v[f["name"]]) for f in s["fields"]
+                if f["name"] in v}
+    return v
+
+
+class JsonToAvro:
+    """The gated sink's JSON values (text) as wire-format Avro values of one writer schema,
+    registered under its subject when this is made: before the query writes anything."""
+
+    def __init__(self, subject: str, writer_schema: str, registry: RegistryClient):
+        self.schema = A.parse(writer_schema)
+        self.encoder = AvroEncoder(subject, writer_schema, registry)
+        self.schema_id = self.encoder.register()
+
+    def __call__(self, value: str | bytes | None) -> bytes | None:
+        if value is None:
+            return None  # a tombstone stays one
+        if isinstance(value, bytes) and value[:1] == b"\x00":
+            # a migration's corrections are records read back from Kafka, already in the
+            # wire format (JSON text never starts with a zero byte)
+            return value
+        return self.encoder.encode(datum(self.schema, json.loads(value)))
