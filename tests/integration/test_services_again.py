@@ -1,4 +1,5 @@
-"""``make kafka BROKERS=3`` and ``make cluster`` run again with a node killed (issue 29, 6.).
+"""``make kafka BROKERS=3``, ``make cluster`` and ``make registry`` run again with a node
+killed (issue 29, 6.).
 
 Quick enough for ``make test`` (measured on the 2-core machine under load: the brokers' test
 44 s, the Spark cluster's 9 s), so here rather than in tests/cluster.
@@ -156,3 +157,47 @@ def test_spark_cluster_start_again_with_a_worker_killed_brings_back_that_worker(
         print("\ntimes: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
     assert r.returncode == 0, r.stderr
     assert not list(state.glob("*.pid"))
+
+
+def _registry(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "registry.sh"), *args], cwd=ROOT,
+                          env={**os.environ, "SCHEMA_REGISTRY_URL": "", **env},
+                          capture_output=True, text=True, timeout=400)
+
+
+def test_registry_start_again_after_a_kill_comes_back_on_its_port(tmp_path):
+    """``make registry`` run again after its JVM was SIGKILLed: the stale pid file is not
+    taken for a live registry, a new one answers on the same port, and ``stop`` ends it.
+    Run again while it runs, ``start`` reuses it (same pid, no second JVM).  On a state
+    directory and port of its own (18091), never the shared registry on 18081."""
+    import urllib.request
+
+    state = tmp_path / "registry"
+    env = {"REGISTRY_STATE": str(state), "REGISTRY_PORT": "18091"}
+    url = "http://127.0.0.1:18091/apis/ccompat/v7"
+
+    def pid() -> int:
+        return int((state / "registry.pid").read_text().strip())
+
+    try:
+        assert _ok(_registry(["start"], env)).strip().splitlines()[-1] == \
+            f"SCHEMA_REGISTRY_URL={url}"
+        first = pid()
+        again = _registry(["start"], env)
+        assert _ok(again).strip().splitlines()[-1] == f"SCHEMA_REGISTRY_URL={url}"
+        assert "reusing the running registry" in again.stderr and pid() == first
+        os.kill(first, signal.SIGKILL)
+        assert _dead(first)
+        # the pid file still names the dead JVM: status says stopped and forgets it
+        r = _registry(["status"], env)
+        assert r.returncode == 3 and not (state / "registry.pid").exists(), r.stdout
+        r = _registry(["start"], env)
+        assert _ok(r).strip().splitlines()[-1] == f"SCHEMA_REGISTRY_URL={url}"
+        second = pid()
+        assert second != first and _alive(second)
+        with urllib.request.urlopen(f"{url}/subjects", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        r = _registry(["stop"], env)
+    assert r.returncode == 0, r.stderr
+    assert not (state / "registry.pid").exists()
