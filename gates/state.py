@@ -109,6 +109,10 @@ class GateState:
     lease: str | None = None
     # the lease epoch of the owner that wrote it (the fencing token it was written under)
     owner: int = 0
+    # the cap's offsets are the migration's own control events (the cut C of control-events
+    # mode, or the one a cascade's upstream propagated): a query that acknowledged C + 1 read
+    # the control record at C, which gated sources skip, and no row past the cut
+    marks: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -137,6 +141,8 @@ class GateState:
             doc["lease"] = self.lease
         if self.owner:
             doc["owner"] = self.owner
+        if self.marks:
+            doc["marks"] = True
         return doc
 
     @classmethod
@@ -159,7 +165,8 @@ class GateState:
                        cap=_norm_offsets(doc.get("cap"), where, f"{pointer}/cap"),
                        epoch=numbers["epoch"], follow=str(follow) if follow else None,
                        retire=str(retire) if retire else None,
-                       lease=str(lease) if lease else None, owner=numbers["owner"])
+                       lease=str(lease) if lease else None, owner=numbers["owner"],
+                       marks=doc.get("marks") is True)
         except GateStateError as e:
             if e.pointer == "/mode":
                 e.pointer = f"{pointer}/mode"
@@ -418,34 +425,44 @@ def handed_over(store: str | os.PathLike, query: str, cap: Mapping[str, Mapping[
         return False
     if g.retire != migration or g.mode != "capped":
         return False
-    return doc.get("veto") != migration and _exactly_at(doc, cap)
+    return doc.get("veto") != migration and _exactly_at(doc, cap, g.marks)
 
 
-def _exactly_at(doc: Mapping, cap: Mapping[str, Mapping[int, int]]) -> bool:
+def _exactly_at(doc: Mapping, cap: Mapping[str, Mapping[int, int]], marks: bool = False
+                ) -> bool:
+    """Every partition acknowledged at its cut; with ``marks`` (the cut is the migration's
+    control events) also just past it: the query read the control record at the cut (a
+    pause lifted by a stale lease let it read on to the end of a topic whose last record
+    was that control event: a cascade's downstream, whose upstream writes nothing after
+    it) and nothing else."""
+    slack = 1 if marks else 0
     for topic, parts in cap.items():
         e = doc["topics"].get(topic)
         if e is None:
             return False
         offs = {int(p): int(o) for p, o in e.get("offsets", {}).items()}
-        if any(offs.get(int(p), -1) != int(c) for p, c in parts.items()):
+        if any(not int(c) <= offs.get(int(p), -1) <= int(c) + slack for p, c in parts.items()):
             return False
     return True
 
 
 def overran(store: str | os.PathLike, query: str,
-            cap: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:
+            cap: Mapping[str, Mapping[int, int]], *, marks: bool = False
+            ) -> dict[str, dict[int, int]]:
     """Where ``query`` acknowledged input beyond ``cap`` (the cut), by topic and partition:
     it read past the cut (its pause was lifted before the cap was written) and can never be
-    handed over at it.  Empty while it did not."""
+    handed over at it.  Empty while it did not.  With ``marks`` (the cut is the migration's
+    control events) the control record at the cut itself is not input past it."""
     try:
         done = acked_offsets(store, query)
     except GateStateError:
         return {}
     out: dict[str, dict[int, int]] = {}
+    slack = 1 if marks else 0
     for t, parts in cap.items():
         for p, c in parts.items():
             o = done.get(t, {}).get(int(p))
-            if o is not None and o > int(c):
+            if o is not None and o > int(c) + slack:
                 out.setdefault(t, {})[int(p)] = o
     return out
 

@@ -522,6 +522,24 @@ def test_an_idle_old_downstream_at_the_cut_hands_over_without_a_new_acknowledgem
     assert retired(tmp_path, "b")  # its sink writes nothing more from here on
 
 
+def test_an_old_downstream_that_read_the_propagated_control_event_hands_over(
+        tmp_path, monkeypatch):
+    """Its pause lifted while the migrator was dead (killed after the upstream's
+    propagation), the old downstream read its topic to the end: the last record there is
+    the control event the upstream propagated at C, so it acknowledged C + 1 and no row
+    past the cut. Its cap at the adopted cut says the cut is control events, so it hands
+    over there; a fresh-clone CI run waited out its whole budget at the start gate."""
+    from gates.state import read_gate, retired
+
+    store, m, ctx = adopting(tmp_path, monkeypatch, 5)
+    write_ack(tmp_path, "b", "t", {0: 8, 1: 4}, GateState())  # open: read the events
+    runner.step(m, ctx)
+    assert m.phase == "align" and m.cut == {"t": {"0": 7, "1": 3}}
+    g = read_gate(tmp_path, "b")
+    assert (g.mode, g.cap, g.retire, g.marks) == ("capped", {"t": {0: 7, 1: 3}}, "mb", True)
+    assert retired(tmp_path, "b")
+
+
 def test_an_old_downstream_short_of_the_cut_is_waited_for(tmp_path, monkeypatch):
     from compat.errors import DeadlineExceeded
 

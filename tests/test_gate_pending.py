@@ -123,6 +123,30 @@ def test_an_old_query_past_the_cut_or_not_capped_by_it_never_hands_over(tmp_path
     assert veto(tmp_path, "old", cut, "m1")  # abort is not too late
 
 
+@pytest.mark.parametrize("marks", [True, False], ids=["control-events", "offsets"])
+def test_an_old_query_that_read_only_the_control_event_at_the_cut_hands_over(tmp_path,
+                                                                             marks):
+    """A cascade's downstream, its pause lifted while its migrator was dead, reads its input
+    topic to the end: the upstream's old query retired at its cut and its new one holds its
+    output, so the last record there is the propagated control event at C, which the gated
+    source skips. It acknowledged C + 1 having read no row past the cut: it hands over at a
+    cut made of control events (``marks``), never at one taken at H (C + 1 is a row there);
+    C + 2 is a row past the cut either way (seen stalled in test_cascade's SIGKILL test)."""
+    from gates.state import handed_over, overran, read_gate, retired, write_gate
+
+    cut = {"t": {0: 10, 1: 7}}
+    write_gate(tmp_path, "old", GateState("capped", cut, epoch=5, retire="m1", marks=marks))
+    assert read_gate(tmp_path, "old").marks is marks  # kept through the file
+    write_ack(tmp_path, "old", "t", {0: 11, 1: 8}, GateState())
+    assert handed_over(tmp_path, "old", cut, "m1") is marks
+    assert retired(tmp_path, "old") is marks
+    assert (overran(tmp_path, "old", cut, marks=marks) == {}) is marks
+    write_ack(tmp_path, "old", "t", {0: 12, 1: 8}, GateState())
+    assert not handed_over(tmp_path, "old", cut, "m1")
+    assert overran(tmp_path, "old", cut, marks=marks) == {"t": {0: 12, **({} if marks else
+                                                                         {1: 8})}}
+
+
 def test_the_old_query_retires_once_it_acknowledged_the_cut_of_its_migration(tmp_path):
     from gates.state import read_gate, retired, write_gate
 

@@ -55,7 +55,7 @@ def at_cut(ctx: Context, m: Migration, query: str, cut: dict[str, dict[int, int]
     was lifted before its cap at C was written (the lease lapsed), it wrote output from C
     on and can never hand over there, so the migration pauses again (Lapsed)."""
     if query == m.old_instance and not m.cut_from:
-        past = overran(ctx.store.root, query, cut)
+        past = overran(ctx.store.root, query, cut, marks=m.cut_mode != "offsets")
         if past:
             raise Lapsed(f"migration {m.id}: the old query '{query}' read past the cut "
                          f"({json.dumps(offsets_to_json(past))}) while its pause was lifted")

@@ -48,7 +48,8 @@ def catch_up(m: Migration, ctx: Context) -> None:
             rewind(m, ctx, "the cut was not armed when the migrator stopped")
     elif m.phase == "align" and m.cut and not m.out_cut and \
             not sides.through_loops(ctx.store, m):
-        past = overran(ctx.store.root, m.old_instance, sides.output_cut(ctx.store, m, "old"))
+        past = overran(ctx.store.root, m.old_instance, sides.output_cut(ctx.store, m, "old"),
+                       marks=m.cut_mode != "offsets")
         if past:
             rewind(m, ctx, "the old query read past the cut while its pause was lifted ("
                    + ", ".join(f"{t} {ps}" for t, ps in sorted(past.items())) + ")")

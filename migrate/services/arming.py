@@ -25,17 +25,18 @@ class GateArming:
 
     def set(self, m: Migration, instance: str, mode: str,
             cap: dict[str, dict[int, int]] | None = None, follow: str | None = None,
-            retire: str | None = None, leased: bool = False) -> int:
+            retire: str | None = None, leased: bool = False, marks: bool = False) -> int:
         """Write ``instance``'s gate under the next epoch of ``m``, recorded first.
         ``leased``: it holds only while the lease of ``m``'s query does (a pause: lifting it
         is always safe, see :mod:`gates.lease`); while such a gate is in force a lapse of
-        the lease is not acted on (:attr:`migrate.lease.Lease.critical`)."""
+        the lease is not acted on (:attr:`migrate.lease.Lease.critical`). ``marks``: the
+        cap is the migration's control events (:attr:`gates.state.GateState.marks`)."""
         m.epoch += 1
         m.save(self.store, self.deadline)
         owner = self.lease.epochs.get(m.query, 0) if self.lease is not None else 0
         write_gate(self.store.root, instance, GateState(
             mode, cap or {}, m.epoch, follow, retire, lease=m.query if leased else None,
-            owner=owner))
+            owner=owner, marks=marks))
         (self.leased.add if leased else self.leased.discard)(instance)
         if self.lease is not None:
             self.lease.critical = bool(self.leased)
@@ -62,7 +63,10 @@ class GateArming:
         # The other way round, the shadow would read on past C with no batch starting at C.
         self.set(m, inst, "capped", mine, follow=old)
         if old_too:
-            self.set(m, old, "capped", theirs, retire=m.id)
+            # C is the migration's control events (or, in a cascade's downstream, the ones
+            # the upstream propagated), unless the cut was taken at H without them
+            self.set(m, old, "capped", theirs, retire=m.id,
+                     marks=bool(m.cut_from) or m.cut_mode != "offsets")
 
     def arm_loops(self, m: Migration, cut: dict[str, dict[int, int]]) -> None:
         """Step 4 with a recursive step: cap what reads the source topics at C (the loop
