@@ -63,6 +63,61 @@ def _test_driver_java_options():
         yield
 
 
+def _processes_under(folder: str) -> list[int]:
+    """The pids (not ours) whose command line names a path under ``folder``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if folder in cmd:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request):
+    """A query host, migrator or feeder a test started in its own tmp_path is gone when
+    the test ends: a test that failed half-way (its own cleanup not reached) would
+    otherwise leave its queries running for the rest of the suite, on two cores (a CI run
+    carried one failed test's three Spark drivers for its last 40 minutes).  Each one left
+    is named, then stopped (TERM, then KILL)."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if tmp is None:
+        return
+    import signal
+
+    left = _processes_under(str(tmp) + os.sep)
+    for pid in left:
+        print(f"\n{request.node.nodeid}: pid {pid} outlived the test; stopped",
+              file=sys.stderr)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 15
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if Path(f"/proc/{p}").exists() and
+                "\tZ" not in _status(p)]
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "own_jvm: runs a Spark driver in a subprocess; ordered before in-process Spark")
