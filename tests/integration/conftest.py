@@ -49,17 +49,43 @@ def spark_env() -> dict:
     return env
 
 
+@pytest.fixture(scope="session")
+def driver_java_options(request, tmp_path_factory) -> str:
+    """The tests' driver JVM options, with the class-data-sharing archive of the driver's
+    classes (``jvm_archive``: made once per machine, about 40 s, then cached) when it can be
+    made; without it (no broker, THESEUS_CDS=0) the options alone."""
+    opts = TEST_DRIVER_JAVA_OPTIONS
+    if os.environ.get("THESEUS_CDS", "1") == "0":
+        return opts
+    from tests.integration import jvm_archive
+
+    try:
+        dest = jvm_archive.archive_path()
+        if not dest.exists():
+            bootstrap = request.getfixturevalue("kafka_bootstrap")
+            why = jvm_archive.make_archive(bootstrap, opts, dest,
+                                           tmp_path_factory.mktemp("cds"))
+            if why:
+                print(f"\nno class-data-sharing archive for the test drivers: {why}",
+                      file=sys.stderr)
+                return opts
+    except (OSError, subprocess.SubprocessError, pytest.skip.Exception) as e:
+        print(f"\nno class-data-sharing archive for the test drivers: {e}", file=sys.stderr)
+        return opts
+    return f"{opts} -XX:SharedArchiveFile={dest}"
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _test_driver_java_options():
+def _test_driver_java_options(request):
     """Every ``theseus`` the module's tests spawn inherits the tests' driver JVM options
     (unless the environment already sets THESEUS_SPARK_CONF); undone after the module, so
     the unit tests never see it."""
     if os.environ.get("THESEUS_SPARK_CONF"):
         yield
         return
+    opts = request.getfixturevalue("driver_java_options")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("THESEUS_SPARK_CONF",
-                  f"spark.driver.extraJavaOptions={TEST_DRIVER_JAVA_OPTIONS}")
+        mp.setenv("THESEUS_SPARK_CONF", f"spark.driver.extraJavaOptions={opts}")
         yield
 
 
