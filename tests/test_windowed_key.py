@@ -237,17 +237,20 @@ def test_plan_compile_writes_version_2_for_a_windowed_output(select, group, key,
     assert key_of(doc) == written
 
 
-def test_frozen_windowed_history_keeps_version_1_and_its_new_version_keys_windows():
-    case = FIXTURES / "history" / "tumbling_window"
+@pytest.mark.parametrize("name,window", [("tumbling_window", "window"),
+                                         ("daily_clicks", "day")])
+def test_frozen_windowed_history_keeps_version_1_and_its_new_version_keys_windows(name,
+                                                                               window):
+    case = FIXTURES / "history" / name
     v1 = json.loads((case / "v1" / "plan.json").read_text())
     assert key_of(v1) == ("page",)
     latest = versions(case)[-1]
     doc = json.loads((latest / "plan.json").read_text())
-    assert key_of(doc) == ("page", "window")
+    assert key_of(doc) == ("page", window)
     expected = json.loads((latest / "expected.json").read_text())["records"]
     keys = [json.dumps(r["key"], sort_keys=True) for r in expected]
     assert len(set(keys)) == len(keys)  # every window of a page has a key of its own
-    assert all(list(r["key"]) == ["page", "window"] for r in expected)
+    assert all(list(r["key"]) == ["page", window] for r in expected)
 
 
 @pytest.mark.parametrize("columns,job_key,version,key_columns", [
