@@ -264,20 +264,38 @@ def topic_partitions(bootstrap: str | None, topic: str) -> int | None:
     not answer within ``BROKER_TIMEOUT`` or has no such topic)."""
     if not bootstrap:
         return None
+    from gates.kafkaconf import active
+
+    # the process's Kafka settings (--kafka-config): a secured broker answers only them
+    conf = {"bootstrap.servers": bootstrap, **active(), "socket.timeout.ms": 3000,
+            "log_level": 0}
+    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
+    # One client per broker and settings for the whole process: a fleet's jobs ask once
+    # per source, and a client's start (its connection) is 50 ms of the 52 a question
+    # takes.  A broker that did not answer is not asked again by this process: each
+    # question would wait BROKER_TIMEOUT for it.
+    admin = _ADMINS.get(key)
+    if admin is _SILENT:
+        return None
     try:
-        from confluent_kafka.admin import AdminClient
+        if admin is None:
+            from confluent_kafka.admin import AdminClient
 
-        from gates.kafkaconf import active
-
-        # the process's Kafka settings (--kafka-config): a secured broker answers only them
-        admin = AdminClient({"bootstrap.servers": bootstrap, **active(),
-                             "socket.timeout.ms": 3000, "log_level": 0, "logger": _Quiet()})
+            admin = _ADMINS[key] = AdminClient({**conf, "logger": _Quiet()})
         md = admin.list_topics(topic, timeout=BROKER_TIMEOUT).topics.get(topic)
     except Exception:
+        if key in _ADMINS:
+            _ADMINS[key] = _SILENT
         return None
     if md is None or md.error is not None or not md.partitions:
         return None
     return len(md.partitions)
+
+
+#: the admin clients of :func:`topic_partitions` by their settings (``_SILENT``: the
+#: broker did not answer)
+_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
+_SILENT = object()
 
 
 class _Quiet:
