@@ -64,6 +64,10 @@ class NodeInfo:
     #: row names that row alone; empty when no set of columns is known to be unique (an
     #: explode, a union).  A sink over a changelog must be keyed by one of them.
     keys: tuple[tuple[str, ...], ...] = ()
+    #: output columns (lower-case) that hold a windowed aggregate's window (the struct) or
+    #: one of its bounds (``window.start``, ``window.end``), under whatever name: the
+    #: window a version 2 sink keys such an output by
+    windows: frozenset[str] = frozenset()
 
     @property
     def types(self) -> dict[str, str]:

@@ -10,7 +10,8 @@ Record format:
   when ``key_columns`` is empty. Keyed records are partitioned with ``murmur2_random`` (the
   Java client's partitioner), so Java/Kafka Streams/ksqlDB writers agree on the partition.
   A windowed output of a version 2 sink step is keyed by its window too: the builder lists
-  the ``window`` column last, so the key ends with the window as the value writes it,
+  the ``window`` column last (or the window's bounds the output carries, ``day`` for
+  ``window.start AS day``), so the key ends with the window as the value writes it,
   ``{"page":"home","window":{"start":"2026-01-01T10:00:00.000000Z",
   "end":"2026-01-01T10:01:00.000000Z"}}`` (``compat.steps.sink.written_key``).
 * value: JSON object of all columns in column order (nulls kept as ``null``), produced by

@@ -157,9 +157,49 @@ def test_fleet_against_reads_each_unchanged_plan_once(tmp_path, monkeypatch):
 
     doc = check()
     assert doc["verdict"] == "identical" and doc["old"] == "HEAD:fleet"
-    assert sorted(read) == sorted(f"fleet/{p.name}" for p in (repo / "fleet").glob("*.json"))
-    read.clear()
+    assert read == []  # nothing changed: no plan is read at all
     shutil.copy(case / "new" / "enrich.json", repo / "fleet" / "enrich.json")
     doc = check()
     assert doc["waves"] == [["enrich"], ["region_totals"], ["region_rank"]]
     assert len(read) == n + 1 and sorted(read)[0] == "HEAD:fleet/enrich.json"
+
+
+def fleet_check() -> tuple[int, dict]:
+    r = CliRunner().invoke(main, ["fleet", "check", "--against", "HEAD", "jobs",
+                                  "--format", "json"])
+    return r.exit_code, json.loads(r.output)
+
+
+def test_fleet_against_with_nothing_changed_imports_no_job(repo):
+    jobs, calls = repo
+    # a touched file with the same bytes changes nothing
+    (jobs / "a.py").write_text((jobs / "a.py").read_text())
+    code, doc = fleet_check()
+    assert code == 0 and doc["verdict"] == "identical" and calls == []
+    assert doc["old"] == "HEAD:jobs"
+    assert [(q["query"], q["status"], q["file"]) for q in doc["queries"]] == [
+        (n, "unchanged", f"jobs/{n}") for n in ("a.py", "b.py", "plan.json")]
+    text = CliRunner().invoke(main, ["fleet", "check", "--against", "HEAD", "jobs"]).output
+    assert "every file is as it was at HEAD: no plan was read" in text
+
+
+@pytest.mark.parametrize("edit", [
+    "helper_a.py",  # a module a job imports: its job is imported again
+    "unrelated.py",  # a helper of the folder no job imports: a file of the fleet changed
+    "new.json",  # a file the ref does not have
+    "plan.json:delete",  # a file the work tree does not have
+])
+def test_fleet_against_reads_the_plans_when_any_file_differs(repo, edit):
+    jobs, calls = repo
+    name, _, how = edit.partition(":")
+    if how == "delete":
+        (jobs / name).unlink()
+    elif name == "new.json":
+        shutil.copy(jobs / "plan.json", jobs / name)
+    else:
+        (jobs / name).write_text((jobs / name).read_text() + "Z = 0\n")
+    r = CliRunner().invoke(main, ["fleet", "check", "--against", "HEAD", "jobs"])
+    # the full check ran: jobs were imported (the fake gives both jobs one query name,
+    # which the full check refuses; the fast path never looked)
+    assert calls, r.output
+    assert "no plan was read" not in r.output

@@ -23,6 +23,7 @@ Steps, in this fixed order:
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,17 +67,25 @@ class QueryResult:
     caused_by: list[str]
     order: int
     path: str
-    #: the plan as checked (the new one; the old one for a removed query)
-    plan: Plan
+    #: the plan as checked (the new one; the old one for a removed query); None for a
+    #: query not read at all (``fleet check --against`` with every file unchanged)
+    plan: Plan | None
     old_plan: Plan | None = None
     #: the single-query check, for a query in both fleets
     report: Report | None = None
     wave: int | None = None
+    #: the plan's file as read (the plan's own, when there is one)
+    file: str = ""
+
+    def __post_init__(self) -> None:
+        if self.plan is not None:
+            self.file = self.plan.file
 
     def as_report(self, fleet: FleetReport) -> Report:
         """The query's findings as a single-query report, for the renderers of
         ``compat.report``."""
         base = self.report
+        assert self.plan is not None  # a query with findings was read
         return Report(self.verdict, self.findings, self.old_plan or self.plan, self.plan,
                       base.alignment if base else [], fleet.require, fleet.schema_compat,
                       base.requirements if base else [],
@@ -86,7 +95,7 @@ class QueryResult:
         rep = self.report
         return {
             "query": self.query, "status": self.status, "verdict": self.verdict,
-            "path": self.path, "file": self.plan.file,
+            "path": self.path, "file": self.file,
             "findings": [_finding_json(self, f) for f in self.findings],
             "caused_by": self.caused_by, "order": self.order, "wave": self.wave,
             "upgrade_types": sorted({f.upgrade_type for f in self.findings
@@ -119,6 +128,9 @@ class FleetReport:
     require: list[str] = field(default_factory=list)
     schema_compat: str = "forward"
     allow_migration: bool = False
+    #: every file was unchanged at the ref: no plan was read (queries named by path, no
+    #: cycles looked for)
+    unread: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -337,7 +349,7 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
     """``theseus fleet check``: OLD_DIR NEW_DIR, or with ``against`` one DIR against its
     version at that git ref."""
     from compat.errors import CheckError
-    from compat.fleet.graph import load_fleet, load_fleet_at
+    from compat.fleet.graph import load_fleet, load_fleet_at, unchanged_at
 
     want = 1 if against is not None else 2
     if len(dirs) != want:
@@ -346,6 +358,16 @@ def check_dirs(dirs: list[str], *, against: str | None = None,
     # Either side may be empty (every query new, or every query removed), not both: a
     # check of nothing would pass silently.
     if against is not None:
+        same = unchanged_at(against, dirs[0])
+        if same is not None and same[1]:
+            # Nothing the fleet reads changed: every query is identical, and a job need not
+            # be imported (a Spark start, seconds each) to say so.
+            old_root, plans = same
+            return FleetReport("identical", [
+                QueryResult(rel, "unchanged", "identical", [], [], i, rel, None,
+                            file=posixpath.join(dirs[0], rel))
+                for i, rel in enumerate(plans)], [], [], old_root, dirs[0], sorted(
+                    set(require or [])), schema_compat, allow_migration, unread=True)
         # the work tree first: the ref's files with the same bytes reuse its plans
         new = load_fleet(dirs[0], allow_empty=True)
         old = load_fleet_at(against, dirs[0], same=new)

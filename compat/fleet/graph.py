@@ -253,6 +253,68 @@ def load_fleet(root: str, *, allow_empty: bool = False) -> Fleet:
     return fleet
 
 
+def _listed(top: Path) -> dict[str, Path]:
+    """The files under ``top`` a fleet reads (plans and helper modules), by their path
+    relative to it (posix), as :func:`load_fleet` walks them."""
+    out: dict[str, Path] = {}
+    for folder, dirs, names in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and name.lower().endswith(SUFFIXES):
+                path = Path(folder) / name
+                out[path.relative_to(top).as_posix()] = path
+    return out
+
+
+def unchanged_at(ref: str, root: str) -> tuple[str, list[str]] | None:
+    """The fleet's name at the ref (``REF:path``, as :func:`load_fleet_at` names it) and
+    its plan files under ``root`` (relative, posix, in path order) when nothing a fleet
+    reads there differs between the work tree and the git ref ``ref``: the same files, each
+    with the same bytes, and no local module a job imports changed (the test ``check
+    --against`` makes before it imports a job).  None when something differs, or when
+    ``root`` or ``ref`` is not what ``--against`` needs (the full load says why).  Nothing
+    is imported or parsed but the jobs' import statements: the answer costs a few git
+    commands, whatever the fleet's size."""
+    top = Path(root)
+    if not top.is_dir():
+        return None
+    found = git(["rev-parse", "--show-toplevel"], top)
+    if found.returncode != 0:
+        return None
+    repo = Path(found.stdout.decode().strip())
+    if git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo).returncode:
+        return None
+    try:
+        rel_root = top.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return None
+    prefix = "" if rel_root == "." else rel_root + "/"
+    here = _listed(top)
+    listing = git(["ls-tree", "-r", "-z", "--name-only", ref, "--", rel_root], repo)
+    there = {n[len(prefix):] for n in listing.stdout.decode(errors="surrogateescape")
+             .split("\0") if n.startswith(prefix) and n.lower().endswith(SUFFIXES)}
+    there = {n for n in there if not any(p.startswith(".") for p in n.split("/"))}
+    if not here or set(here) != there:
+        return None
+    from compat.gitcheck import changed_files, job_deps_unchanged
+
+    try:
+        changed = changed_files(ref, repo)
+    except CheckError:
+        return None
+    if any(prefix + rel in changed for rel in here):
+        return None
+    plans = []
+    for rel, path in here.items():
+        if is_job(rel):
+            if not defines_builder(path.read_bytes()):
+                continue  # a helper module: unchanged, and no query
+            if not job_deps_unchanged(prefix + rel, repo, changed):
+                return None
+        plans.append(rel)
+    return f"{ref}:{rel_root}", sorted(plans)
+
+
 def empty_fleet(root: str, fleet: Fleet, where: str = "") -> FleetError:
     """The error on a folder that holds no plan (a typo in the path must not pass as an
     empty fleet), counting the helper modules it holds instead."""

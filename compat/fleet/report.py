@@ -65,6 +65,9 @@ def render_text(report: FleetReport) -> str:
              f"(exit {report.exit_code})",
              f"  old: {report.old_root}   new: {report.new_root}",
              f"  {summary(report)}"]
+    if report.unread:
+        ref = report.old_root.split(":", 1)[0]
+        lines.append(f"  every file is as it was at {ref}: no plan was read")
     if report.waves:
         new = _new(report)
         lines.append("  migration waves (upstream first): " + "; ".join(

@@ -34,7 +34,7 @@ from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
 from compat.steps import Project, Sink
-from compat.steps.sink import WINDOWED_KEY_VERSION, window_column
+from compat.steps.sink import WINDOWED_KEY_VERSION, window_bounds
 
 COMPILER_VERSION = "theseus-sql/1"
 #: sqlglot reads about 300 KB of SQL a second and keeps ~300 bytes per character while it
@@ -249,9 +249,10 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
                 plan = _check(src, script, g)
             except PlanError as e:
                 raise plan_error(src, script, g, e) from None
-        if window_column(plan.info[g.sink]) is not None:
+        if window_bounds(plan.info[g.sink]):
             # Keyed by its group columns alone, a compacted topic would keep only the last
-            # window of each group: version 2 keys a windowed output by its window too.
+            # window of each group: version 2 keys a windowed output by its window too
+            # (the window, or the bounds of it the select carries, under any name).
             g.put(dataclasses.replace(g[g.sink], version=WINDOWED_KEY_VERSION))
             plan = _check(src, script, g)
         return plan, g

@@ -206,7 +206,8 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         mode = RETRACT
         keys = (tuple(g.name.lower() for g in node.group_by),)  # one row per group
     return NodeInfo(tuple(cols), mode, src.stream, src.stream, frozenset(marks), det,
-                    tuple(names), changelog=src.changelog, keys=keys)
+                    tuple(names), changelog=src.changelog, keys=keys,
+                    windows=frozenset({WINDOW_COLUMN}) if node.window else frozenset())
 
 
 @reads.register

@@ -56,7 +56,7 @@ def _infer(node: Deduplicate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInf
             raise ctx.err(node, "within", "deduplication within a time needs a watermark "
                           "on the input", expected="an event_time upstream", found="none")
     return NodeInfo(src.columns, INSERT, src.stream, src.stream, src.watermarks, True,
-                    src.names)
+                    src.names, windows=src.windows)
 
 
 @reads.register

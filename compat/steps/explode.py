@@ -58,7 +58,7 @@ def _infer(node: Explode, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       expected="a new column name", found=repr(node.alias))
     return NodeInfo(src.columns + ((node.alias.lower(), elem),), src.mode, src.stream, False,
                     src.watermarks, deterministic(node.expr), src.names + (node.alias,),
-                    changelog=src.changelog)
+                    changelog=src.changelog, windows=src.windows)
 
 
 @reads.register

@@ -51,7 +51,7 @@ def _infer(node: Filter, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     # so, as in Flink, a filter over updates emits retractions.
     mode = RETRACT if src.mode != INSERT else INSERT
     return NodeInfo(src.columns, mode, src.stream, False, src.watermarks, info.deterministic,
-                    src.names, changelog=src.changelog, keys=src.keys)
+                    src.names, changelog=src.changelog, keys=src.keys, windows=src.windows)
 
 
 @reads.register

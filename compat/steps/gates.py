@@ -39,7 +39,7 @@ class StartGate(Node):
 def _infer(node: Node, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     (src,) = ins
     return NodeInfo(src.columns, src.mode, src.stream, False, src.watermarks, True, src.names,
-                    changelog=src.changelog, keys=src.keys)
+                    changelog=src.changelog, keys=src.keys, windows=src.windows)
 
 
 @reads.register(StopGate)

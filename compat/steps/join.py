@@ -217,8 +217,11 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     mode = RETRACT if table_table else INSERT if stateful else \
         (left.mode if left.stream else right.mode)
     keys = _joined_keys(node, left, right, out) if table_table else ()
+    sides = {"left": left, "right": right}
+    windows = frozenset(name.lower() for name, side, src in out
+                        if src.lower() in sides[side].windows)
     return NodeInfo(tuple(cols), mode, True, stateful, frozenset(marks), det, tuple(names),
-                    changelog=table_table, keys=keys)
+                    changelog=table_table, keys=keys, windows=windows)
 
 
 def _joined_keys(node: Join, left: NodeInfo, right: NodeInfo,

@@ -10,7 +10,14 @@ from typing import ClassVar
 from compat import expr as E
 from compat.demand import Demand, columns, moves_filter, reads, refs
 from compat.findings import RESTART, Finding, register_codes
-from compat.infer import InferContext, NodeInfo, infer_step, plain_column, scope
+from compat.infer import (
+    WINDOW_TYPE,
+    InferContext,
+    NodeInfo,
+    infer_step,
+    plain_column,
+    scope,
+)
 from compat.model import NamedExpr, Node, Plan, prop
 from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.pyspark_text import Code, Refusal, export_step, py, var
@@ -54,6 +61,7 @@ def _infer_columns(node: Project, ctx: InferContext, src: NodeInfo) -> NodeInfo:
     sc = scope(src)
     cols = []
     marks = set()
+    windows: set[str] = set()
     det = True
     for i, c in enumerate(node.columns):
         t, info = ctx.typed(node, f"columns/{i}/expr", c.expr, sc)
@@ -63,10 +71,23 @@ def _infer_columns(node: Project, ctx: InferContext, src: NodeInfo) -> NodeInfo:
         ast = info.ast
         if ast[0] == "col" and len(ast[1]) == 1 and ast[1][0] in src.watermarks:
             marks.add(name)
+        if _is_window(ast, src):
+            windows.add(name)
     ctx.unique(node, [c.name for c in node.columns], "columns")
     return NodeInfo(tuple(cols), src.mode, src.stream, False, frozenset(marks), det,
                     tuple(c.name for c in node.columns), changelog=src.changelog,
-                    keys=_kept_keys(node, src))
+                    keys=_kept_keys(node, src), windows=frozenset(windows))
+
+
+def _is_window(ast: tuple, src: NodeInfo) -> bool:
+    """Whether a column computed as ``ast`` is a window of the input or one of its bounds,
+    under whatever name (``window``, ``window AS w``, ``window.start AS day``): only the
+    value itself is; ``CAST(window.start AS date)`` is a value computed from it."""
+    if ast[0] != "col" or not ast[1] or ast[1][0] not in src.windows:
+        return False
+    path = ast[1]
+    return len(path) == 1 or (len(path) == 2 and path[1] in ("start", "end") and
+                              src.types.get(path[0]) == WINDOW_TYPE)
 
 
 def _kept_keys(node: Project, src: NodeInfo) -> tuple[tuple[str, ...], ...]:

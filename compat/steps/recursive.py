@@ -235,7 +235,8 @@ def _infer(node: Recursive, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     det = all(i.deterministic for k, i in infos.items()
               if k != node.body_input and k not in node.further_inputs)
     stream = any(i.stream for i in ins)
-    return NodeInfo(src.columns, INSERT, stream, True, src.watermarks, det, src.names)
+    return NodeInfo(src.columns, INSERT, stream, True, src.watermarks, det, src.names,
+                    windows=src.windows)
 
 
 def _check_bag_semi_joins(rec: Recursive, ctx: InferContext, ins: list[NodeInfo],

@@ -11,9 +11,13 @@ Versions (old versions stay buildable and keep their bytes):
    (``struct<start:timestamp,end:timestamp>``) and ``key_columns`` does not list it, the
    window is the key's last member, ``{"page": "home", "window": {"start":
    "2026-01-01T10:00:00.000000Z", "end": "2026-01-01T10:01:00.000000Z"}}`` (timestamps as
-   in the value).  Keyed by its group columns alone, a compacted topic would keep only the
-   last window of each group.  Without a window column, version 2 writes what 1 does.
-   ``plan compile`` writes version 2 for a windowed output.
+   in the value).  The window under another name (``window AS w``, ``session_window``)
+   is keyed the same way; an output that carries only bounds of the window, under any
+   name (``window.start AS day``), is keyed by them, last, in output order (which columns
+   hold a window: ``NodeInfo.windows``).  Keyed by its group columns alone, a compacted
+   topic would keep only the last window of each group.  Without a window, or with one
+   of its columns in ``key_columns``, version 2 writes what 1 does.  ``plan compile`` and
+   ``plan import`` write version 2 for a windowed output.
 
 ``format: avro`` (any version: it gives no existing plan another meaning) writes values in the
 schema registry's wire format under the subject ``avro`` names
@@ -82,16 +86,34 @@ def window_column(info: NodeInfo) -> str | None:
     return None
 
 
+def window_bounds(info: NodeInfo) -> tuple[str, ...]:
+    """The columns of a windowed output that say which window a row is of, as written, in
+    output order: the window itself under whatever name (``window AS w``,
+    ``session_window``), else the bounds it carries (``window.start AS day``,
+    ``window.end``).  Empty for an output that carries neither."""
+    names = info.names or tuple(c[0] for c in info.columns)
+    found = [(written, typ) for (name, typ), written in zip(info.columns, names)
+             if name in info.windows]
+    structs = tuple(w for w, typ in found if typ == WINDOW_TYPE)
+    return structs or tuple(w for w, _ in found)
+
+
 def written_key(node: Sink, info: NodeInfo) -> tuple[str, ...]:
     """The columns of the record key, in order, as the gated sink writes them (``info``
     is the sink's or its input's): ``key_columns``, then, from version 2, the window of a
-    windowed output.  An empty tuple is a null key."""
+    windowed output (:func:`window_bounds`) unless ``key_columns`` already holds it.  An
+    empty tuple is a null key."""
     keys = tuple(node.key_columns)
-    if node.version >= WINDOWED_KEY_VERSION:
-        window = window_column(info)
-        if window is not None and WINDOW_COLUMN not in (k.lower() for k in keys):
-            keys += (window,)
-    return keys
+    if node.version < WINDOWED_KEY_VERSION:
+        return keys
+    listed = {k.lower() for k in keys}
+    window = window_column(info)
+    if window is not None:  # the ``window`` column itself, keyed as it always was
+        return keys if WINDOW_COLUMN in listed else keys + (window,)
+    bounds = window_bounds(info)
+    if listed & {b.lower() for b in bounds}:
+        return keys  # the key already says which window a row is of
+    return keys + bounds
 
 
 def avro_spec(node: Sink) -> AvroSpec:
@@ -193,7 +215,7 @@ def _infer(node: Sink, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       found="snapshot-read tables only")
     return NodeInfo(src.columns, src.mode if node.mode != "complete" else UPSERT, src.stream,
                     False, src.watermarks, True, src.names, changelog=src.changelog,
-                    keys=src.keys)
+                    keys=src.keys, windows=src.windows)
 
 
 def _show(info: NodeInfo, key: tuple[str, ...]) -> str:
@@ -258,7 +280,12 @@ def _moves(node: Sink, conjunct: str, ins: list[NodeInfo], above: Sequence[str]
 def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     f = ctx.f
+    # The key as written: a version 2 sink keys a windowed output by its window too.
+    old_key, new_key = written_key(old, ctx.oi(old)), written_key(new, ctx.ni(new))
+    rekeyed = [k.lower() for k in old_key] != [k.lower() for k in new_key]
     if old.topic != new.topic:
+        # The new topic holds only the new keys: a new key changes no existing output.
+        keyed = f", keyed by {list(new_key)} instead of {list(old_key)}" if rekeyed else ""
         unprotected = ctx.schema_compat == "none" and "cascading" not in ctx.require \
             and ctx.notes.get("output_rules", True)
         if unprotected:
@@ -266,7 +293,7 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
             # to the new topic (a Kafka sink's topic may change between restarts).
             out.append(f("sink-topic-changed", f"the output topic changes from "
                          f"'{old.topic}' to '{new.topic}': from the restart on, the output "
-                         f"is written to '{new.topic}'", old, new, "topic",
+                         f"is written to '{new.topic}'{keyed}", old, new, "topic",
                          effect="in_place", severity="warning",
                          hint=f"Restart the query on its checkpoint: '{new.topic}' gets the "
                          f"output from then on and '{old.topic}' keeps what was written "
@@ -274,33 +301,16 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
                          f"of '{old.topic}' needs protecting."))
         else:
             out.append(f("sink-topic-changed", f"the output topic changes from "
-                         f"'{old.topic}' to '{new.topic}': that is a new output, not an "
-                         "upgrade of this one", old, new, "topic",
+                         f"'{old.topic}' to '{new.topic}'{keyed}: that is a new output, not "
+                         "an upgrade of this one", old, new, "topic",
                          hint=NEW_OUTPUT + (" If no consumer needs protecting, "
                                             "--schema-compat none restarts the query on "
                                             "the new topic." if "cascading" not in
                                             ctx.require and ctx.notes.get("output_rules",
                                                                           True)
                                             else "")))
-    # The key as written: a version 2 sink keys a windowed output by its window too.
-    old_key, new_key = written_key(old, ctx.oi(old)), written_key(new, ctx.ni(new))
-    if [k.lower() for k in old_key] != [k.lower() for k in new_key]:
-        hint = None
-        if [k.lower() for k in old.key_columns] != [k.lower() for k in new.key_columns]:
-            why, where = "", "key_columns"
-        elif old.version != new.version:
-            why = f" (sink version {old.version} -> {new.version}: from version " \
-                f"{WINDOWED_KEY_VERSION} the key of a windowed output holds its window)"
-            where = "version"
-            hint = f"Keep sink version {old.version} on this topic, or write the new keys " \
-                "to a new output topic (a new query) and move consumers over."
-        else:
-            why = " (the window enters or leaves the output of a sink that keys a windowed " \
-                "output by its window)"
-            where = "inputs"
-        out.append(f("sink-key-changed", f"the output key changes from {list(old_key)} to "
-                     f"{list(new_key)}{why}: records of one entity would land under two "
-                     "keys and partitions", old, new, where, hint=hint))
+    elif rekeyed:
+        out.append(_key_changed(old, new, old_key, new_key, ctx))
     if old.mode != new.mode:
         out.append(f("sink-mode-changed", f"the output mode changes from {old.mode} to "
                      f"{new.mode}", old, new, "mode"))
@@ -313,6 +323,50 @@ def _compare(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
         out.append(f("sink-delivery-changed", f"delivery changes from {old.delivery} to "
                      f"{new.delivery}", old, new, "delivery"))
     return out
+
+
+def _key_changed(old: Sink, new: Sink, old_key: tuple[str, ...], new_key: tuple[str, ...],
+                 ctx: RuleContext) -> Finding:
+    """The output's key as written changes.  Spark would restart on its checkpoint (the
+    key is computed per row, in no state), but consumers read the topic as a table keyed
+    by it: records of one entity land under two keys and partitions, and compaction keeps
+    both."""
+    f = ctx.f
+    if [k.lower() for k in old.key_columns] != [k.lower() for k in new.key_columns]:
+        return f("sink-key-changed", f"the output key changes from {list(old_key)} to "
+                 f"{list(new_key)}: records of one entity would land under two keys and "
+                 "partitions", old, new, "key_columns")
+    # The window joins or leaves the key (ksqlDB's windowed keys): the table the
+    # compacted topic holds changes shape, one row per group becomes one per group and
+    # window (or back), and the rows written before stay beside the new ones.
+    before = "the records written before stay under their old keys (on other partitions) " \
+        "beside the new ones"
+    if len(old_key) == len(new_key):  # the window kept, said by other columns
+        shape = f"each window's row moves to a new key, and {before}"
+    else:
+        coarse, fine = sorted((old_key, new_key), key=len)
+        was = f"keyed by {list(coarse)} it keeps one row per {' and '.join(coarse)}, its " \
+            "last window's" if coarse else "with a null key it is no table (compaction " \
+            "refuses records without a key)"
+        shape = f"the compacted topic changes shape: {was}; keyed by {list(fine)}, one row " \
+            f"per {' and '.join(fine)} — and {before}"
+    if old.version != new.version:
+        why = f"sink version {old.version} -> {new.version}: from version " \
+            f"{WINDOWED_KEY_VERSION} a windowed output is keyed by its window too"
+        where = "version"
+    else:
+        why = "the window enters or leaves the output of a sink that keys a windowed " \
+            "output by its window"
+        where = "inputs"
+    relax = " (with --schema-compat none, when no consumer needs protecting, the query " \
+        "restarts on its checkpoint writing to the new topic)" if "cascading" not in \
+        ctx.require and ctx.notes.get("output_rules", True) else ""
+    keep = f"keep sink version {old.version} on this topic" if where == "version" else \
+        "keep the window's columns in the output"
+    return f("sink-key-changed", f"the output key changes from {list(old_key)} to "
+             f"{list(new_key)} ({why}): {shape}", old, new, where,
+             hint=f"Write the new keys to a new output topic and move consumers over{relax}"
+             f"; or {keep}.")
 
 
 def _compare_avro(old: Sink, new: Sink, ctx: RuleContext) -> list[Finding]:
@@ -356,11 +410,10 @@ def _export(node: Sink, plan: Plan) -> Code | Refusal:
         return Refusal(f"sink '{node.id}' writes Avro in the registry's wire format, whose "
                        "schema id a job learns only by registering its schema: Spark's "
                        "to_avro writes the body alone")
-    names = plan.info[node.inputs[0]].names
-    key = list(node.key_columns)
-    windowed = "window" in [n.lower() for n in names]
-    if node.version >= 2 and windowed and "window" not in [k.lower() for k in key]:
-        key.append(next(n for n in names if n.lower() == "window"))
+    info = plan.info[node.inputs[0]]
+    names = info.names
+    key = list(written_key(node, info))
+    windowed = window_column(info) is not None or bool(window_bounds(info))
     if node.format == "string":
         value = f"F.col({py(names[0])}).cast(\"string\").alias(\"value\")"
     else:

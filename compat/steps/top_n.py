@@ -60,7 +60,8 @@ def _infer(node: TopN, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
         raise ctx.err(node, "", "a top_n step retracts rows that fall out of the top, so it "
                       "cannot feed an append sink", expected="sink mode 'update' with "
                       "key_columns", found="mode 'append'", ptr=ctx.pointer(node.id))
-    return NodeInfo(src.columns, RETRACT, src.stream, src.stream, frozenset(), det, src.names)
+    return NodeInfo(src.columns, RETRACT, src.stream, src.stream, frozenset(), det, src.names,
+                    windows=src.windows)
 
 
 @reads.register

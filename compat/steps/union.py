@@ -55,8 +55,10 @@ def _infer(node: Union, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       found="a changelog and another input")
     mode = max((i.mode for i in ins), key=MODE_RANK.__getitem__)
     marks = frozenset.intersection(*(i.watermarks for i in ins))
+    # a column is a window only if it is one in every input
+    windows = frozenset.intersection(*(i.windows for i in ins))
     return NodeInfo(tuple(cols), mode, any(i.stream for i in ins), False, marks, True,
-                    first.names, changelog=first.changelog)
+                    first.names, changelog=first.changelog, windows=windows)
 
 
 @reads.register

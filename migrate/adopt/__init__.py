@@ -16,6 +16,7 @@ Steps of an import:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -126,11 +127,6 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
                     expected="key, value", found=", ".join(sorted(items)) or "nothing")
     fmt, columns = _value(t, items["value"], child)
     key_columns = _key(t, items.get("key"), child, columns) if "key" in items else []
-    version = 1
-    if key_columns and key_columns[-1].lower() == "window" and _is_window(t, items["key"]):
-        # Keyed by its window last: what sink version 2 writes for a windowed output
-        # (ksqlDB's windowed keys), so the plan says so as `plan compile` does.
-        version, key_columns = 2, key_columns[:-1]
     inp = child.node
     in_order = [child.names[i] for i in child.order]
     if [c["name"] for c in columns] != in_order or any(
@@ -138,7 +134,7 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
         inp = t.add("project", {"step": "project", "version": 1, "inputs": [inp],
                                 "columns": columns}, origin=t.origin_of(plan))
     sink_mode = MODES.get(mode or "append", "append")
-    t.add("out", {"step": "sink", "version": version, "inputs": [inp], "topic": topic,
+    t.add("out", {"step": "sink", "version": 1, "inputs": [inp], "topic": topic,
                   "format": fmt, "key_columns": key_columns, "mode": sink_mode,
                   "delivery": delivery or "at_least_once"},
           origin=job.origins.sink if job.origins is not None else None)
@@ -162,10 +158,41 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
                         found=f"topic '{node['topic']}' read raw")
     name = opts.get("queryname") or Path(job.file).stem
     query = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "job"
-    return {"format": "theseus.plan/1", "query": query,
-            "config": {"state_partitions": job.shuffle_partitions},
-            "metadata": {"imported_from": f"{Path(job.file).name}:{job.function}"},
-            "nodes": [_origin_last(n) for n in t.nodes.values()]}
+    doc = {"format": "theseus.plan/1", "query": query,
+           "config": {"state_partitions": job.shuffle_partitions},
+           "metadata": {"imported_from": f"{Path(job.file).name}:{job.function}"},
+           "nodes": [_origin_last(n) for n in t.nodes.values()]}
+    _window_keyed(doc, job.file)
+    return doc
+
+
+def _window_keyed(doc: dict[str, Any], file: str) -> None:
+    """Step 4, the key: a job whose key ends with the window of its windowed output (the
+    window, or its bounds under any name: ``struct(page, day)`` with ``day`` =
+    ``window.start``) writes what sink version 2 writes from the columns before it, so the
+    plan says so as ``plan compile`` does (ksqlDB's windowed keys).  Any other key stays
+    version 1 with the job's key as it is: the bytes the job writes decide."""
+    from compat.infer import analyze
+    from compat.serde import from_doc
+    from compat.steps.sink import WINDOWED_KEY_VERSION, written_key
+
+    sink = next(n for n in doc["nodes"] if n["step"] == "sink")
+    keys = list(sink["key_columns"])
+    try:
+        plan = from_doc(json.loads(json.dumps(doc)), file)
+        analyze(plan)
+    except TheseusError:
+        return  # step 6 says what is wrong with the plan
+    info = plan.info[plan.sink_id]
+    cut = len(keys)
+    while cut and keys[cut - 1].lower() in info.windows:
+        cut -= 1
+    if cut == len(keys):
+        return
+    v2 = dataclasses.replace(plan.sink, version=WINDOWED_KEY_VERSION,
+                             key_columns=tuple(keys[:cut]))
+    if list(written_key(v2, info)) == keys:
+        sink["version"], sink["key_columns"] = WINDOWED_KEY_VERSION, keys[:cut]
 
 
 def _origin_last(node: dict[str, Any]) -> dict[str, Any]:
@@ -192,14 +219,6 @@ def _struct_fields(t: Translator, e: Any, child: Out, what: str) -> list[tuple[s
     names = [str(n.value()) if t.cls(n) == "Literal" else str(n.sql())
              for n in t.items(s.nameExprs())]
     return list(zip(names, t.items(s.valExprs())))
-
-
-def _is_window(t: Translator, key: Any) -> bool:
-    """Whether the key struct's last field is a window (``struct<start,end>`` of
-    timestamps)."""
-    e = key.child() if t.cls(key) == "Alias" else key
-    last = t.items(e.child().valExprs())[-1]
-    return str(last.dataType().simpleString()) == "struct<start:timestamp,end:timestamp>"
 
 
 def _value(t: Translator, item: Any, child: Out) -> tuple[str, list[dict[str, str]]]:
@@ -245,20 +264,38 @@ def topic_partitions(bootstrap: str | None, topic: str) -> int | None:
     not answer within ``BROKER_TIMEOUT`` or has no such topic)."""
     if not bootstrap:
         return None
+    from gates.kafkaconf import active
+
+    # the process's Kafka settings (--kafka-config): a secured broker answers only them
+    conf = {"bootstrap.servers": bootstrap, **active(), "socket.timeout.ms": 3000,
+            "log_level": 0}
+    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
+    # One client per broker and settings for the whole process: a fleet's jobs ask once
+    # per source, and a client's start (its connection) is 50 ms of the 52 a question
+    # takes.  A broker that did not answer is not asked again by this process: each
+    # question would wait BROKER_TIMEOUT for it.
+    admin = _ADMINS.get(key)
+    if admin is _SILENT:
+        return None
     try:
-        from confluent_kafka.admin import AdminClient
+        if admin is None:
+            from confluent_kafka.admin import AdminClient
 
-        from gates.kafkaconf import active
-
-        # the process's Kafka settings (--kafka-config): a secured broker answers only them
-        admin = AdminClient({"bootstrap.servers": bootstrap, **active(),
-                             "socket.timeout.ms": 3000, "log_level": 0, "logger": _Quiet()})
+            admin = _ADMINS[key] = AdminClient({**conf, "logger": _Quiet()})
         md = admin.list_topics(topic, timeout=BROKER_TIMEOUT).topics.get(topic)
     except Exception:
+        if key in _ADMINS:
+            _ADMINS[key] = _SILENT
         return None
     if md is None or md.error is not None or not md.partitions:
         return None
     return len(md.partitions)
+
+
+#: the admin clients of :func:`topic_partitions` by their settings (``_SILENT``: the
+#: broker did not answer)
+_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
+_SILENT = object()
 
 
 class _Quiet:

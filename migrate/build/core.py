@@ -45,9 +45,9 @@ def register_chain_start(start: Callable[[Builder], Any]) -> None:
 
 def sink_key(b: Builder) -> list[str]:
     """The columns of the record key the gated sink writes, in order: ``key_columns``, and
-    for a version 2 sink over a windowed output the ``window`` column last (its JSON object
-    ``{"start": ..., "end": ...}`` is the key's last member).  A version 1 sink keeps its
-    bytes: ``key_columns`` alone."""
+    for a version 2 sink over a windowed output the window last (the ``window`` column, its
+    JSON object ``{"start": ..., "end": ...}``, or the bounds of it the output carries).  A
+    version 1 sink keeps its bytes: ``key_columns`` alone."""
     sink = b.plan.sink
     assert isinstance(sink, Sink)
     return list(written_key(sink, b.plan.info[sink.id]))
