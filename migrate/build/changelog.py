@@ -46,6 +46,7 @@ from typing import Any
 
 from gates.sink import JSON_OPTIONS, SIGN_COLUMN
 from migrate.build.core import ddl, q
+from migrate.build.profiling import profile_dir, profiled
 
 SIGN = SIGN_COLUMN
 ROW = "_theseus_row"
@@ -103,8 +104,11 @@ def _stateful(df: Any, fn: Any, state_schema: str, state_name: str) -> Any:
         def close(self) -> None:
             pass
 
-    return df.groupBy(KEY).transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append",
-                                                      "None")
+    cls: type = Processor
+    folder = profile_dir()
+    if folder:
+        cls = profiled(Processor, folder, state_name)
+    return df.groupBy(KEY).transformWithStateInPandas(cls(), OUT_SCHEMA, "Append", "None")
 
 
 def _frame(rows: list[tuple[str, int]]) -> Any:
