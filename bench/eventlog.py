@@ -13,6 +13,7 @@ task time and where the operators spent it.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,10 @@ class Job:
 
 def _plan_metrics(info: dict[str, Any], out: dict[int, str]) -> None:
     name = info.get("nodeName", "?")
+    # a query's stateful operators share a node name: tell them apart by operator id
+    op = re.search(r"\bopId = (\d+)", info.get("simpleString", ""))
+    if op:
+        name = f"{name}[opId {op.group(1)}]"
     for m in info.get("metrics", ()):
         out[int(m["accumulatorId"])] = f"{name}: {m['name']}"
     for child in info.get("children", ()):
@@ -63,48 +68,61 @@ def _number(v: Any) -> float | None:
         return None
 
 
+def _lines(path: Path):
+    """The lines of an event log: a file, or a rolling log's folder of ``events_<n>_*``
+    files in order (Spark 4 rolls by default; the drivers here turn compression off)."""
+    files = [path] if path.is_file() else sorted(
+        path.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
+    for f in files:
+        if f.suffix in (".zstd", ".lz4", ".snappy", ".lzf"):
+            raise ValueError(f"{f}: a compressed event log; start the driver with "
+                             "spark.eventLog.compress=false")
+        with open(f, encoding="utf-8") as fh:
+            yield from fh
+
+
 def read(path: str | Path) -> list[Job]:
-    """The jobs of one event log file, in the order Spark submitted them."""
+    """The jobs of one application's event log (a file or a rolling log's folder), in the
+    order Spark submitted them."""
     jobs: dict[int, Job] = {}
     stage_job: dict[int, int] = {}
     accs: dict[int, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            ev = json.loads(line)
-            kind = ev.get("Event", "")
-            if kind.endswith("SparkListenerSQLExecutionStart") or \
-                    kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
-                _plan_metrics(ev.get("sparkPlanInfo", {}), accs)
-            elif kind == "SparkListenerJobStart":
-                props = ev.get("Properties") or {}
-                batch = props.get("streaming.sql.batchId")
-                job = Job(id=ev["Job ID"], query=props.get("sql.streaming.queryId"),
-                          batch=int(batch) if batch is not None else None,
-                          description=props.get("spark.job.description")
-                          or props.get("callSite.short", ""),
-                          submitted=ev.get("Submission Time", 0),
-                          stages=list(ev.get("Stage IDs", ())))
-                jobs[job.id] = job
-                for s in job.stages:
-                    stage_job[s] = job.id
-            elif kind == "SparkListenerJobEnd":
-                if ev["Job ID"] in jobs:
-                    jobs[ev["Job ID"]].completed = ev.get("Completion Time", 0)
-            elif kind == "SparkListenerTaskEnd":
-                job = jobs.get(stage_job.get(ev.get("Stage ID", -1), -1))
-                if job is None:
-                    continue
-                job.tasks += 1
-                tm = ev.get("Task Metrics") or {}
-                for src, dst in TASK_METRICS.items():
-                    v = _number(tm.get(src))
-                    if v is not None:
-                        job.metrics[dst] += v / 1e6 if src == "Executor CPU Time" else v
-                for a in (ev.get("Task Info") or {}).get("Accumulables", ()):
-                    name = accs.get(int(a.get("ID", -1)))
-                    v = _number(a.get("Update"))
-                    if name is not None and v is not None:
-                        job.sql[name] += v
+    for line in _lines(Path(path)):
+        ev = json.loads(line)
+        kind = ev.get("Event", "")
+        if kind.endswith("SparkListenerSQLExecutionStart") or \
+                kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
+            _plan_metrics(ev.get("sparkPlanInfo", {}), accs)
+        elif kind == "SparkListenerJobStart":
+            props = ev.get("Properties") or {}
+            batch = props.get("streaming.sql.batchId")
+            job = Job(id=ev["Job ID"], query=props.get("sql.streaming.queryId"),
+                      batch=int(batch) if batch is not None else None,
+                      description=props.get("spark.job.description")
+                      or props.get("callSite.short", ""),
+                      submitted=ev.get("Submission Time", 0),
+                      stages=list(ev.get("Stage IDs", ())))
+            jobs[job.id] = job
+            for s in job.stages:
+                stage_job[s] = job.id
+        elif kind == "SparkListenerJobEnd":
+            if ev["Job ID"] in jobs:
+                jobs[ev["Job ID"]].completed = ev.get("Completion Time", 0)
+        elif kind == "SparkListenerTaskEnd":
+            job = jobs.get(stage_job.get(ev.get("Stage ID", -1), -1))
+            if job is None:
+                continue
+            job.tasks += 1
+            tm = ev.get("Task Metrics") or {}
+            for src, dst in TASK_METRICS.items():
+                v = _number(tm.get(src))
+                if v is not None:
+                    job.metrics[dst] += v / 1e6 if src == "Executor CPU Time" else v
+            for a in (ev.get("Task Info") or {}).get("Accumulables", ()):
+                name = accs.get(int(a.get("ID", -1)))
+                v = _number(a.get("Update"))
+                if name is not None and v is not None:
+                    job.sql[name] += v
     return sorted(jobs.values(), key=lambda j: j.id)
 
 
@@ -142,9 +160,15 @@ def per_batch(jobs: list[Job]) -> list[Batch]:
     return list(out.values())
 
 
+#: what a driver needs in THESEUS_SPARK_CONF for :func:`read` (``spark.eventLog.dir`` apart)
+SPARK_CONF = ("spark.eventLog.enabled=true;spark.eventLog.compress=false;"
+              "spark.eventLog.rolling.enabled=false")
+
+
 def latest(folder: str | Path) -> Path:
-    """The newest event log in ``folder`` (a driver writes one file per application)."""
-    files = [p for p in Path(folder).iterdir() if p.is_file()]
+    """The newest event log in ``folder`` (a driver writes one per application: a file, or
+    a folder when the log rolls)."""
+    files = list(Path(folder).iterdir())
     if not files:
         raise FileNotFoundError(f"no event log in {folder}")
     return max(files, key=lambda p: p.stat().st_mtime)

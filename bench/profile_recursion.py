@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("BENCH_NODES", "10000")
 
 from bench import recursion as R  # noqa: E402  (reads the sizes above)
-from bench.eventlog import latest, per_batch, read  # noqa: E402
+from bench.eventlog import SPARK_CONF, latest, read  # noqa: E402
 
 BATCH = int(os.environ.get("BENCH_BATCH", "0")) or max(1000, R.NODES // 4)
 OUT = Path(os.environ.get("PROFILE_OUT",
@@ -51,7 +51,7 @@ CALLS = ("localCheckpoint", "isEmpty", "count", "parquet", "distinct", "subtract
 def main() -> int:
     evdir = Path(tempfile.mkdtemp(prefix="theseus-eventlog-"))
     os.environ["THESEUS_SPARK_CONF"] = ";".join(filter(None, [
-        os.environ.get("THESEUS_SPARK_CONF", ""), "spark.eventLog.enabled=true",
+        os.environ.get("THESEUS_SPARK_CONF", ""), SPARK_CONF,
         f"spark.eventLog.dir=file://{evdir}"]))
     from migrate.build import Builder, BuildOptions
     from migrate.build.recursive import Loop
@@ -60,12 +60,16 @@ def main() -> int:
     prof = cProfile.Profile()
     plain_batch = Loop.batch
 
+    windows: dict[int, tuple[int, int]] = {}
+
     def profiled_batch(self, df, batch_id: int) -> None:
+        start = int(time.time() * 1000)
         prof.enable()
         try:
             plain_batch(self, df, batch_id)
         finally:
             prof.disable()
+            windows[batch_id] = (start, int(time.time() * 1000))
 
     Loop.batch = profiled_batch  # this process only: the loop's callback, profiled
     bs = R.bootstrap()
@@ -112,17 +116,23 @@ def main() -> int:
     batch_s = time.monotonic() - t1
     streamed = R.read_table(bs, out)
     equal = streamed == {r["node"]: r["descendants"] for r in rows}
+    version = spark.version
     spark.stop()  # the event log is complete once the application ends
     jobs = read(latest(evdir))
-    spark_batches = {b.batch: b for b in per_batch(jobs) if b.query == loop_id}
+    # a loop batch's jobs: those its callback submitted (by time: the loop query is the
+    # only one running then), checked against the batch id Spark tagged them with
     for bid, lb in loop_batches.items():
-        b = spark_batches.get(bid)
-        if b is None:
-            continue
-        lb.update(jobs=b.jobs, stages=b.stages, tasks=b.tasks, jobs_wall_ms=b.wall_ms,
-                  task_run_ms=round(b.metrics.get("run_ms", 0)),
-                  task_cpu_ms=round(b.metrics.get("cpu_ms", 0)),
-                  jobs_per_iteration=round(b.jobs / max(1, lb["iterations"]), 1))
+        start, end = windows.get(bid, (0, -1))
+        mine = [j for j in jobs if start <= j.submitted <= end]
+        tagged = sum(1 for j in mine if j.query == loop_id and j.batch == bid)
+        lb.update(jobs=len(mine), jobs_tagged_with_the_batch=tagged,
+                  stages=sum(len(j.stages) for j in mine), tasks=sum(j.tasks for j in mine),
+                  task_run_ms=round(sum(j.metrics.get("run_ms", 0) for j in mine)),
+                  task_cpu_ms=round(sum(j.metrics.get("cpu_ms", 0) for j in mine)),
+                  jobs_busy_ms=sum(j.wall_ms for j in mine),
+                  jobs_per_iteration=round(len(mine) / max(1, lb["iterations"]), 1),
+                  stages_per_iteration=round(sum(len(j.stages) for j in mine)
+                                             / max(1, lb["iterations"]), 1))
     untagged = [j for j in jobs if j.query is None]
     st = pstats.Stats(prof)
     calls = []
@@ -133,7 +143,7 @@ def main() -> int:
     calls.sort(key=lambda c: -c["cum_s"])
     result = {
         "nodes": R.NODES, "edges": len(edges), "edges_per_batch": BATCH,
-        "spark": spark.version if hasattr(spark, "version") else None,
+        "spark": version,
         "stream_seconds": round(total, 2), "loop_seconds": round(loop_done or total, 2),
         "batch_with_recursive_seconds": round(batch_s, 2),
         "stream_over_batch": round(total / batch_s, 2), "results_equal": equal,

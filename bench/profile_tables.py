@@ -39,7 +39,7 @@ os.environ.setdefault("BENCH_UPDATES", "5000")
 os.environ.setdefault("BENCH_BATCH", "1000")
 
 from bench import tables as T  # noqa: E402  (reads the sizes above)
-from bench.eventlog import latest, per_batch, read  # noqa: E402
+from bench.eventlog import SPARK_CONF, latest, per_batch, read  # noqa: E402
 from bench.pyprof import breakdown  # noqa: E402
 
 MODES = os.environ.get("PROFILE_MODES", "plain,cprofile").split(",")
@@ -48,6 +48,23 @@ OUT = Path(os.environ.get("PROFILE_OUT", ROOT / "bench" / "results" / "profile_t
 #: state operator metrics kept from each batch's progress
 STATE_KEYS = ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",
               "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "numShufflePartitions")
+
+
+#: the operators' SQL metrics kept per batch (of the ~50 each stateful operator reports)
+SQL_KEPT = ("time to update", "time to execute Python code", "time to run Python workers",
+            "time to initialize Python workers", "time to start Python workers",
+            "time to commit changes", "number of output rows", "number of updated state rows",
+            "number of total state rows", "number of removed state rows",
+            "RocksDB: number of get calls", "RocksDB: number of put calls",
+            "RocksDB: total get call latency", "RocksDB: total put call latency",
+            "RocksDB: commit - file sync to external storage time",
+            "RocksDB: load - time taken to load the store",
+            "data sent to Python workers", "data returned from Python workers")
+
+
+def kept(metric: str) -> bool:
+    node, _, name = metric.partition(": ")
+    return node.startswith("TransformWithState") and name in SQL_KEPT
 
 
 def run(spark, doc: dict, bs: str, ck: Path):
@@ -101,7 +118,7 @@ def main() -> int:
     evdir = Path(tempfile.mkdtemp(prefix="theseus-eventlog-"))
     profdir = Path(tempfile.mkdtemp(prefix="theseus-pyprof-"))
     os.environ["THESEUS_SPARK_CONF"] = ";".join(filter(None, [
-        os.environ.get("THESEUS_SPARK_CONF", ""), "spark.eventLog.enabled=true",
+        os.environ.get("THESEUS_SPARK_CONF", ""), SPARK_CONF,
         f"spark.eventLog.dir=file://{evdir}"]))
     from migrate.run import spark_session
 
@@ -135,15 +152,15 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     os.environ.pop("THESEUS_PY_PROFILE", None)
     spark.stop()  # the event log is complete once the application ends
+    print(f"event log {evdir}, profiles {profdir}", flush=True)
+    OUT.write_text(json.dumps(result, indent=1) + "\n")  # the figures, whatever follows
     batches = per_batch(read(latest(evdir)))
     for run_ in result["runs"].values():
         mine = {p["batch"] for p in run_["progress"]}
         run_["spark_batches"] = [
             {"batch": b.batch, "jobs": b.jobs, "stages": b.stages, "tasks": b.tasks,
              "jobs_wall_ms": b.wall_ms, "task_ms": {k: round(v) for k, v in b.metrics.items()},
-             "sql": {k: round(v) for k, v in sorted(b.sql.items()) if v and (
-                 "TransformWithState" in k or "StateStore" in k or "Python" in k.split(":")[0]
-                 or "Arrow" in k)}}
+             "sql": {k: round(v) for k, v in sorted(b.sql.items()) if v and kept(k)}}
             for b in batches if b.query == run_["query_id"] and b.batch in mine]
     if "cprofile" in MODES:
         from migrate.build.profiling import labels, summary
@@ -152,7 +169,7 @@ def main() -> int:
             f"{d.name}/{lab}": breakdown(summary(d, lab))
             for d in sorted(profdir.iterdir()) for lab in labels(d)}
     OUT.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {OUT} (event log {evdir}, profiles {profdir})")
+    print(f"wrote {OUT}")
     return 0
 
 

@@ -6,7 +6,8 @@ profile its Python worker with :mod:`cProfile`, from the operator's ``init`` in 
 its ``close``: PySpark's own per-group work (the Arrow batches read and regrouped per key,
 a pandas frame per key, each output frame converted back to Arrow, the state calls over
 the state server's socket) as well as the group function.  Each task writes
-``<folder>/<state name>.<pid>.<n>.prof``; :func:`summary` adds them up.
+``<folder>/<state name>.<pid>.<random>.prof`` (a reused worker runs many tasks, each
+with a processor unpickled afresh); :func:`summary` adds them up.
 
 The switch is read once, when the operator is built: with it unset the built processor is
 the plain class, so a query built without it pays nothing per group or per task.  The
@@ -15,9 +16,9 @@ folder must be one the workers can write (local mode: this machine).
 
 from __future__ import annotations
 
-import itertools
 import os
 import pstats
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,6 @@ def profile_dir() -> str | None:
 def profiled(cls: type, folder: str, label: str) -> type:
     """A subclass of the StatefulProcessor class ``cls`` whose tasks profile themselves
     into ``folder``, their files named after ``label`` (the operator's state name)."""
-    counter = itertools.count()
-
     class Profiled(cls):  # type: ignore[valid-type,misc]
         def init(self, handle: Any) -> None:
             import cProfile
@@ -51,7 +50,8 @@ def profiled(cls: type, folder: str, label: str) -> type:
             prof.disable()
             self._theseus_profile = None
             Path(folder).mkdir(parents=True, exist_ok=True)
-            prof.dump_stats(str(Path(folder) / f"{label}.{os.getpid()}.{next(counter)}.prof"))
+            name = f"{label}.{os.getpid()}.{uuid.uuid4().hex[:12]}.prof"
+            prof.dump_stats(str(Path(folder) / name))
 
     Profiled.__name__ = Profiled.__qualname__ = f"Profiled{cls.__name__}"
     return Profiled
