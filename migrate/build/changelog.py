@@ -57,19 +57,17 @@ OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
 
 class _State:
-    """A transformWithState value state with the face of applyInPandasWithState's
-    ``GroupState`` (``exists``, ``get``, ``update``, ``remove``) the group functions use."""
+    """A transformWithState value state as the group functions use it: ``value`` (the
+    key's value, or None), ``update``, ``remove``.  Each call is a round trip to the JVM's
+    state server (``bench/results/profile_tables.md``): a key's value is read once, with
+    ``get`` alone (it answers None for a key without state), not ``exists`` then ``get``."""
 
     def __init__(self, vs: Any) -> None:
         self.vs = vs
 
-    @property
-    def exists(self) -> bool:
-        return self.vs.exists()
-
-    @property
-    def get(self) -> tuple:
-        return tuple(self.vs.get())
+    def value(self) -> tuple | None:
+        v = self.vs.get()
+        return None if v is None else tuple(v)
 
     def update(self, v: tuple) -> None:
         self.vs.update(tuple(v))
@@ -114,8 +112,9 @@ def _stateful(df: Any, fn: Any, state_schema: str, state_name: str) -> Any:
 def _frame(rows: list[tuple[str, int]]) -> Any:
     import pandas as pd
 
-    return pd.DataFrame({ROW: [r for r, _ in rows], SIGN: [s for _, s in rows]},
-                        columns=[ROW, SIGN])
+    # from the row tuples: a third of the time of a frame built from a dict of columns
+    # with ``columns=`` given (measured per key, bench/results/profile_tables.md)
+    return pd.DataFrame(rows, columns=[ROW, SIGN])
 
 
 def _dumps(d: Any) -> str:
@@ -153,7 +152,8 @@ def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, .
 def _normalise_group(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
-    old = state.get[0] if state.exists else None
+    v = state.value()
+    old = v[0] if v is not None else None
     cur = old
     changes = []
     for pdf in pdfs:
@@ -305,8 +305,9 @@ def _agg_value(fn: str, st: Any) -> Any:
 def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
                      pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     (key_json,) = key
-    if state.exists:
-        st = json.loads(state.get[0])
+    v = state.value()
+    if v is not None:
+        st = json.loads(v[0])
     else:
         st = {"rows": 0, "aggs": [0 if fn == "count" else [0, 0] if fn in ("sum", "avg")
                                   else {} for _n, fn, _a in spec]}
@@ -425,8 +426,9 @@ def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
                 pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     (key_json,) = key
     null_key = key_json is None
-    if state.exists:
-        ls, rs = state.get
+    v = state.value()
+    if v is not None:
+        ls, rs = v
         lrows, rrows = Counter(json.loads(ls)), Counter(json.loads(rs))
     else:
         lrows, rrows = Counter(), Counter()
