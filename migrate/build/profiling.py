@@ -37,7 +37,7 @@ def profiled(cls: type, folder: str, label: str) -> type:
         def init(self, handle: Any) -> None:
             import cProfile
 
-            # the driver's pre-init calls init and close too: a tiny profile, kept apart
+            # the driver's pre-init calls init and close too: a tiny profile among the tasks'
             self._theseus_profile = cProfile.Profile()
             self._theseus_profile.enable()
             super().init(handle)
