@@ -19,24 +19,48 @@ from migrate.build import changelog as C
 
 
 class State:
-    """What ``applyInPandasWithState`` passes: one group's state."""
+    """One group's state, as ``changelog._State`` shows it to the group functions."""
 
     def __init__(self) -> None:
-        self.value = None
+        self.held = None
 
     @property
     def exists(self) -> bool:
-        return self.value is not None
+        return self.held is not None
 
-    @property
-    def get(self):
-        return self.value
+    def value(self):
+        return self.held
 
     def update(self, v) -> None:
-        self.value = tuple(v)
+        self.held = tuple(v)
 
     def remove(self) -> None:
-        self.value = None
+        self.held = None
+
+
+class ValueState:
+    """transformWithState's value state (what ``handle.getValueState`` returns), counting
+    the calls: each is a round trip to the JVM's state server."""
+
+    def __init__(self) -> None:
+        self.v = None
+        self.calls: Counter = Counter()
+
+    def exists(self) -> bool:
+        self.calls["exists"] += 1
+        return self.v is not None
+
+    def get(self):
+        self.calls["get"] += 1
+        return self.v
+
+    def update(self, v) -> None:
+        self.calls["update"] += 1
+        self.v = v
+
+    def clear(self) -> None:
+        self.calls["clear"] += 1
+        self.v = None
 
 
 def rows(out) -> list[tuple[dict, int]]:
@@ -59,6 +83,35 @@ def test_normalise_retracts_the_old_row_and_deletes_on_a_tombstone():
     assert batch((3, {"a": 3})) == []  # the same value again: no change
     assert batch((4, None)) == [({"a": 3}, -1)] and not st.exists
     assert batch((5, None)) == []  # deleting a deleted key
+
+
+def test_a_key_reads_its_state_once():
+    vs = ValueState()
+    st = C._State(vs)
+
+    def batch(value):
+        pdf = pd.DataFrame({C.KEY: ["k"], C.ROW: [None if value is None else json.dumps(value)],
+                            DELETED_COLUMN: [value is None], OFFSET_COLUMN: [0]})
+        vs.calls.clear()
+        out = rows(C._normalise_group(("k",), iter([pdf]), st))
+        return out, dict(vs.calls)
+
+    assert batch({"a": 1}) == ([({"a": 1}, 1)], {"get": 1, "update": 1})
+    assert batch({"a": 2}) == ([({"a": 1}, -1), ({"a": 2}, 1)], {"get": 1, "update": 1})
+    assert batch({"a": 2}) == ([], {"get": 1})  # unchanged: read, nothing written
+    assert batch(None) == ([({"a": 2}, -1)], {"get": 1, "clear": 1})
+    spec = [("n", "count", ["*"])]
+    pdf = pd.DataFrame({C.ROW: ["{}"], C.SIGN: [1]})
+    vs.calls.clear()
+    list(C._aggregate_group(spec, ('{"g":1}',), iter([pdf]), st))
+    assert dict(vs.calls) == {"get": 1, "update": 1}
+
+
+def test_an_output_frame_has_the_operators_columns_and_types():
+    f = C._frame([('{"a":1}', -1), ('{"a":2}', 1)])
+    assert list(f.columns) == [C.ROW, C.SIGN]
+    assert f[C.ROW].tolist() == ['{"a":1}', '{"a":2}'] and f[C.SIGN].tolist() == [-1, 1]
+    assert str(f[C.SIGN].dtype) == "int64"
 
 
 def _agg_spec():
@@ -169,7 +222,7 @@ def test_a_double_sum_under_retraction_is_exact():
     _sum_batch(st, spec, [(0.1, 1), (0.2, 1), (1e16, 1)])
     out = _sum_batch(st, spec, [(1e16, -1)])
     assert out[-1] == ({"g": "x", "s": 0.1 + 0.2, "m": (0.1 + 0.2) / 2}, 1)
-    assert json.loads(json.dumps(st.value)) == list(st.value)  # the state stays JSON
+    assert json.loads(json.dumps(st.held)) == list(st.held)  # the state stays JSON
 
 
 def test_a_double_sum_matches_fsum_under_random_changes():
@@ -199,7 +252,7 @@ def test_integer_sums_stay_ints_and_an_old_float_state_is_read():
     assert _sum_batch(st, spec, [(2 ** 62, 1), (2 ** 62, 1), (1, 1)]) == \
         [({"g": "x", "s": 2 ** 63 + 1}, 1)]
     # a state written before sums were exact holds a float total: it is carried on
-    st.value = (json.dumps({"rows": 2, "aggs": [[0.5, 2]]}),)
+    st.held = (json.dumps({"rows": 2, "aggs": [[0.5, 2]]}),)
     out = _sum_batch(st, spec, [(0.25, 1)])
     assert out == [({"g": "x", "s": 0.5}, -1), ({"g": "x", "s": 0.75}, 1)]
 
@@ -208,7 +261,7 @@ def test_non_finite_values_enter_and_leave_a_sum():
     # Spark's JSON writes non-finite doubles as text
     st, spec = State(), [("s", "sum", ["a0_0"])]
     _sum_batch(st, spec, [(1.5, 1), ("Infinity", 1)])
-    assert math.isinf(C._agg_value("sum", json.loads(st.value[0])["aggs"][0]))
+    assert math.isinf(C._agg_value("sum", json.loads(st.held[0])["aggs"][0]))
     out = _sum_batch(st, spec, [("NaN", 1)])
     assert math.isnan(out[-1][0]["s"])
     out = _sum_batch(st, spec, [("NaN", -1), ("Infinity", -1)])

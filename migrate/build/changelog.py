@@ -46,6 +46,7 @@ from typing import Any
 
 from gates.sink import JSON_OPTIONS, SIGN_COLUMN
 from migrate.build.core import ddl, q
+from migrate.build.profiling import profile_dir, profiled
 
 SIGN = SIGN_COLUMN
 ROW = "_theseus_row"
@@ -56,19 +57,17 @@ OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
 
 class _State:
-    """A transformWithState value state with the face of applyInPandasWithState's
-    ``GroupState`` (``exists``, ``get``, ``update``, ``remove``) the group functions use."""
+    """A transformWithState value state as the group functions use it: ``value`` (the
+    key's value, or None), ``update``, ``remove``.  Each call is a round trip to the JVM's
+    state server (``bench/results/profile_tables.md``): a key's value is read once, with
+    ``get`` alone (it answers None for a key without state), not ``exists`` then ``get``."""
 
     def __init__(self, vs: Any) -> None:
         self.vs = vs
 
-    @property
-    def exists(self) -> bool:
-        return self.vs.exists()
-
-    @property
-    def get(self) -> tuple:
-        return tuple(self.vs.get())
+    def value(self) -> tuple | None:
+        v = self.vs.get()
+        return None if v is None else tuple(v)
 
     def update(self, v: tuple) -> None:
         self.vs.update(tuple(v))
@@ -103,15 +102,20 @@ def _stateful(df: Any, fn: Any, state_schema: str, state_name: str) -> Any:
         def close(self) -> None:
             pass
 
-    return df.groupBy(KEY).transformWithStateInPandas(Processor(), OUT_SCHEMA, "Append",
-                                                      "None")
+    cls: type = Processor
+    folder = profile_dir()
+    if folder:
+        cls = profiled(Processor, folder, state_name)
+    return df.groupBy(KEY).transformWithStateInPandas(cls(), OUT_SCHEMA, "Append", "None")
 
 
 def _frame(rows: list[tuple[str, int]]) -> Any:
     import pandas as pd
 
-    return pd.DataFrame({ROW: [r for r, _ in rows], SIGN: [s for _, s in rows]},
-                        columns=[ROW, SIGN])
+    # from the row tuples: built from a dict of columns with ``columns=`` given, this frame
+    # was 25 % of the normalisation's Python time (bench/results/profile_tables.md),
+    # ~280 us per key against ~75 us this way
+    return pd.DataFrame(rows, columns=[ROW, SIGN])
 
 
 def _dumps(d: Any) -> str:
@@ -149,7 +153,8 @@ def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, .
 def _normalise_group(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
-    old = state.get[0] if state.exists else None
+    v = state.value()
+    old = v[0] if v is not None else None
     cur = old
     changes = []
     for pdf in pdfs:
@@ -301,8 +306,9 @@ def _agg_value(fn: str, st: Any) -> Any:
 def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
                      pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     (key_json,) = key
-    if state.exists:
-        st = json.loads(state.get[0])
+    v = state.value()
+    if v is not None:
+        st = json.loads(v[0])
     else:
         st = {"rows": 0, "aggs": [0 if fn == "count" else [0, 0] if fn in ("sum", "avg")
                                   else {} for _n, fn, _a in spec]}
@@ -421,8 +427,9 @@ def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
                 pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
     (key_json,) = key
     null_key = key_json is None
-    if state.exists:
-        ls, rs = state.get
+    v = state.value()
+    if v is not None:
+        ls, rs = v
         lrows, rrows = Counter(json.loads(ls)), Counter(json.loads(rs))
     else:
         lrows, rrows = Counter(), Counter()
