@@ -480,11 +480,28 @@ class Proof:
 
 
 def differences(j: Judgement, limit: int = 5) -> list[str]:
-    """A short sample of what differs, in deepdiff's words (imported here only)."""
-    from deepdiff import DeepDiff
+    """A short sample of what differs: per key, the fields that differ in deepdiff's words
+    (imported here only); for an append output, the records missing or in excess."""
+    lines: list[str] = []
+    want, got = j.expected or {}, j.got or {}
+    if j.judged.get("semantics") == "multiset of records":
+        for k in sorted(set(want) | set(got)):
+            n = want.get(k, 0) - got.get(k, 0)
+            if n > 0:
+                lines.append(f"missing ({n}x): {k}")
+            elif n < 0:
+                lines.append(f"not expected ({-n}x): {k}")
+    else:
+        from deepdiff import DeepDiff
 
-    diff = DeepDiff(j.expected, j.got, verbose_level=2)
-    lines = [ln for ln in diff.pretty().splitlines() if ln.strip()]
+        for k in sorted(set(want) | set(got)):
+            if k not in got:
+                lines.append(f"key {k}: not written; expected {_text(want[k])}")
+            elif k not in want:
+                lines.append(f"key {k}: written {_text(got[k])}; not expected")
+            elif want[k] != got[k]:
+                diff = DeepDiff(want[k], got[k], threshold_to_diff_deeper=0).pretty()
+                lines.append(f"key {k}: " + "; ".join(diff.splitlines()))
     return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit
                             else [])
 
@@ -636,7 +653,7 @@ def render_text(p: Proof) -> str:
         said = pred.get("outcome", "?") + (f" ({pred['error_class']})"
                                            if pred.get("error_class") else "")
         lines.append(f"predicted restart (check --checkpoint): {said}"
-                     + ("" if doc["prediction_agrees"] else " — Spark disagrees"))
+                     + ("" if doc["prediction_agrees"] else " — not what Spark did"))
     if doc["agrees"]:
         lines.append(f"Spark agrees with the verdict (exit {p.exit_code})")
     elif doc["false_green"]:
@@ -750,9 +767,7 @@ def run_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path, 
                                               checkpoint=str(checkpoint),
                                               output_topic=output, query=name)).start()
         q.awaitTermination(timeout)
-    except TheseusError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Spark's refusal is what is measured here
+    except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
         return str(e)
     if q.isActive:
         q.stop()
