@@ -518,7 +518,16 @@ def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
 
 
 def refuse_unrunnable(plan: Plan, side: str) -> None:
-    """Plans whose input this generator cannot make meaningful."""
+    """Plans whose input this generator cannot make meaningful, and a new plan whose output
+    no second run reproduces (rand(), uuid()...): nothing to judge it against."""
+    if side == "the new":
+        for nid, info in plan.info.items():
+            if not info.deterministic:
+                raise Refused("prove cannot judge a nondeterministic plan: two runs over "
+                              "the same input write different output", file=plan.file,
+                              node=nid, pointer=plan.pointer(nid),
+                              expected="a deterministic new plan",
+                              found="a nondeterministic expression")
     for nid, node in plan.nodes.items():
         if node.step == "recursive":
             raise Refused("prove cannot generate input for a recursive step yet (its limit "

@@ -288,7 +288,8 @@ SCENARIOS: dict[str, Callable] = {
         prove_with({}, "filter_changed_before_aggregate"),
     "prove: an in_place verdict whose restart breaks its promise":
         prove_with({"keep_old_filter": True}, "filter_changed_stream"),
-    "prove: a plan whose input prove cannot generate (a recursive step)":
+    "prove: a plan whose input prove cannot generate (a recursive step), or a "
+    "nondeterministic new plan":
         prove_with({}, "recursive_body_changed"),
     "check: the verdict is identical or in_place": check_identical,
     "migrate start: the migration is done": start_done,

@@ -359,6 +359,11 @@ def test_recursive_plans_are_refused():
         fake_prove("recursive_body_changed")
 
 
+def test_a_nondeterministic_new_plan_is_refused():
+    with pytest.raises(P.Refused, match="nondeterministic"):
+        fake_prove("nondeterminism_introduced_stream")
+
+
 def test_the_proof_is_reproducible():
     a, _ = fake_prove("filter_changed_before_aggregate", seed=3)
     b, _ = fake_prove("filter_changed_before_aggregate", seed=3)
