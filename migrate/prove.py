@@ -77,6 +77,23 @@ class TopicSpec:
     table: bool = False
 
 
+def distinct_columns(plans: Iterable[Plan]) -> frozenset[str]:
+    """Source columns whose values must not repeat for the output to mean anything: what
+    a top-N orders by (a tie makes the rows it keeps an arbitrary choice, which two runs
+    may make differently), and, in a plan with no aggregate and no join, the sink's key
+    columns read straight from the source (rows are told apart by them; an aggregate's
+    or a join's keys must repeat instead)."""
+    out: set[str] = set()
+    for plan in plans:
+        steps = {n.step for n in plan.nodes.values()}
+        for node in plan.nodes.values():
+            if node.step == "top_n":
+                out |= {o.expr for o in node.order_by}
+        if not steps & {"aggregate", "join"}:
+            out |= set(plan.sink.key_columns)
+    return frozenset(out)
+
+
 @dataclass
 class Input:
     topics: dict[str, TopicSpec]
@@ -212,15 +229,30 @@ def _split_fields(body: str) -> list[str]:
     return parts + ([cur] if cur else [])
 
 
+def _distinct(typ: str, v: Any, serial: int) -> Any:
+    """``v`` made unique by the record's serial number, keeping its sign and size where
+    the type allows (a filter on the column still cuts both ways)."""
+    t = typ.lower()
+    if t in _INTS:
+        return serial * 10 + (v % 10 if isinstance(v, int) else 0)
+    if t in _FRACS or t.startswith("decimal"):
+        return round((v if isinstance(v, (int, float)) else 0) + serial * 1e-4, 4)
+    if t == "string":
+        return f"{v}-{serial}"
+    return v
+
+
 def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
-             numbers: Sequence[float], *, seed: int = 0, records: int = 120) -> Input:
+             numbers: Sequence[float], *, seed: int = 0, records: int = 120,
+             distinct: frozenset[str] = frozenset()) -> Input:
     """``records`` records per topic, reproducible from ``seed``.  Two thirds go to part 1
     (in CHUNKS chunks), the rest to part 2.  Records of all topics are interleaved on one
     rising clock (TICK seconds apart): no record is late for any watermark.  About one
     record in ten repeats the one before it (a deduplication drops it).  In part 2 about
     one record in three is fresh: its string columns (its integer columns, when it has no
     string column) draw from a small pool of values never seen before, so that fresh keys
-    group and join among themselves."""
+    group and join among themselves.  A column of ``distinct`` never repeats a value
+    (:func:`distinct_columns`), duplicates aside."""
     if records < 2 * CHUNKS:
         raise TheseusError("too few records to prove anything",
                            expected=f"--records of at least {2 * CHUNKS}",
@@ -245,6 +277,10 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
                     for c, t in spec.columns:
                         if t.lower() in marked:
                             rec[c] = value(t, rng, pool, now, rng.randrange(4))
+                serial = i * len(topics) + sorted(topics).index(name)
+                for c, t in spec.columns:
+                    if c in distinct:
+                        rec[c] = _distinct(t, rec[c], serial)
             last[name] = rec
             key = json.dumps({k: rec.get(k) for k in spec.key_columns},
                              separators=(",", ":")) if spec.key_columns else None
@@ -291,11 +327,13 @@ def _text(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
-def latest_per_key(records: Iterable[Out]) -> dict[str, Any]:
-    """A keyed output as its readers see it: the last value per key (None: a tombstone)."""
+def latest_per_key(*parts: Iterable[Out]) -> dict[str, Any]:
+    """A keyed output as its readers see it: the last value per key (None: a tombstone),
+    over ``parts`` written one after the other (each in its own offset order)."""
     out: dict[str, Any] = {}
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        out[_text(canonical(r.key))] = canonical(r.value)
+    for part in parts:
+        for r in sorted(part, key=lambda r: (r.partition, r.offset)):
+            out[_text(canonical(r.key))] = canonical(r.value)
     return out
 
 
@@ -339,7 +377,8 @@ def stateful(plan: Plan) -> bool:
 
 
 def judge(report: Report, error: str | None, restarted: Sequence[Out],
-          reference: Sequence[Out]) -> Judgement:
+          reference: Sequence[Out], old_output: Sequence[Out] = (),
+          reference_before: Sequence[Out] = ()) -> Judgement:
     """What Spark's restart did, against the verdict's promise.
 
     ``restarted``: what NEW wrote after its restart on OLD's checkpoint; ``reference``:
@@ -348,7 +387,12 @@ def judge(report: Report, error: str | None, restarted: Sequence[Out],
     way, so only what the restart writes is judged:
 
     * no finding keeps history (or a stateless plan, whose output over part 2 depends on
-      part 2 alone): the restart writes what the reference writes;
+      part 2 alone): the restart writes what the reference writes.  A keyed output is
+      compared as its readers see it: the latest value per key (a tombstone: no value)
+      over the old output and then the restart's (``old_output``), against the
+      reference's over all of its output (``reference_before`` then ``reference``), for
+      every key either side wrote after the restart (a retraction of a row the old plan
+      wrote is then right when the reference never wrote it);
     * a finding says history stays computed the old way (``Finding.history``), on a
       stateful plan: only output keys that hold a fresh value of part 2 are compared (their
       every input row came after the restart, so old history cannot reach them); a key
@@ -360,7 +404,11 @@ def judge(report: Report, error: str | None, restarted: Sequence[Out],
     history = any(f.history for f in report.findings) and stateful(new)
     rule = "fresh_keys" if history else "part2"
     if keyed(new):
-        want, got = latest_per_key(reference), latest_per_key(restarted)
+        touched = set(latest_per_key(reference)) | set(latest_per_key(restarted))
+        seen_want = latest_per_key(reference_before, reference)
+        seen_got = latest_per_key(old_output, restarted)
+        want = {k: seen_want.get(k) for k in touched}
+        got = {k: seen_got.get(k) for k in touched}
         if history:
             want = {k: v for k, v in want.items() if is_fresh(json.loads(k))}
             got = {k: v for k, v in got.items() if is_fresh(json.loads(k))}
@@ -548,7 +596,8 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     # Step 2. The input.
     specs = source_topics(old, new)
     strings, numbers = literals([old, new])
-    data = generate(specs, strings, numbers, seed=seed, records=records)
+    data = generate(specs, strings, numbers, seed=seed, records=records,
+                    distinct=distinct_columns([old, new]))
     timings["check_and_generate"] = round(time.monotonic() - started, 2)
     own = tempfile.mkdtemp(prefix="theseus-prove-") if workdir is None else None
     work = Path(workdir or own or ".")
@@ -616,10 +665,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     must(runtime.run(new_r, ck_ref, outs["reference"], f"prove-{rid}-ref"), "the new plan",
          new)
     restarted = runtime.read(outs["restart"]) if err is None else []
-    reference = [r for r in runtime.read(outs["reference"])
-                 if (r.partition, r.offset) not in ref_before]
+    ref_all = runtime.read(outs["reference"])
+    reference = [r for r in ref_all if (r.partition, r.offset) not in ref_before]
     # Step 7. The judgement.
-    j = judge(report, err, restarted, reference)
+    j = judge(report, err, restarted, reference, old_out,
+              [r for r in ref_all if (r.partition, r.offset) in ref_before])
     agree = agreement(report.verdict, j.outcome, j.error_class, predicted)
     counts = {"input_part1": sum(len(c) for c in data.chunks),
               "input_part2": len(data.part2), "old_output": len(old_out),

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
 import time
 from collections import defaultdict
@@ -407,29 +406,16 @@ def cases(t: dict) -> list[dict]:
 
 def _run(spark, kafka, plan_path: Path, checkpoint: Path, output: str) -> str | None:
     """Run a plan availableNow; None when it finished, else Spark's error text."""
-    from migrate.build import Builder, BuildOptions
+    from migrate.prove import run_available_now
 
-    p = load_plan(str(plan_path))
-    spark.conf.set("spark.sql.shuffle.partitions", str(p.state_partitions))
-    try:
-        q = Builder(spark, p, BuildOptions(bootstrap=kafka.bootstrap, available_now=True,
-                                           checkpoint=str(checkpoint),
-                                           output_topic=output,
-                                           query=f"truth-{output}")).start()
-        q.awaitTermination(180)
-    except Exception as e:  # noqa: BLE001 - an error at start is an outcome here
-        return str(e)
-    if q.isActive:
-        q.stop()
-        return "did not finish within 180 s"
-    exc = q.exception()
-    return None if exc is None else str(exc)
+    return run_available_now(spark, load_plan(str(plan_path)), kafka.bootstrap, checkpoint,
+                             output, f"truth-{output}")
 
 
 def _error_class(text: str) -> str:
-    names = re.findall(r"\[([A-Z][A-Z_]{8,})\]", text)
-    names = [n for n in names if n not in ("STREAM_FAILED",)]
-    return names[0] if names else text.splitlines()[0][:200]
+    from migrate.prove import error_class
+
+    return error_class(text)
 
 
 RESULTS: list[dict] = []
