@@ -842,6 +842,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Ou
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     from gates.broker import client_conf
+    from gates.deadline import Deadline
 
     admin = AdminClient(client_conf(bootstrap))
     parts = admin.list_topics(topic, timeout=timeout).topics[topic].partitions
@@ -852,10 +853,10 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Ou
                                   request_timeout=timeout)
         return {tp.partition: f.result(timeout=timeout).offset for tp, f in futs.items()}
 
-    settle = time.monotonic() + 10
+    settle = Deadline(10)
     while True:
         end = ends(IsolationLevel.READ_COMMITTED)
-        if end == ends(IsolationLevel.READ_UNCOMMITTED) or time.monotonic() > settle:
+        if end == ends(IsolationLevel.READ_UNCOMMITTED) or settle.expired():
             break
         time.sleep(0.1)
     todo = {p for p, e in end.items() if e > 0}
@@ -868,9 +869,9 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Ou
     out: list[Out] = []
     try:
         c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while todo:
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise RuntimeFailure(f"cannot read topic '{topic}' to its end within "
                                      f"{timeout:.0f} s")
             for m in c.consume(1000, timeout=0.5):
