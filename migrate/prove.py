@@ -200,6 +200,8 @@ def value(typ: str, rng: random.Random, pool: dict[str, list[Any]], now: int,
     if t == "date":
         return _iso(now)[:10]
     if t.startswith("array<") and t.endswith(">"):
+        if fresh is not None:  # a fresh array holds fresh elements only (exploded: keys)
+            return [value(t[6:-1], rng, pool, now, fresh + j) for j in range(2)]
         return [value(t[6:-1], rng, pool, now, None) for _ in range(rng.randint(0, 2))]
     if t.startswith("map<") and t.endswith(">"):
         inner = t[4:-1].split(",", 1)[-1]
@@ -229,6 +231,14 @@ def _split_fields(body: str) -> list[str]:
     return parts + ([cur] if cur else [])
 
 
+def _element(typ: str) -> str:
+    """The type of an array's elements (of arrays of arrays...), else the type."""
+    t = typ.lower()
+    while t.startswith("array<") and t.endswith(">"):
+        t = t[6:-1]
+    return t
+
+
 def _distinct(typ: str, v: Any, serial: int) -> Any:
     """``v`` made unique by the record's serial number, keeping its sign and size where
     the type allows (a filter on the column still cuts both ways)."""
@@ -249,9 +259,9 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
     (in CHUNKS chunks), the rest to part 2.  Records of all topics are interleaved on one
     rising clock (TICK seconds apart): no record is late for any watermark.  About one
     record in ten repeats the one before it (a deduplication drops it).  In part 2 about
-    one record in three is fresh: its string columns (its integer columns, when it has no
-    string column) draw from a small pool of values never seen before, so that fresh keys
-    group and join among themselves.  A column of ``distinct`` never repeats a value
+    one record in three is fresh: its string columns and arrays of strings (its integer
+    ones, when it has none) draw from a small pool of values never seen before, so that
+    fresh keys group and join among themselves.  A column of ``distinct`` never repeats a value
     (:func:`distinct_columns`), duplicates aside."""
     if records < 2 * CHUNKS:
         raise TheseusError("too few records to prove anything",
@@ -272,10 +282,10 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
             else:
                 rec = {c: value(t, rng, pool, now, None) for c, t in spec.columns}
                 if i >= n1 and rng.random() < 0.35:
-                    kinds = {t.lower() for _, t in spec.columns}
+                    kinds = {_element(t) for _, t in spec.columns}
                     marked = ("string",) if "string" in kinds else _INTS
                     for c, t in spec.columns:
-                        if t.lower() in marked:
+                        if _element(t) in marked:
                             rec[c] = value(t, rng, pool, now, rng.randrange(4))
                 serial = i * len(topics) + sorted(topics).index(name)
                 for c, t in spec.columns:
@@ -613,23 +623,33 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     # Step 3. Topics of the run's own.
     rid = uuid.uuid4().hex[:8]
     names = {t: f"theseus-prove-{rid}-{t}" for t in data.topics}
+    # The reference has always run with the new plan's partition count: where that is not
+    # the old one, it reads a topic of its own, made with it, that gets the same records.
+    ref_names = {t: names[t] if spec.new_partitions == spec.partitions else
+                 f"{names[t]}-reference" for t, spec in data.topics.items()}
     for t, spec in data.topics.items():
         runtime.create_topic(names[t], spec.partitions)
+        if ref_names[t] != names[t]:
+            runtime.create_topic(ref_names[t], spec.new_partitions)
     outs = {k: f"theseus-prove-{rid}-out-{k}" for k in ("old", "restart", "reference")}
     for o in outs.values():
         runtime.create_topic(o, 2)
     old_r = _rewrite(old, names, work / "old.json")
     new_r = _rewrite(new, names, work / "new.json")
+    ref_r = new_r if ref_names == names else _rewrite(new, ref_names,
+                                                      work / "reference.json")
     ck_old, ck_ref, ck_new = work / "ck-old", work / "ck-reference", work / "ck-restart"
 
-    def produce(rows: Sequence[tuple[str, str | None, dict[str, Any]]], parts: str) -> None:
+    def produce(rows: Sequence[tuple[str, str | None, dict[str, Any]]], grown: bool) -> None:
         by_topic: dict[str, list[tuple[str | None, str]]] = {}
         for t, k, v in rows:
             by_topic.setdefault(t, []).append((k, json.dumps(v, separators=(",", ":"))))
         for t, recs in by_topic.items():
             spec = data.topics[t]
             runtime.produce(names[t], recs,
-                            spec.partitions if parts == "old" else spec.new_partitions)
+                            spec.new_partitions if grown else spec.partitions)
+            if ref_names[t] != names[t]:
+                runtime.produce(ref_names[t], recs, spec.new_partitions)
 
     def must(err: str | None, what: str, plan: Plan) -> None:
         if err is not None:
@@ -641,10 +661,10 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     # Step 4. OLD and the reference over part 1, chunk by chunk.
     t = time.monotonic()
     for chunk in data.chunks:
-        produce(chunk, "old")
+        produce(chunk, False)
         must(runtime.run(old_r, ck_old, outs["old"], f"prove-{rid}-old"), "the old plan",
              old)
-        must(runtime.run(new_r, ck_ref, outs["reference"], f"prove-{rid}-ref"),
+        must(runtime.run(ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref"),
              "the new plan", new)
     timings["part1"] = round(time.monotonic() - t, 2)
     ref_before = {(r.partition, r.offset) for r in runtime.read(outs["reference"])}
@@ -658,11 +678,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     for tn, spec in data.topics.items():
         if spec.new_partitions > spec.partitions:
             runtime.grow(names[tn], spec.new_partitions)
-    produce(data.part2, "new")
+    produce(data.part2, True)
     t = time.monotonic()
     err = runtime.run(new_r, ck_new, outs["restart"], f"prove-{rid}-old")
     timings["restart"] = round(time.monotonic() - t, 2)
-    must(runtime.run(new_r, ck_ref, outs["reference"], f"prove-{rid}-ref"), "the new plan",
+    must(runtime.run(ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref"), "the new plan",
          new)
     restarted = runtime.read(outs["restart"]) if err is None else []
     ref_all = runtime.read(outs["reference"])

@@ -51,6 +51,7 @@ class FakeRuntime:
 
     def create_topic(self, name, partitions):
         self.topics[name] = []
+        self.calls.append(("create", name, partitions))
 
     def grow(self, name, partitions):
         self.calls.append(("grow", name))
@@ -70,6 +71,9 @@ class FakeRuntime:
 
     def run(self, plan, checkpoint, output, name):
         self.calls.append(("run", Path(checkpoint).name, output.rsplit("-", 1)[-1]))
+        self.read_from = getattr(self, "read_from", {})
+        self.read_from.setdefault(Path(checkpoint).name, set()).update(
+            n.topic for n in plan.nodes.values() if n.step == "source")
         ck = Path(checkpoint)
         f = ck / "state.json"
         agg = next((n for n in plan.nodes.values() if n.step == "aggregate"), None)
@@ -219,6 +223,15 @@ def test_top_n_order_and_plain_sink_keys_never_repeat():
     assert P.distinct_columns([agg]) == frozenset()
 
 
+def test_fresh_records_hold_fresh_array_elements():
+    """explode_changed_before_aggregate groups by an exploded tag: part 2 must bring fresh
+    tags, or its history finding leaves nothing to compare (measured on Spark: 0 keys)."""
+    d = _input("explode_changed_before_aggregate")
+    tags = [t for _, _, v in d.part2 for t in v["tags"]]
+    assert any(P.is_fresh(t) for t in tags) and any(not P.is_fresh(t) for t in tags)
+    assert not any(P.is_fresh(t) for c in d.chunks for _, _, v in c for t in v["tags"])
+
+
 def test_too_few_records_is_invalid_input():
     with pytest.raises(P.TheseusError, match="--records of at least 6"):
         _input("filter_changed_before_aggregate", records=5)
@@ -348,6 +361,24 @@ def test_old_runs_three_batches_then_the_restart_and_the_reference():
     assert rt.calls.index(("predict", "ck-old", 3)) < rt.calls.index(runs[6])
     assert runs[6:] == [("run", "ck-restart", "restart"), ("run", "ck-reference", "reference")]
     assert proof.counts["input_part1"] == 80 and proof.counts["input_part2"] == 40
+
+
+def test_more_source_partitions_the_reference_reads_a_topic_of_its_own():
+    """3 -> 6 partitions: the reference has always run on 6 (a topic of its own, with the
+    same records); the restart's topic, made with 3 for OLD, grows to 6 before part 2."""
+    proof, rt = fake_prove("scaling_source_partitions_increased")
+    created = {name: n for c, name, n in (c for c in rt.calls if c[0] == "create")}
+    (ref_topic,) = rt.read_from["ck-reference"]
+    (topic,) = rt.read_from["ck-restart"]
+    assert rt.read_from["ck-old"] == {topic} and ref_topic != topic
+    assert (created[topic], created[ref_topic]) == (3, 6)
+    grown = [c for c in rt.calls if c[0] == "grow"]
+    assert grown == [("grow", topic)]
+    assert rt.calls.index(grown[0]) > rt.calls.index(("predict", "ck-old", 3))
+    assert len(rt.topics[topic]) == len(rt.topics[ref_topic]) > 0
+    doc = proof.to_json()
+    assert (doc["verdict"], doc["outcome"], doc["agrees"]) == ("in_place", "starts_correct",
+                                                               True)
 
 
 def test_history_pair_keeps_its_promise():
