@@ -57,7 +57,8 @@ def markdown(rows: list[dict]) -> str:
         spark = r["outcome"] + (f" ({r['error_class']})" if r["error_class"] else "")
         pred = (r["predicted"] or "") + (f" ({r['predicted_error']})"
                                          if r["predicted_error"] else "")
-        mark = "yes" if r["agrees"] else ("**FALSE GREEN**" if r["false_green"] else
+        mark = ("yes (vacuous: no row compared)" if r["judged"].get("vacuous") else "yes") \
+            if r["agrees"] else ("**FALSE GREEN**" if r["false_green"] else
                                           "conservative" if r["conservative"] else "no")
         out.append(f"| {r['pair']} | {r['verdict']} | {pred} | {spark} | {mark} |")
     ran = [r for r in rows if r["ran"]]

@@ -442,8 +442,10 @@ def judge(report: Report, error: str | None, restarted: Sequence[Out],
            if history else
            "the restarted output over the later input equals the new plan's as if it had "
            "always run")
+    # nothing on either side: the restart "keeps" a promise no row tested
     judged = {"rule": rule, "semantics": semantics, "why": why,
-              "compared": len(want), "restarted": len(got)}
+              "compared": len(want), "restarted": len(got),
+              "vacuous": not want and not got}
     return Judgement("starts_correct" if want == got else "starts_wrong", judged=judged,
                      expected=want, got=got)
 
@@ -721,7 +723,7 @@ def render_text(p: Proof) -> str:
         lines.append(f"  judged: {judged['rule']} ({judged['semantics']}; "
                      f"{judged['compared']} expected, {judged['restarted']} written): "
                      f"{judged['why']}")
-        if judged["compared"] == 0 and judged["restarted"] == 0:
+        if judged["vacuous"]:
             lines.append("  (nothing was compared: the generated input left no output to "
                          "judge; try another --seed or more --records)")
     if doc["differences"]:

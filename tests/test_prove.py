@@ -387,7 +387,15 @@ def test_history_pair_keeps_its_promise():
     assert (doc["verdict"], doc["outcome"], doc["agrees"]) == ("in_place", "starts_correct",
                                                                True)
     assert doc["judged"]["rule"] == "fresh_keys" and doc["judged"]["compared"] > 0
+    assert not doc["judged"]["vacuous"]
     assert proof.exit_code == 0
+
+
+def test_a_proof_that_compared_nothing_says_so():
+    j = P.judge(report("filter_changed_stream"), None, [], [])
+    assert j.outcome == "starts_correct" and j.judged["vacuous"]
+    assert not P.judge(report("filter_changed_stream"), None, [out(0, None, {"x": 1})],
+                       []).judged["vacuous"]
 
 
 def test_a_refused_restart_agrees_with_migrate():
