@@ -428,6 +428,19 @@ def test_a_correct_start_of_a_migrate_pair_is_conservative():
     assert proof.exit_code == P.DISAGREES_EXIT
 
 
+def test_sql_plans_are_proven_as_their_json_twins():
+    """The loader every command uses: a .sql pair is proven as its .json twin is (its
+    compiler prunes the sources' columns, so the generated rows differ)."""
+    sql, _ = fake_prove("filter_changed_before_aggregate")
+    rt = FakeRuntime()
+    via_sql = P.prove(str(UP / "filter_changed_before_aggregate" / "old.sql"),
+                      str(UP / "filter_changed_before_aggregate" / "new.sql"), rt)
+    assert via_sql.report.verdict == sql.report.verdict == "in_place"
+    assert via_sql.judgement.outcome == sql.judgement.outcome == "starts_correct"
+    assert via_sql.judgement.judged["rule"] == "fresh_keys"
+    assert via_sql.judgement.judged["compared"] > 0
+
+
 def test_recursive_plans_are_refused():
     with pytest.raises(P.Refused, match="recursive"):
         fake_prove("recursive_body_changed")
