@@ -165,8 +165,9 @@ def test_string_literals_of_predicates_are_drawn():
     strings, _ = P.literals([load_plan(str(FIXTURES / "plans" / "ship_load.json"))])
     topics = {"t": P.TopicSpec("t", (("s", "string"),), 1, 1)}
     d = P.generate(topics, ["EU-west"] + strings, [], records=60)
-    assert any(v["s"] == "EU-west" for c in d.chunks for _, _, v in c)
-    assert any(v["s"] != "EU-west" for c in d.chunks for _, _, v in c)
+    values = [v["s"] for c in d.chunks for _, _, v in c]
+    # often enough that `s = 'EU-west'` keeps rows of a small input, not always
+    assert len(values) / 5 <= values.count("EU-west") < len(values)
 
 
 def test_literals_are_read_from_expressions_only():
