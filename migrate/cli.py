@@ -683,7 +683,20 @@ def serve(state: str, port: int, refresh: float) -> None:
 def prove(old: str, new: str, bootstrap: str | None, seed: int, records: int, fmt: str,
           output: str | None) -> None:
     """Restart NEW on OLD's checkpoint on local Spark and Kafka, and say whether Spark
-    agrees with the verdict of `theseus check OLD NEW` (exit 0) or not (exit 7)."""
+    agrees with the verdict of `theseus check OLD NEW` (exit 0) or not (exit 7).
+
+    \b
+    OLD and NEW are JSON plans, SQL scripts or PySpark job files.  Input is generated
+    from the plans' source schemas (seeded); OLD runs over two thirds of it in three
+    micro-batches, NEW restarts on a copy of its checkpoint over the rest, and NEW from
+    scratch over all of it is the reference.  The restart:
+      fails           Spark refuses it (its error class and message)
+      starts_correct  its output keeps the verdict's promise
+      starts_wrong    it does not (a sample of the rows that differ)
+    identical and in_place agree with starts_correct only; migrate and unsupported with
+    fails or starts_wrong (a correct start is a conservative disagreement).  The JSON
+    report has verdict, outcome, error_class, agrees, predicted (check --checkpoint on
+    OLD's checkpoint), judged (what was compared), counts and timings."""
     if not bootstrap:
         raise TheseusError("prove runs the plans on Kafka: no broker given",
                            expected="--bootstrap HOST:PORT or $KAFKA_BOOTSTRAP",
