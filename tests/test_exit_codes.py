@@ -270,7 +270,27 @@ def start_interrupted(tmp, mp):
     return start(tmp, mp, agg_doc("q", "orders_eu", "totals"))
 
 
+def prove_with(rt_kw: dict, case: str) -> Callable:
+    """``theseus prove`` on a fixture pair, Spark replaced by tests.test_prove's fake."""
+    def scenario(tmp: Path, mp) -> int:
+        from migrate import prove
+        from tests.test_prove import FakeRuntime
+
+        mp.setattr(prove, "runtime", lambda bootstrap: FakeRuntime(**rt_kw))
+        return cli("prove", str(UP / case / "old.json"), str(UP / case / "new.json"),
+                   "--bootstrap", "fake:9")
+
+    return scenario
+
+
 SCENARIOS: dict[str, Callable] = {
+    "prove: Spark agrees with the verdict and the predicted restart":
+        prove_with({}, "filter_changed_before_aggregate"),
+    "prove: an in_place verdict whose restart breaks its promise":
+        prove_with({"keep_old_filter": True}, "filter_changed_stream"),
+    "prove: a plan whose input prove cannot generate (a recursive step), or a "
+    "nondeterministic new plan":
+        prove_with({}, "recursive_body_changed"),
     "check: the verdict is identical or in_place": check_identical,
     "migrate start: the migration is done": start_done,
     "migrate start --dry-run: the migration would go through": dry_run_goes_through,
