@@ -69,7 +69,8 @@ EXITS: tuple[Exit, ...] = (
         "run: a source topic does not exist, or the output topic cannot be created",
         "stop: the query is not running",
         "prove: a plan whose input prove cannot generate (a recursive step), or a "
-        "nondeterministic new plan")),
+        "nondeterministic new plan",
+        "prove --runtime spark: a plan no PySpark job can say (a top-N)")),
     Exit(7, "Spark disagrees: the real restart contradicts the verdict (a false green, or "
             "a conservative migrate/unsupported) or the predicted restart", (
         "prove: an in_place verdict whose restart breaks its promise",)),

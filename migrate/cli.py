@@ -690,12 +690,18 @@ def serve(state: str, port: int, refresh: float) -> None:
               help="Seed of the generated input (the same seed, the same input).")
 @click.option("--records", type=click.IntRange(min=6), default=120, show_default=True,
               help="Records generated per source topic (two thirds before the restart).")
+@click.option("--runtime", "runtime_name", type=click.Choice(["theseus", "spark"]),
+              default="theseus", show_default=True,
+              help="theseus: the plans run with `theseus run`'s builder (gated source and "
+                   "sink); spark: as the plain PySpark jobs `plan export --pyspark` writes, "
+                   "on Spark's own Kafka connector (its checkpoints hold that source's "
+                   "offsets).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to a file instead of stdout.")
-def prove(old: str, new: str, bootstrap: str | None, seed: int, records: int, fmt: str,
-          output: str | None) -> None:
+def prove(old: str, new: str, bootstrap: str | None, seed: int, records: int,
+          runtime_name: str, fmt: str, output: str | None) -> None:
     """Restart NEW on OLD's checkpoint on local Spark and Kafka, and say whether Spark
     agrees with the verdict of `theseus check OLD NEW` (exit 0) or not (exit 7).
 
@@ -718,7 +724,8 @@ def prove(old: str, new: str, bootstrap: str | None, seed: int, records: int, fm
                                                  "prints its address")
     from migrate import prove as proving
 
-    proof = proving.prove(old, new, proving.runtime(bootstrap), seed=seed, records=records)
+    proof = proving.prove(old, new, proving.runtime(bootstrap, runtime_name), seed=seed,
+                          records=records)
     _emit(proving.render(proof, fmt), output)
     sys.exit(proof.exit_code)
 

@@ -499,7 +499,12 @@ def agreement(verdict: str, outcome: str, error_cls: str | None,
 # -- the runtime ----------------------------------------------------------------------------
 
 class Runtime(Protocol):
-    """Where the plans run: :class:`SparkRuntime`, or a fake in the unit tests."""
+    """Where the plans run: :class:`SparkRuntime` (``theseus run``'s builder),
+    :class:`PySparkRuntime` (the plans as plain PySpark jobs on Spark's own Kafka
+    connector), or a fake in the unit tests."""
+
+    #: ``theseus`` or ``spark`` (``--runtime``)
+    name: str
 
     def create_topic(self, name: str, partitions: int) -> None: ...
 
@@ -509,6 +514,9 @@ class Runtime(Protocol):
                 partitions: int) -> None: ...
 
     def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None: ...
+
+    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
+                         ) -> list[str | None]: ...
 
     def read(self, topic: str) -> list[Out]: ...
 
@@ -525,6 +533,7 @@ class Proof:
     timings: dict[str, float]
     seed: int
     records: int
+    runtime: str = "theseus"
 
     @property
     def exit_code(self) -> int:
@@ -539,7 +548,7 @@ class Proof:
                 "findings": [{"code": f.code, "effect": f.effect, "history": f.history}
                              for f in self.report.findings if f.effect != "none"],
                 "counts": self.counts, "timings": self.timings,
-                "seed": self.seed, "records": self.records,
+                "runtime": self.runtime, "seed": self.seed, "records": self.records,
                 "differences": differences(j) if j.outcome == "starts_wrong" else []}
 
 
@@ -581,9 +590,19 @@ def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
     return load_plan(str(path))
 
 
-def refuse_unrunnable(plan: Plan, side: str) -> None:
-    """Plans whose input this generator cannot make meaningful, and a new plan whose output
-    no second run reproduces (rand(), uuid()...): nothing to judge it against."""
+def refuse_unrunnable(plan: Plan, side: str, runtime_name: str = "theseus") -> None:
+    """Plans whose input this generator cannot make meaningful, a new plan whose output
+    no second run reproduces (rand(), uuid()...): nothing to judge it against, and under
+    ``--runtime spark`` a plan that cannot be written as a PySpark job."""
+    if runtime_name == "spark":
+        from compat.export import exportable
+
+        why = exportable(plan)
+        if why is not None:
+            raise Refused("--runtime spark runs each plan as the PySpark job `plan export "
+                          f"--pyspark` writes, and {side} plan cannot be written as one: "
+                          f"{why}", file=plan.file, expected="a plan the DataFrame API "
+                          "can say (or --runtime theseus)", found=why.split(":")[0])
     if side == "the new":
         for nid, info in plan.info.items():
             if not info.deterministic:
@@ -607,8 +626,8 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     # Step 1. The plans and the verdict.
     old, new = load_plan(old_path), load_plan(new_path)
     report = check_plans(old, new)
-    refuse_unrunnable(old, "the old")
-    refuse_unrunnable(new, "the new")
+    refuse_unrunnable(old, "the old", runtime.name)
+    refuse_unrunnable(new, "the new", runtime.name)
     # Step 2. The input.
     specs = source_topics(old, new)
     strings, numbers = literals([old, new])
@@ -668,10 +687,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     t = time.monotonic()
     for chunk in data.chunks:
         produce(chunk, False)
-        must(runtime.run(old_r, ck_old, outs["old"], f"prove-{rid}-old"), "the old plan",
-             old)
-        must(runtime.run(ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref"),
-             "the new plan", new)
+        old_err, ref_err = runtime.run_side_by_side([
+            (old_r, ck_old, outs["old"], f"prove-{rid}-old"),
+            (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
+        must(old_err, "the old plan", old)
+        must(ref_err, "the new plan", new)
     timings["part1"] = round(time.monotonic() - t, 2)
     ref_before = {(r.partition, r.offset) for r in runtime.read(outs["reference"])}
     old_out = runtime.read(outs["old"])
@@ -686,10 +706,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
             runtime.grow(names[tn], spec.new_partitions)
     produce(data.part2, True)
     t = time.monotonic()
-    err = runtime.run(new_r, ck_new, outs["restart"], f"prove-{rid}-old")
-    timings["restart"] = round(time.monotonic() - t, 2)
-    must(runtime.run(ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref"), "the new plan",
-         new)
+    err, ref_err = runtime.run_side_by_side([
+        (new_r, ck_new, outs["restart"], f"prove-{rid}-restart"),
+        (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
+    timings["restart_and_reference"] = round(time.monotonic() - t, 2)
+    must(ref_err, "the new plan", new)
     restarted = runtime.read(outs["restart"]) if err is None else []
     ref_all = runtime.read(outs["reference"])
     reference = [r for r in ref_all if (r.partition, r.offset) not in ref_before]
@@ -701,7 +722,7 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
               "input_part2": len(data.part2), "old_output": len(old_out),
               "restart_output": len(restarted), "reference_output_part2": len(reference)}
     timings["total"] = round(sum(v for k, v in timings.items() if k != "total"), 2)
-    return Proof(report, j, agree, predicted, counts, timings, seed, records)
+    return Proof(report, j, agree, predicted, counts, timings, seed, records, runtime.name)
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -717,7 +738,7 @@ _OUTCOME_TEXT = {
 
 def render_text(p: Proof) -> str:
     doc = p.to_json()
-    lines = [f"verdict: {doc['verdict']} (theseus check)",
+    lines = [f"verdict: {doc['verdict']} (theseus check); runtime: {doc['runtime']}",
              f"restart: {doc['outcome']} — {_OUTCOME_TEXT[doc['outcome']]}"]
     if doc["outcome"] == "fails":
         lines.append(f"  error class: {doc['error_class']}")
@@ -767,6 +788,8 @@ def render(p: Proof, fmt: str) -> str:
 
 class SparkRuntime:
     """Runs plans with ``theseus run``'s builder on local Spark, against a broker."""
+
+    name = "theseus"
 
     def __init__(self, bootstrap: str, spark: Any = None, timeout: float = 180.0) -> None:
         self.bootstrap = bootstrap
@@ -819,9 +842,19 @@ class SparkRuntime:
                               expected="every record delivered",
                               found=f"{left} left, errors {failed[:3]}")
 
+    def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        """The started query, or Spark's error text (``start_available_now``)."""
+        return start_available_now(self.spark, plan, self.bootstrap, checkpoint, output, name)
+
     def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None:
-        return run_available_now(self.spark, plan, self.bootstrap, checkpoint, output, name,
-                                 self.timeout)
+        return await_outcome(self.start(plan, checkpoint, output, name), self.timeout)
+
+    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
+                         ) -> list[str | None]:
+        # Every query is started before any is awaited: OLD and the reference read other
+        # topics' offsets and checkpoints, and on two cores they take the time of one.
+        started = [self.start(*r) for r in runs]
+        return [await_outcome(q, self.timeout) for q in started]
 
     def read(self, topic: str) -> list[Out]:
         return read_committed(self.bootstrap, topic)
@@ -835,9 +868,67 @@ class SparkRuntime:
         return restart
 
 
-def runtime(bootstrap: str) -> Runtime:
-    """The runtime ``theseus prove`` uses (the tests put a fake in its place)."""
-    return SparkRuntime(bootstrap)
+class PySparkRuntime(SparkRuntime):
+    """Runs plans as plain PySpark jobs on Spark's own Kafka connector, as users who keep
+    their jobs and use Theseus only as the CI gate do: each plan (a job file's too, as
+    imported) is written by ``plan export --pyspark`` and its ``build(spark)`` started with
+    the run's checkpoint, output topic and an availableNow trigger.  The checkpoint is then
+    Spark's Kafka source's, not the gated source's: the checker's prediction is judged on
+    that kind of checkpoint too."""
+
+    name = "spark"
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from migrate.adopt.jars import connector_jars
+            from migrate.run import spark_session
+
+            self._spark = spark_session(jars=connector_jars())
+        if not has_kafka_connector(self._spark):
+            raise RuntimeFailure("--runtime spark needs Spark's Kafka connector on the "
+                                 "session's class path", expected="spark-sql-kafka-0-10 "
+                                 "(migrate.adopt.jars.connector_jars())",
+                                 found="a session started without it",
+                                 hint="run theseus prove in a process of its own")
+        return self._spark
+
+    def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        spark = self.spark
+        job = pyspark_job(plan, self.bootstrap, checkpoint)
+        try:
+            writer = job["build"](spark)
+            return (writer.option("topic", output).queryName(name)
+                    .trigger(availableNow=True).start())
+        except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
+            return str(e)
+
+
+def pyspark_job(plan: Plan, bootstrap: str, checkpoint: Path) -> dict[str, Any]:
+    """The module of the job ``plan export --pyspark`` writes for ``plan``, its globals
+    pointing at the run's broker and checkpoint (``build()`` reads them when it runs,
+    where a user's job reads ``$KAFKA_BOOTSTRAP`` and ``$CHECKPOINT``)."""
+    from compat.export import to_pyspark
+
+    job: dict[str, Any] = {"__name__": f"theseus_prove_{plan.query}"}
+    exec(compile(to_pyspark(plan), f"{plan.file} as a PySpark job", "exec"), job)
+    job["BOOTSTRAP"], job["CHECKPOINT"] = bootstrap, str(checkpoint)
+    return job
+
+
+def has_kafka_connector(spark: Any) -> bool:
+    from migrate.adopt.job import _has_kafka
+
+    return _has_kafka(spark)
+
+
+RUNTIMES = {"theseus": SparkRuntime, "spark": PySparkRuntime}
+
+
+def runtime(bootstrap: str, name: str = "theseus") -> Runtime:
+    """The runtime ``theseus prove --runtime NAME`` uses (the tests put a fake in its
+    place)."""
+    return RUNTIMES[name](bootstrap)
 
 
 def start_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path,

@@ -43,6 +43,8 @@ class FakeRuntime:
     STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE.  ``keep_old_filter`` makes a restart keep
     the filters recorded in the checkpoint (a runtime that breaks the promise)."""
 
+    name = "theseus"
+
     def __init__(self, keep_old_filter: bool = False, predicted: dict | None = None):
         self.topics: dict[str, list[tuple[str | None, str]]] = {}
         self.calls: list[tuple[str, ...]] = []
@@ -68,6 +70,9 @@ class FakeRuntime:
         return [P.Out(0, i, None if k is None else k.encode(),
                       None if v is None else v.encode())
                 for i, (k, v) in enumerate(self.topics[topic])]
+
+    def run_side_by_side(self, runs):
+        return [self.run(*r) for r in runs]
 
     def run(self, plan, checkpoint, output, name):
         self.calls.append(("run", Path(checkpoint).name, output.rsplit("-", 1)[-1]))
@@ -461,7 +466,10 @@ def test_the_proof_is_reproducible():
 # -- the command ----------------------------------------------------------------------------
 
 def cli(monkeypatch, rt, *args):
-    monkeypatch.setattr(P, "runtime", lambda bootstrap: rt)
+    asked = []
+    monkeypatch.setattr(P, "runtime", lambda bootstrap, name="theseus": asked.append(name)
+                        or rt)
+    rt.asked = asked
     return CliRunner().invoke(main, ["prove", *args])
 
 
@@ -499,3 +507,84 @@ def test_cli_recursion_is_refused(monkeypatch):
     r = cli(monkeypatch, FakeRuntime(), *pair("recursive_body_changed"),
             "--bootstrap", "fake:9")
     assert r.exit_code == 6 and "recursive" in r.output
+
+
+# -- --runtime spark ------------------------------------------------------------------------
+
+class FakeSparkRuntime(FakeRuntime):
+    name = "spark"
+
+
+def test_runtime_spark_refuses_a_plan_no_pyspark_job_can_say_before_anything_runs():
+    """A top-N has no streaming DataFrame API: under --runtime spark the pair is refused
+    (exit 6, the step named), and no topic is made for it."""
+    rt = FakeSparkRuntime()
+    with pytest.raises(P.Refused, match="top3.*top_n") as e:
+        fake_prove("top_n_n_decreased", rt)
+    assert e.value.exit_code == 6 and "--runtime theseus" in e.value.render()
+    assert rt.calls == []
+    # the theseus runtime builds it with stateful functions of its own: it runs
+    assert fake_prove("top_n_n_decreased")[0].report.verdict
+
+
+def test_runtime_spark_proves_an_exportable_pair_and_says_which_runtime_ran():
+    proof, _ = fake_prove("filter_changed_before_aggregate", FakeSparkRuntime())
+    doc = proof.to_json()
+    assert (doc["runtime"], doc["outcome"], doc["agrees"]) == ("spark", "starts_correct",
+                                                               True)
+    assert "runtime: spark" in P.render_text(proof)
+
+
+def test_the_job_a_run_starts_reads_the_runs_topics_broker_and_checkpoint(tmp_path):
+    """What --runtime spark starts is `plan export --pyspark`'s job of the plan rewritten to
+    the run's own topics, its globals pointing at the run's broker and checkpoint (a
+    user's job reads them from $KAFKA_BOOTSTRAP and $CHECKPOINT)."""
+    plan = load_plan(pair("filter_changed_before_aggregate")[0])
+    mine = P._rewrite(plan, {"orders": "theseus-prove-x-orders"}, tmp_path / "old.json")
+    job = P.pyspark_job(mine, "broker:1", tmp_path / "ck-old")
+    assert (job["BOOTSTRAP"], job["CHECKPOINT"]) == ("broker:1", str(tmp_path / "ck-old"))
+    assert callable(job["build"])
+    from compat.export import to_pyspark
+
+    text = to_pyspark(mine)
+    assert '.option("subscribe", "theseus-prove-x-orders")' in text
+    assert '"orders"' not in text
+
+
+def test_cli_runtime_spark(monkeypatch):
+    rt = FakeSparkRuntime()
+    r = cli(monkeypatch, rt, *pair("filter_changed_before_aggregate"), "--bootstrap",
+            "fake:9", "--runtime", "spark", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert rt.asked == ["spark"] and json.loads(r.stdout)["runtime"] == "spark"
+    r = cli(monkeypatch, FakeSparkRuntime(), *pair("top_n_n_decreased"), "--bootstrap",
+            "fake:9", "--runtime", "spark")
+    assert r.exit_code == 6 and "top_n" in r.output and "Traceback" not in r.output
+
+
+# -- make truth's report --------------------------------------------------------------------
+
+def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
+    """bench/truth.py's rows and truth.md, on the fake runtime: a pair that agrees, a false
+    green (the runtime keeps the old filter) and a pair --runtime spark refuses."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("truth", FIXTURES.parent / "bench" /
+                                                  "truth.py")
+    truth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(truth)
+    assert {"upgrades/filter_changed_stream", "pyspark/filter_changed"} <= \
+        set(truth.corpus())
+    rows = [truth.row("upgrades/filter_changed_before_aggregate", FakeRuntime(), 60),
+            truth.row("upgrades/filter_changed_stream", FakeRuntime(keep_old_filter=True),
+                      60),
+            truth.row("upgrades/top_n_n_decreased", FakeSparkRuntime(), 60)]
+    assert [r["ran"] for r in rows] == [True, True, False] and rows[2]["exit"] == 6
+    md = truth.markdown(rows, "a test")
+    assert "**runtime theseus**: 2 pairs ran of 2 tried" in md
+    assert "1 agree, 1 false greens, 0 conservative" in md
+    assert "**runtime spark**: 0 pairs ran of 1 tried" in md
+    assert "1 plans no PySpark job can say" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| upgrades/filter_changed_st"))
+    assert "starts_wrong; **FALSE GREEN**" in line
+    assert "## Disagreements" in md and "filter_changed_stream (theseus)" in md
