@@ -181,7 +181,14 @@ def main() -> int:
                     help="start no proof after this many seconds")
     ap.add_argument("--note", default="", help="a line for truth.md (what was run)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "truth"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="write <out>.md from <out>.jsonl; no Spark, no broker")
     args = ap.parse_args()
+    jsonl, md = Path(f"{args.out}.jsonl"), Path(f"{args.out}.md")
+    rows = {(r["pair"], r["runtime"]): r for r in load(jsonl)}
+    if args.report_only:
+        write_report(md, rows, args.note)
+        return 0
     runtimes = [r for r in args.runtime.split(",") if r]
     if not set(runtimes) <= set(RUNTIMES):
         print(f"truth: --runtime takes {', '.join(RUNTIMES)}", file=sys.stderr)
@@ -192,8 +199,6 @@ def main() -> int:
               file=sys.stderr)
         return 2
     pairs = [p if "/" in p else f"upgrades/{p}" for p in args.pairs] or corpus()
-    jsonl, md = Path(f"{args.out}.jsonl"), Path(f"{args.out}.md")
-    rows = {(r["pair"], r["runtime"]): r for r in load(jsonl)}
     from migrate.adopt.jars import connector_jars
     from migrate.run import spark_session
 
@@ -215,9 +220,13 @@ def main() -> int:
                   f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
                   f"{_mark(r)} {r['seconds']} s", flush=True)
     print(f"truth: {time.monotonic() - started:.0f} s", flush=True)
-    ordered = sorted(rows.values(), key=lambda r: (r["pair"], r["runtime"]))
-    md.write_text(markdown(ordered, args.note), encoding="utf-8")
+    write_report(md, rows, args.note)
     return 0
+
+
+def write_report(md: Path, rows: dict[tuple[str, str], dict], note: str) -> None:
+    ordered = sorted(rows.values(), key=lambda r: (r["pair"], r["runtime"]))
+    md.write_text(markdown(ordered, note), encoding="utf-8")
 
 
 if __name__ == "__main__":
