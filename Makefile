@@ -106,6 +106,11 @@ bench-sink: $(STAMP)
 bench-jvm: $(STAMP)
 	$(PY) bench/jvm_start.py
 
+# theseus prove over the fixtures' upgrade pairs (issue 28): bench/results/truth.{md,jsonl}
+truth: $(STAMP)
+	@KAFKA_BOOTSTRAP=$${KAFKA_BOOTSTRAP:-$$(bash scripts/kafka.sh start | \
+	  sed -n 's/^KAFKA_BOOTSTRAP=//p' | tail -1)} $(PY) bench/truth.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts
 

@@ -27,7 +27,8 @@ EXITS: tuple[Exit, ...] = (
         "status: the store's queries are listed (none: it says so)",
         "migrate history: the query's past migrations are listed (none: it says so)",
         "migrate abort: the migration is aborted, or had already ended aborted",
-        "stop: the query stopped after its batch")),
+        "stop: the query stopped after its batch",
+        "prove: Spark agrees with the verdict and the predicted restart")),
     Exit(1, "the upgrade needs a live migration (0 with --allow-migration), or a plan was "
             "removed", (
         "check: the verdict is migrate",
@@ -66,7 +67,13 @@ EXITS: tuple[Exit, ...] = (
         "migrate rollback: a migration of the query runs, or no plan before it was kept",
         "migrate abort: the migration is past its point of no return (resume finishes it)",
         "run: a source topic does not exist, or the output topic cannot be created",
-        "stop: the query is not running")),
+        "stop: the query is not running",
+        "prove: a plan whose input prove cannot generate (a recursive step), or a "
+        "nondeterministic new plan",
+        "prove --runtime spark: a plan no PySpark job can say (a top-N)")),
+    Exit(7, "Spark disagrees: the real restart contradicts the verdict (a false green, or "
+            "a conservative migrate/unsupported) or the predicted restart", (
+        "prove: an in_place verdict whose restart breaks its promise",)),
     Exit(130, "interrupted (Ctrl-C)", (
         "migrate start: interrupted",)),
 )

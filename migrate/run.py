@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from compat.check import load_plan
@@ -54,14 +54,19 @@ def spark_env() -> None:
 _SESSION: Any = None
 
 
-def spark_session(master: str = "local[2]", shuffle_partitions: int = 4) -> Any:
-    """One SparkSession per process (tests share it); shuffle partitions set per query."""
+def spark_session(master: str = "local[2]", shuffle_partitions: int = 4,
+                  jars: Sequence[str] = ()) -> Any:
+    """One SparkSession per process (tests share it); shuffle partitions set per query.
+    ``jars`` go on the class path of the session this call starts (Spark's own Kafka
+    connector, for ``prove --runtime spark``)."""
     global _SESSION
     spark_env()
     if _SESSION is None:
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
         if not master.startswith("local"):
             # A cluster's executors: small, one core each; their Python is this
             # interpreter's path (a real cluster installs the same venv at the same path on

@@ -270,7 +270,30 @@ def start_interrupted(tmp, mp):
     return start(tmp, mp, agg_doc("q", "orders_eu", "totals"))
 
 
+def prove_with(rt_kw: dict, case: str, *args: str) -> Callable:
+    """``theseus prove`` on a fixture pair, Spark replaced by tests.test_prove's fakes."""
+    def scenario(tmp: Path, mp) -> int:
+        from migrate import prove
+        from tests.test_prove import FakeRuntime, FakeSparkRuntime
+
+        fakes = {"theseus": FakeRuntime, "spark": FakeSparkRuntime}
+        mp.setattr(prove, "runtime", lambda bootstrap, name="theseus": fakes[name](**rt_kw))
+        return cli("prove", str(UP / case / "old.json"), str(UP / case / "new.json"),
+                   "--bootstrap", "fake:9", *args)
+
+    return scenario
+
+
 SCENARIOS: dict[str, Callable] = {
+    "prove: Spark agrees with the verdict and the predicted restart":
+        prove_with({}, "filter_changed_before_aggregate"),
+    "prove: an in_place verdict whose restart breaks its promise":
+        prove_with({"keep_old_filter": True}, "filter_changed_stream"),
+    "prove: a plan whose input prove cannot generate (a recursive step), or a "
+    "nondeterministic new plan":
+        prove_with({}, "recursive_body_changed"),
+    "prove --runtime spark: a plan no PySpark job can say (a top-N)":
+        prove_with({}, "top_n_n_decreased", "--runtime", "spark"),
     "check: the verdict is identical or in_place": check_identical,
     "migrate start: the migration is done": start_done,
     "migrate start --dry-run: the migration would go through": dry_run_goes_through,

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
 import time
 from collections import defaultdict
@@ -411,33 +410,17 @@ def cases(t: dict) -> list[dict]:
 def _start(spark, kafka, plan_path: Path, checkpoint: Path, output: str) -> Any:
     """Start a plan availableNow: the running query, or Spark's error text when it could
     not start."""
-    from migrate.build import Builder, BuildOptions
+    from migrate.prove import start_available_now
 
-    p = load_plan(str(plan_path))
-    # a streaming query copies the session's conf when it starts: the next start may change it
-    spark.conf.set("spark.sql.shuffle.partitions", str(p.state_partitions))
-    try:
-        return Builder(spark, p, BuildOptions(bootstrap=kafka.bootstrap, available_now=True,
-                                              checkpoint=str(checkpoint),
-                                              output_topic=output,
-                                              query=f"truth-{output}")).start()
-    except Exception as e:  # noqa: BLE001 - an error at start is an outcome here
-        return str(e)
+    return start_available_now(spark, load_plan(str(plan_path)), kafka.bootstrap, checkpoint,
+                               output, f"truth-{output}")
 
 
 def _outcome(q: Any) -> str | None:
     """None when the query ``_start`` gave finished, else Spark's error text."""
-    if isinstance(q, str):
-        return q
-    try:
-        q.awaitTermination(180)
-    except Exception as e:  # noqa: BLE001 - the query's failure is the outcome
-        return str(e)
-    if q.isActive:
-        q.stop()
-        return "did not finish within 180 s"
-    exc = q.exception()
-    return None if exc is None else str(exc)
+    from migrate.prove import await_outcome
+
+    return await_outcome(q)
 
 
 def _wait_partitions(kafka, topic: str, n: int, timeout: float = 30.0) -> None:
@@ -453,9 +436,9 @@ def _wait_partitions(kafka, topic: str, n: int, timeout: float = 30.0) -> None:
 
 
 def _error_class(text: str) -> str:
-    names = re.findall(r"\[([A-Z][A-Z_]{8,})\]", text)
-    names = [n for n in names if n not in ("STREAM_FAILED",)]
-    return names[0] if names else text.splitlines()[0][:200]
+    from migrate.prove import error_class
+
+    return error_class(text)
 
 
 RESULTS: list[dict] = []

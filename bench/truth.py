@@ -1,0 +1,233 @@
+"""The truth corpus (issue 28 item 2): ``theseus prove`` over the fixtures' upgrade pairs,
+under both runtimes, one Spark session and one broker for all of them.
+
+    python bench/truth.py [PAIR...] [--runtime theseus,spark] [--records N]
+                          [--skip-done] [--budget SECONDS] [--out bench/results/truth]
+
+PAIR is ``upgrades/<case>`` (a folder of fixtures/upgrades, JSON plans) or
+``pyspark/<case>`` (a folder of fixtures/pyspark/upgrades, job files), or a bare case name
+of fixtures/upgrades; default: every pair.  The SQL twins of fixtures/upgrades
+(``old.sql``) are not proven again: they compile to the same plans up to pruning
+(tests/test_three_forms.py), and tests/test_prove.py proves one through the loader.
+
+Each (pair, runtime) is one row of ``<out>.jsonl``: pair, verdict, predicted restart, Spark's
+outcome, agreement, seconds; or why it did not run (the refusals of ``prove``: recursion,
+nondeterminism, a plan no PySpark job can say under ``--runtime spark``).  Rows of an
+earlier run are kept and replaced pair by pair, so the corpus can be run in slices
+(``--skip-done --budget 480``: start no proof after 480 s); ``<out>.md`` is written from
+all rows each time.  Needs ``KAFKA_BOOTSTRAP`` (``make kafka``) and runs Spark: run it
+under the machine's lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compat.errors import TheseusError  # noqa: E402
+from migrate import prove  # noqa: E402
+
+FIXTURES = ROOT / "fixtures"
+RUNTIMES = ("theseus", "spark")
+
+
+def corpus() -> list[str]:
+    """Every upgrade pair of the fixtures, as ``upgrades/<case>`` or ``pyspark/<case>``."""
+    up = [f"upgrades/{p.name}" for p in sorted((FIXTURES / "upgrades").iterdir())
+          if (p / "old.json").exists()]
+    jobs = [f"pyspark/{p.name}" for p in sorted((FIXTURES / "pyspark" / "upgrades").iterdir())
+            if (p / "old.py").exists()]
+    return up + jobs
+
+
+def files(pair: str) -> tuple[str, str]:
+    kind, _, case = pair.partition("/")
+    if kind == "pyspark":
+        d = FIXTURES / "pyspark" / "upgrades" / case
+        return str(d / "old.py"), str(d / "new.py")
+    d = FIXTURES / "upgrades" / case
+    return str(d / "old.json"), str(d / "new.json")
+
+
+def row(pair: str, rt: prove.Runtime, records: int) -> dict:
+    started = time.monotonic()
+    base = {"pair": pair, "runtime": rt.name}
+    old, new = files(pair)
+    try:
+        p = prove.prove(old, new, rt, records=records)
+    except TheseusError as e:
+        return {**base, "ran": False, "why": e.render(), "exit": e.exit_code,
+                "seconds": round(time.monotonic() - started, 1)}
+    except Exception as e:  # noqa: BLE001 - one pair's crash must not end the corpus
+        return {**base, "ran": False, "why": f"crash: {type(e).__name__}: {e}"[:500],
+                "exit": None, "seconds": round(time.monotonic() - started, 1)}
+    doc = p.to_json()
+    pred = doc["predicted"] or {}
+    return {**base, "ran": True, "verdict": doc["verdict"],
+            "predicted": pred.get("outcome"), "predicted_error": pred.get("error_class"),
+            "outcome": doc["outcome"], "error_class": doc["error_class"],
+            "agrees": doc["agrees"], "verdict_agrees": doc["verdict_agrees"],
+            "false_green": doc["false_green"], "conservative": doc["conservative"],
+            "prediction_agrees": doc["prediction_agrees"], "judged": doc["judged"],
+            "findings": [f["code"] for f in doc["findings"]],
+            "differences": doc["differences"], "error": doc["error"],
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def _mark(r: dict) -> str:
+    if not r["ran"]:
+        return "not run"
+    if r["agrees"]:
+        return "yes (vacuous: no row compared)" if r["judged"].get("vacuous") else "yes"
+    if r["false_green"]:
+        return "**FALSE GREEN**"
+    if r["conservative"]:
+        return "conservative"
+    return "prediction differs" if r["verdict_agrees"] else "no"
+
+
+def _spark(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if not r["ran"]:
+        first = r["why"].splitlines()[0]
+        return f"not run: {first[:110]}"
+    return (r["outcome"] + (f" ({r['error_class']})" if r["error_class"] else "")
+            + f"; {_mark(r)}")
+
+
+def summary(rows: list[dict], rt: str) -> list[str]:
+    mine = [r for r in rows if r["runtime"] == rt]
+    ran = [r for r in mine if r["ran"]]
+    why = Counter(_refusal(r) for r in mine if not r["ran"])
+    return [
+        f"**runtime {rt}**: {len(ran)} pairs ran of {len(mine)} tried "
+        f"({sum(r['seconds'] for r in mine) / 60:.1f} min of proofs); "
+        f"{sum(r['agrees'] for r in ran)} agree, "
+        f"{sum(r['false_green'] for r in ran)} false greens, "
+        f"{sum(r['conservative'] for r in ran)} conservative, "
+        f"{sum(r['verdict_agrees'] and not r['agrees'] for r in ran)} where only the "
+        "predicted restart differs, "
+        f"{sum(bool(r['judged'].get('vacuous')) for r in ran)} vacuous (no row compared)."
+        + (" Not run: " + "; ".join(f"{n} {w}" for w, n in why.most_common()) + "."
+           if why else ""),
+    ]
+
+
+def _refusal(r: dict) -> str:
+    w = r["why"]
+    for key, text in (("recursive", "recursive steps"), ("nondeterministic",
+                                                         "nondeterministic new plans"),
+                      ("PySpark job", "plans no PySpark job can say"),
+                      ("crash", "crashed")):
+        if key in w:
+            return text
+    return w.splitlines()[0][:80]
+
+
+def markdown(rows: list[dict], note: str) -> str:
+    by = {(r["pair"], r["runtime"]): r for r in rows}
+    pairs = list(dict.fromkeys(r["pair"] for r in rows))
+    out = ["# The truth corpus: `theseus prove` over the fixtures' upgrade pairs", "",
+           "Written by `make truth` (bench/truth.py); one row per pair and runtime in "
+           "truth.jsonl. *predicted*: `check --checkpoint` on OLD's real checkpoint.", "",
+           note, "", *summary(rows, "theseus"), "", *summary(rows, "spark"), "",
+           "| pair | verdict | predicted | Spark, runtime theseus | Spark, runtime spark |",
+           "|---|---|---|---|---|"]
+    for pair in pairs:
+        t, s = by.get((pair, "theseus")), by.get((pair, "spark"))
+        ran = next((r for r in (t, s) if r and r["ran"]), None)
+        verdict = ran["verdict"] if ran else ""
+        pred = "" if ran is None else (ran["predicted"] or "") + (
+            f" ({ran['predicted_error']})" if ran["predicted_error"] else "")
+        out.append(f"| {pair} | {verdict} | {pred} | {_spark(t)} | {_spark(s)} |")
+    wrong = [r for r in rows if r["ran"] and not r["agrees"]]
+    if wrong:
+        out += ["", "## Disagreements", ""]
+        for r in wrong:
+            out.append(f"- {r['pair']} ({r['runtime']}): verdict {r['verdict']}, Spark "
+                       f"{r['outcome']}" + (f" ({r['error_class']})" if r["error_class"]
+                                            else "")
+                       + f", predicted {r['predicted']}: {_mark(r)}; findings "
+                       f"{', '.join(r['findings']) or 'none'}")
+            for d in r["differences"][:3]:
+                out.append(f"  - {d}")
+    return "\n".join(out) + "\n"
+
+
+def load(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pairs", nargs="*")
+    ap.add_argument("--runtime", default=",".join(RUNTIMES),
+                    help="comma-separated: theseus, spark")
+    ap.add_argument("--records", type=int, default=60)
+    ap.add_argument("--skip-done", action="store_true",
+                    help="skip the (pair, runtime) rows the jsonl already holds")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="start no proof after this many seconds")
+    ap.add_argument("--note", default="", help="a line for truth.md (what was run)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "truth"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="write <out>.md from <out>.jsonl; no Spark, no broker")
+    args = ap.parse_args()
+    jsonl, md = Path(f"{args.out}.jsonl"), Path(f"{args.out}.md")
+    rows = {(r["pair"], r["runtime"]): r for r in load(jsonl)}
+    if args.report_only:
+        write_report(md, rows, args.note)
+        return 0
+    runtimes = [r for r in args.runtime.split(",") if r]
+    if not set(runtimes) <= set(RUNTIMES):
+        print(f"truth: --runtime takes {', '.join(RUNTIMES)}", file=sys.stderr)
+        return 2
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        print("truth: KAFKA_BOOTSTRAP is not set (make kafka starts a broker)",
+              file=sys.stderr)
+        return 2
+    pairs = [p if "/" in p else f"upgrades/{p}" for p in args.pairs] or corpus()
+    from migrate.adopt.jars import connector_jars
+    from migrate.run import spark_session
+
+    # one session for both runtimes: the connector's jars are on it from the start
+    spark = spark_session(jars=connector_jars())
+    rts = {name: prove.RUNTIMES[name](bootstrap, spark=spark) for name in runtimes}
+    started = time.monotonic()
+    for pair in pairs:
+        for name in runtimes:
+            if args.skip_done and (pair, name) in rows:
+                continue
+            if args.budget is not None and time.monotonic() - started > args.budget:
+                break
+            r = row(pair, rts[name], args.records)
+            rows[(pair, name)] = r
+            jsonl.write_text("".join(json.dumps(x) + "\n" for x in rows.values()),
+                             encoding="utf-8")
+            print(f"{pair:58} {name:8} {r.get('verdict', '-'):11} "
+                  f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
+                  f"{_mark(r)} {r['seconds']} s", flush=True)
+    print(f"truth: {time.monotonic() - started:.0f} s", flush=True)
+    write_report(md, rows, args.note)
+    return 0
+
+
+def write_report(md: Path, rows: dict[tuple[str, str], dict], note: str) -> None:
+    ordered = sorted(rows.values(), key=lambda r: (r["pair"], r["runtime"]))
+    md.write_text(markdown(ordered, note), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

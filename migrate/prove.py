@@ -1,0 +1,1040 @@
+"""``theseus prove OLD NEW``: Spark is the oracle of a verdict.
+
+The checker encodes Spark's restart rules by hand; this runs the upgrade for real on small
+generated input and says whether Spark agrees.
+
+1. Load both plans and check them: the verdict, and whether a finding says history stays
+   computed the old way (``Finding.history``).
+2. Generate input from the plans' source schemas (:func:`generate`): seeded, event times
+   rising with no late records, keys from small pools (the string pool holds the plans'
+   string literals) so that groups, joins, duplicates and filters really happen; part 2
+   brings fresh key values too.
+3. Give every source topic and every output a topic of its own (a run never reads another
+   run's records).
+4. For each of the three chunks of part 1: produce it, run OLD availableNow on its
+   checkpoint, and NEW on the reference's checkpoint (the reference sees the same
+   micro-batch boundaries, so the watermark moves the same way in both).
+5. Copy OLD's checkpoint; ask the checker what a restart of NEW on it does
+   (``migrate.ckcheck``).
+6. Produce part 2; restart NEW on the copy, and run the reference over part 2.
+7. Judge (:func:`judge`): ``fails`` (Spark's error class), ``starts_correct`` or
+   ``starts_wrong`` by the verdict's promise, and whether that agrees with the verdict and
+   with the predicted restart (:func:`agreement`).
+
+Only :class:`SparkRuntime` touches Spark and Kafka, imported lazily; everything else is
+plain Python, tested with a fake runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import tempfile
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from compat.check import Report, check_plans, load_plan
+from compat.errors import Refused, RuntimeFailure, TheseusError
+from compat.model import Plan
+from compat.serde import dumps
+
+#: the exit code of a proof that Spark disagrees with (``compat.exits``)
+DISAGREES_EXIT = 7
+
+#: the records of part 1 go to OLD in this many micro-batches
+CHUNKS = 3
+#: the first event time of the generated input, and the time between two records
+T0 = 1_704_067_200  # 2024-01-01T00:00:00Z
+TICK = 7
+#: fresh key values of part 2 carry this mark (strings) or start here (numbers): a key that
+#: holds one was never seen before the restart
+FRESH = "fresh"
+FRESH_INT = 1_000_000
+
+GREEN = ("identical", "in_place")
+
+
+# -- 2. the input ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A source topic as both plans read it: its columns (the union of both plans'
+    schemas), the partitions each declares, its key and event-time columns."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    partitions: int
+    new_partitions: int
+    key_columns: tuple[str, ...] = ()
+    table: bool = False
+
+
+def distinct_columns(plans: Iterable[Plan]) -> frozenset[str]:
+    """Source columns whose values must not repeat for the output to mean anything: what
+    a top-N orders by (a tie makes the rows it keeps an arbitrary choice, which two runs
+    may make differently), and, in a plan with no aggregate and no join, the sink's key
+    columns read straight from the source (rows are told apart by them; an aggregate's
+    or a join's keys must repeat instead)."""
+    out: set[str] = set()
+    for plan in plans:
+        steps = {n.step for n in plan.nodes.values()}
+        for node in plan.nodes.values():
+            if node.step == "top_n":
+                out |= {o.expr for o in node.order_by}
+        if not steps & {"aggregate", "join"}:
+            out |= set(plan.sink.key_columns)
+    return frozenset(out)
+
+
+@dataclass
+class Input:
+    topics: dict[str, TopicSpec]
+    #: part 1 in CHUNKS chunks, then part 2; each record (topic, key JSON or None, value)
+    chunks: list[list[tuple[str, str | None, dict[str, Any]]]]
+    part2: list[tuple[str, str | None, dict[str, Any]]]
+
+
+def source_topics(old: Plan, new: Plan) -> dict[str, TopicSpec]:
+    """Every topic either plan reads, with the columns of both (a column only the new plan
+    declares is produced from the start: the old plan ignores what it does not declare)."""
+    from compat.steps import Source
+
+    found: dict[str, dict[str, Any]] = {}
+    for side, plan in (("old", old), ("new", new)):
+        for node in plan.nodes.values():
+            if not isinstance(node, Source):
+                continue
+            t = found.setdefault(node.topic, {"columns": {}, "old": None, "new": None,
+                                               "keys": node.key_columns,
+                                               "table": node.role == "table"})
+            for col in node.schema:
+                t["columns"].setdefault(col.name, col.type)
+            t[side] = max(t[side] or 0, node.partitions)
+    return {name: TopicSpec(name, tuple(t["columns"].items()),
+                            t["old"] or t["new"], t["new"] or t["old"], tuple(t["keys"]),
+                            t["table"])
+            for name, t in found.items()}
+
+
+_STRING = re.compile(r"'((?:[^'\\]|\\.|'')*)'")
+_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
+#: node fields that hold names, not expressions
+_NOT_EXPRESSIONS = frozenset({"id", "step", "topic", "format", "role", "mode", "delivery",
+                              "name", "type", "inputs", "key_columns", "column",
+                              "watermark", "size", "slide", "gap", "within"})
+
+
+def literals(plans: Iterable[Plan]) -> tuple[list[str], list[float]]:
+    """The string and number literals of the plans' expressions, so that the generated
+    input makes every predicate keep some rows and drop others."""
+    strings: set[str] = set()
+    numbers: set[float] = set()
+
+    def walk(v: Any, key: str | None) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, k)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x, key)
+        elif isinstance(v, str) and key not in _NOT_EXPRESSIONS:
+            for m in _STRING.finditer(v):
+                strings.add(m.group(1).replace("''", "'"))
+            for m in _NUMBER.finditer(_STRING.sub("''", v)):
+                numbers.add(float(m.group(1)))
+
+    for plan in plans:
+        for node in json.loads(dumps(plan))["nodes"]:
+            walk(node, None)
+    return sorted(strings), sorted(numbers)
+
+
+def pools(strings: Sequence[str], numbers: Sequence[float]) -> dict[str, list[Any]]:
+    """One small pool per kind of type: values repeat, so groups, joins and duplicates
+    occur; the literals and their neighbours are in, so filters cut both ways."""
+    ints = {-1, 0, 1, 2, 3, 5}
+    fracs = {-1.5, 0.0, 0.5, 1.0, 2.5, 10.0}
+    near_ints: set[int] = set()
+    near_fracs: set[float] = set()
+    for n in numbers:
+        if abs(n) < FRESH_INT // 10:
+            near_ints |= {int(n) - 1, int(n), int(n) + 1}
+            near_fracs |= {n - 0.5, n, n + 0.5}
+    return {"string": [f"k{i}" for i in range(5)] + list(strings), "literal": list(strings),
+            "int": sorted(ints | near_ints), "frac": sorted(fracs | near_fracs),
+            "near_int": sorted(near_ints), "near_frac": sorted(near_fracs),
+            "bool": [True, False]}
+
+
+_INTS = ("int", "bigint", "smallint", "tinyint", "integer", "long", "short", "byte")
+_FRACS = ("double", "float", "real")
+
+
+def _iso(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def value(typ: str, rng: random.Random, pool: dict[str, list[Any]], now: int,
+          fresh: int | None) -> Any:
+    """A value of Spark type ``typ``: ``now`` for times (one clock for every source, so
+    that join time bounds match), a fresh key value when ``fresh`` is given."""
+    t = typ.lower()
+    if t == "string":
+        if fresh is not None:
+            return f"{FRESH}{fresh}"
+        if pool["literal"] and rng.random() < 0.3:
+            # a predicate's literal often enough that `tier = 'gold'` keeps rows of a
+            # small input (measured: join_stream_table_type_changed compared none)
+            return rng.choice(pool["literal"])
+        return rng.choice(pool["string"])
+    if t in _INTS:
+        if fresh is not None:
+            return FRESH_INT + fresh
+        return rng.choice(_numbers(pool, "int", rng))
+    if t in _FRACS or t.startswith("decimal"):
+        if fresh is not None:
+            return float(FRESH_INT + fresh)
+        return rng.choice(_numbers(pool, "frac", rng))
+    if t == "boolean":
+        return rng.choice(pool["bool"])
+    if t in ("timestamp", "timestamp_ntz"):
+        return _iso(now)
+    if t == "date":
+        return _iso(now)[:10]
+    if t.startswith("array<") and t.endswith(">"):
+        if fresh is not None:  # a fresh array holds fresh elements only (exploded: keys)
+            return [value(t[6:-1], rng, pool, now, fresh + j) for j in range(2)]
+        return [value(t[6:-1], rng, pool, now, None) for _ in range(rng.randint(0, 2))]
+    if t.startswith("map<") and t.endswith(">"):
+        inner = t[4:-1].split(",", 1)[-1]
+        return {rng.choice(pool["string"]): value(inner, rng, pool, now, None)
+                for _ in range(rng.randint(0, 2))}
+    if t.startswith("struct<") and t.endswith(">"):
+        out = {}
+        for part in _split_fields(t[7:-1]):
+            name, _, ft = part.partition(":")
+            out[name.strip("`")] = value(ft, rng, pool, now, None)
+        return out
+    return None  # binary, intervals...: null is a value Spark reads for any type
+
+
+def _numbers(pool: dict[str, list[Any]], kind: str, rng: random.Random) -> list[Any]:
+    """Half the time a neighbour of a plan's literal (n - 1, n, n + 1): `amount > 100` then
+    keeps rows of a small input, where the general pool has one value in nine above 100
+    (measured: transparent_filter_reformatted compared no row after the restart)."""
+    near = pool.get(f"near_{kind}")
+    return near if near and rng.random() < 0.5 else pool[kind]
+
+
+def _split_fields(body: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + ([cur] if cur else [])
+
+
+def _element(typ: str) -> str:
+    """The type of an array's elements (of arrays of arrays...), else the type."""
+    t = typ.lower()
+    while t.startswith("array<") and t.endswith(">"):
+        t = t[6:-1]
+    return t
+
+
+def _distinct(typ: str, v: Any, serial: int) -> Any:
+    """``v`` made unique by the record's serial number, keeping its sign and size where
+    the type allows (a filter on the column still cuts both ways)."""
+    t = typ.lower()
+    if t in _INTS:
+        return serial * 10 + (v % 10 if isinstance(v, int) else 0)
+    if t in _FRACS or t.startswith("decimal"):
+        return round((v if isinstance(v, (int, float)) else 0) + serial * 1e-4, 4)
+    if t == "string":
+        return f"{v}-{serial}"
+    return v
+
+
+def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
+             numbers: Sequence[float], *, seed: int = 0, records: int = 120,
+             distinct: frozenset[str] = frozenset()) -> Input:
+    """``records`` records per topic, reproducible from ``seed``.  Two thirds go to part 1
+    (in CHUNKS chunks), the rest to part 2.  Records of all topics are interleaved on one
+    rising clock (TICK seconds apart): no record is late for any watermark.  About one
+    record in ten repeats the one before it (a deduplication drops it).  In part 2 about
+    one record in three is fresh: its string columns and arrays of strings (its integer
+    ones, when it has none) draw from a small pool of values never seen before, so that
+    fresh keys group and join among themselves.  A column of ``distinct`` never repeats a value
+    (:func:`distinct_columns`), duplicates aside."""
+    if records < 2 * CHUNKS:
+        raise TheseusError("too few records to prove anything",
+                           expected=f"--records of at least {2 * CHUNKS}",
+                           found=str(records))
+    rng = random.Random(seed)
+    pool = pools(strings, numbers)
+    n1 = records * 2 // 3
+    rows: list[list[tuple[str, str | None, dict[str, Any]]]] = [[] for _ in range(records)]
+    now = T0
+    last: dict[str, dict[str, Any]] = {}
+    for i in range(records):
+        for name in sorted(topics):
+            spec = topics[name]
+            now += TICK
+            if name in last and rng.random() < 0.1:
+                rec = dict(last[name])  # a duplicate, at the same time: not late
+            else:
+                rec = {c: value(t, rng, pool, now, None) for c, t in spec.columns}
+                if i >= n1 and rng.random() < 0.35:
+                    kinds = {_element(t) for _, t in spec.columns}
+                    marked = ("string",) if "string" in kinds else _INTS
+                    for c, t in spec.columns:
+                        if _element(t) in marked:
+                            rec[c] = value(t, rng, pool, now, rng.randrange(4))
+                serial = i * len(topics) + sorted(topics).index(name)
+                for c, t in spec.columns:
+                    if c in distinct:
+                        rec[c] = _distinct(t, rec[c], serial)
+            last[name] = rec
+            key = json.dumps({k: rec.get(k) for k in spec.key_columns},
+                             separators=(",", ":")) if spec.key_columns else None
+            rows[i].append((name, key, rec))
+    flat1 = [r for i in range(n1) for r in rows[i]]
+    size = -(-len(flat1) // CHUNKS)
+    chunks = [flat1[j * size:(j + 1) * size] for j in range(CHUNKS)]
+    return Input(topics, chunks, [r for i in range(n1, records) for r in rows[i]])
+
+
+# -- 7. judging -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Out:
+    """One record of an output topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _round(v: Any) -> Any:
+    # float sums depend on the order Spark adds them in: compare them to 9 digits
+    if isinstance(v, float):
+        return float(f"{v:.9g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def canonical(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return _round(json.loads(raw))
+    except ValueError:
+        return raw.decode("utf-8", "replace")
+
+
+def _text(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def latest_per_key(*parts: Iterable[Out]) -> dict[str, Any]:
+    """A keyed output as its readers see it: the last value per key (None: a tombstone),
+    over ``parts`` written one after the other (each in its own offset order)."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for r in sorted(part, key=lambda r: (r.partition, r.offset)):
+            out[_text(canonical(r.key))] = canonical(r.value)
+    return out
+
+
+def multiset(records: Iterable[Out]) -> Counter[str]:
+    """An append output as its readers see it: the records, in no order."""
+    return Counter(_text(canonical(r.value)) for r in records if r.value is not None)
+
+
+def is_fresh(doc: Any) -> bool:
+    """A key that holds a fresh value of part 2: every input row behind it came after the
+    restart (a function of the key column, upper() say, keeps the mark)."""
+    if isinstance(doc, dict):
+        return any(is_fresh(v) for v in doc.values())
+    if isinstance(doc, list):
+        return any(is_fresh(v) for v in doc)
+    if isinstance(doc, str):
+        return FRESH in doc.lower()
+    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        return doc >= FRESH_INT
+    return False
+
+
+@dataclass
+class Judgement:
+    outcome: str  # fails | starts_correct | starts_wrong
+    error_class: str | None = None
+    error: str | None = None
+    #: what was compared, and why that is the verdict's promise
+    judged: dict[str, Any] = field(default_factory=dict)
+    expected: Any = None
+    got: Any = None
+
+
+def keyed(plan: Plan) -> bool:
+    sink = plan.sink
+    return sink.mode in ("update", "complete") and bool(sink.key_columns)
+
+
+def stateful(plan: Plan) -> bool:
+    return any(i.stateful for i in plan.info.values())
+
+
+def judge(report: Report, error: str | None, restarted: Sequence[Out],
+          reference: Sequence[Out], old_output: Sequence[Out] = (),
+          reference_before: Sequence[Out] = ()) -> Judgement:
+    """What Spark's restart did, against the verdict's promise.
+
+    ``restarted``: what NEW wrote after its restart on OLD's checkpoint; ``reference``:
+    what NEW, run from an empty checkpoint over all the input with the same micro-batch
+    boundaries, wrote over part 2.  The old output before the restart is history either
+    way, so only what the restart writes is judged:
+
+    * no finding keeps history (or a stateless plan, whose output over part 2 depends on
+      part 2 alone): the restart writes what the reference writes.  A keyed output is
+      compared as its readers see it: the latest value per key (a tombstone: no value)
+      over the old output and then the restart's (``old_output``), against the
+      reference's over all of its output (``reference_before`` then ``reference``), for
+      every key either side wrote after the restart (a retraction of a row the old plan
+      wrote is then right when the reference never wrote it);
+    * a finding says history stays computed the old way (``Finding.history``), on a
+      stateful plan: only output keys that hold a fresh value of part 2 are compared (their
+      every input row came after the restart, so old history cannot reach them); a key
+      first seen after the restart is not enough, since the old plan may have dropped rows
+      of it that the new one keeps."""
+    if error is not None:
+        return Judgement("fails", error_class(error), first_lines(error))
+    new = report.new
+    history = any(f.history for f in report.findings) and stateful(new)
+    rule = "fresh_keys" if history else "part2"
+    if keyed(new):
+        touched = set(latest_per_key(reference)) | set(latest_per_key(restarted))
+        seen_want = latest_per_key(reference_before, reference)
+        seen_got = latest_per_key(old_output, restarted)
+        want = {k: seen_want.get(k) for k in touched}
+        got = {k: seen_got.get(k) for k in touched}
+        if history:
+            want = {k: v for k, v in want.items() if is_fresh(json.loads(k))}
+            got = {k: v for k, v in got.items() if is_fresh(json.loads(k))}
+        semantics = "latest value per key"
+    else:
+        want_c, got_c = multiset(reference), multiset(restarted)
+        if history:
+            keys = tuple(new.sink.key_columns)
+
+            def fresh_row(text: str) -> bool:
+                doc = json.loads(text)
+                part = {k: doc.get(k) for k in keys} if keys and isinstance(doc, dict) \
+                    else doc
+                return is_fresh(part)
+            want_c = Counter({k: n for k, n in want_c.items() if fresh_row(k)})
+            got_c = Counter({k: n for k, n in got_c.items() if fresh_row(k)})
+        want, got = dict(want_c), dict(got_c)
+        semantics = "multiset of records"
+    why = ("a finding keeps history computed the old way: output keys holding a value "
+           "first produced after the restart equal the reference's"
+           if history else
+           "the restarted output over the later input equals the new plan's as if it had "
+           "always run")
+    # nothing on either side: the restart "keeps" a promise no row tested
+    judged = {"rule": rule, "semantics": semantics, "why": why,
+              "compared": len(want), "restarted": len(got),
+              "vacuous": not want and not got}
+    return Judgement("starts_correct" if want == got else "starts_wrong", judged=judged,
+                     expected=want, got=got)
+
+
+def error_class(text: str) -> str:
+    """Spark's error class in a query's error text (``[STATE_STORE_..._NOT_COMPATIBLE]``),
+    else its first line."""
+    names = [n for n in re.findall(r"\[([A-Z][A-Z_]{8,})\]", text)
+             if n not in ("STREAM_FAILED",)]
+    return names[0] if names else (text.splitlines() or [""])[0][:200]
+
+
+def first_lines(text: str, n: int = 3) -> str:
+    """Spark's message without its stack trace."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("\tat ",
+                                                                                   "  at "))]
+    return "\n".join(lines[:n])[:1500]
+
+
+#: Spark's outcome in the words of the checker's predicted restart
+_PREDICTED = {"fails": "fails", "starts_correct": "starts", "starts_wrong": "wrong_state"}
+
+
+def agreement(verdict: str, outcome: str, error_cls: str | None,
+              predicted: dict[str, Any] | None) -> dict[str, Any]:
+    """Does Spark agree?  ``identical``/``in_place`` promise a correct start; ``migrate`` and
+    ``unsupported`` say an in-place restart is wrong, so Spark agrees when it fails or
+    starts wrong (a correct start there is a disagreement, but a ``conservative`` one).
+    The checker's predicted restart agrees when it names Spark's outcome (and, for a
+    failure, its error class)."""
+    green = verdict in GREEN
+    verdict_agrees = (outcome == "starts_correct") == green
+    out: dict[str, Any] = {"verdict_agrees": verdict_agrees,
+                           "false_green": green and not verdict_agrees,
+                           "conservative": not green and outcome == "starts_correct"}
+    if predicted is None:
+        out["prediction_agrees"] = None
+    else:
+        same = predicted.get("outcome") == _PREDICTED[outcome]
+        if same and outcome == "fails":
+            same = predicted.get("error_class") == error_cls
+        out["prediction_agrees"] = same
+    out["agrees"] = verdict_agrees and out["prediction_agrees"] is not False
+    return out
+
+
+# -- the runtime ----------------------------------------------------------------------------
+
+class Runtime(Protocol):
+    """Where the plans run: :class:`SparkRuntime` (``theseus run``'s builder),
+    :class:`PySparkRuntime` (the plans as plain PySpark jobs on Spark's own Kafka
+    connector), or a fake in the unit tests."""
+
+    #: ``theseus`` or ``spark`` (``--runtime``)
+    name: str
+
+    def create_topic(self, name: str, partitions: int) -> None: ...
+
+    def grow(self, name: str, partitions: int) -> None: ...
+
+    def produce(self, topic: str, records: Sequence[tuple[str | None, str]],
+                partitions: int) -> None: ...
+
+    def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None: ...
+
+    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
+                         ) -> list[str | None]: ...
+
+    def read(self, topic: str) -> list[Out]: ...
+
+    def predict(self, checkpoint: Path, new_path: str) -> dict[str, Any]: ...
+
+
+@dataclass
+class Proof:
+    report: Report
+    judgement: Judgement
+    agreement: dict[str, Any]
+    predicted: dict[str, Any] | None
+    counts: dict[str, int]
+    timings: dict[str, float]
+    seed: int
+    records: int
+    runtime: str = "theseus"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.agreement["agrees"] else DISAGREES_EXIT
+
+    def to_json(self) -> dict[str, Any]:
+        j = self.judgement
+        return {"verdict": self.report.verdict, "outcome": j.outcome,
+                "error_class": j.error_class, "error": j.error,
+                **self.agreement,
+                "predicted": self.predicted, "judged": j.judged,
+                "findings": [{"code": f.code, "effect": f.effect, "history": f.history}
+                             for f in self.report.findings if f.effect != "none"],
+                "counts": self.counts, "timings": self.timings,
+                "runtime": self.runtime, "seed": self.seed, "records": self.records,
+                "differences": differences(j) if j.outcome == "starts_wrong" else []}
+
+
+def differences(j: Judgement, limit: int = 5) -> list[str]:
+    """A short sample of what differs: per key, the fields that differ in deepdiff's words
+    (imported here only); for an append output, the records missing or in excess."""
+    lines: list[str] = []
+    want, got = j.expected or {}, j.got or {}
+    if j.judged.get("semantics") == "multiset of records":
+        for k in sorted(set(want) | set(got)):
+            n = want.get(k, 0) - got.get(k, 0)
+            if n > 0:
+                lines.append(f"missing ({n}x): {k}")
+            elif n < 0:
+                lines.append(f"not expected ({-n}x): {k}")
+    else:
+        from deepdiff import DeepDiff
+
+        for k in sorted(set(want) | set(got)):
+            if k not in got:
+                lines.append(f"key {k}: not written; expected {_text(want[k])}")
+            elif k not in want:
+                lines.append(f"key {k}: written {_text(got[k])}; not expected")
+            elif want[k] != got[k]:
+                diff = DeepDiff(want[k], got[k], threshold_to_diff_deeper=0).pretty()
+                lines.append(f"key {k}: " + "; ".join(diff.splitlines()))
+    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit
+                            else [])
+
+
+def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
+    """``plan`` reading the run's own topics, written to ``path`` (the checkpoint check and
+    Spark read it from there)."""
+    doc = json.loads(dumps(plan))
+    for node in doc["nodes"]:
+        if node.get("step") == "source":
+            node["topic"] = topics[node["topic"]]
+    path.write_text(json.dumps(doc, indent=1))
+    return load_plan(str(path))
+
+
+def refuse_unrunnable(plan: Plan, side: str, runtime_name: str = "theseus") -> None:
+    """Plans whose input this generator cannot make meaningful, a new plan whose output
+    no second run reproduces (rand(), uuid()...): nothing to judge it against, and under
+    ``--runtime spark`` a plan that cannot be written as a PySpark job."""
+    if runtime_name == "spark":
+        from compat.export import exportable
+
+        why = exportable(plan)
+        if why is not None:
+            raise Refused("--runtime spark runs each plan as the PySpark job `plan export "
+                          f"--pyspark` writes, and {side} plan cannot be written as one: "
+                          f"{why}", file=plan.file, expected="a plan the DataFrame API "
+                          "can say (or --runtime theseus)", found=why.split(":")[0])
+    if side == "the new":
+        for nid, info in plan.info.items():
+            if not info.deterministic:
+                raise Refused("prove cannot judge a nondeterministic plan: two runs over "
+                              "the same input write different output", file=plan.file,
+                              node=nid, pointer=plan.pointer(nid),
+                              expected="a deterministic new plan",
+                              found="a nondeterministic expression")
+    for nid, node in plan.nodes.items():
+        if node.step == "recursive":
+            raise Refused("prove cannot generate input for a recursive step yet (its limit "
+                          "and feedback need input shaped for them)", file=plan.file,
+                          node=nid, pointer=plan.pointer(nid),
+                          expected="plans without recursive steps", found=f"{side} plan")
+
+
+def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
+          records: int = 120, workdir: str | None = None) -> Proof:
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    # Step 1. The plans and the verdict.
+    old, new = load_plan(old_path), load_plan(new_path)
+    report = check_plans(old, new)
+    refuse_unrunnable(old, "the old", runtime.name)
+    refuse_unrunnable(new, "the new", runtime.name)
+    # Step 2. The input.
+    specs = source_topics(old, new)
+    strings, numbers = literals([old, new])
+    data = generate(specs, strings, numbers, seed=seed, records=records,
+                    distinct=distinct_columns([old, new]))
+    timings["check_and_generate"] = round(time.monotonic() - started, 2)
+    own = tempfile.mkdtemp(prefix="theseus-prove-") if workdir is None else None
+    work = Path(workdir or own or ".")
+    try:
+        return _prove(report, old, new, runtime, data, work, seed, records, timings)
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
+
+
+def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, work: Path,
+           seed: int, records: int, timings: dict[str, float]) -> Proof:
+    # Step 3. Topics of the run's own.
+    rid = uuid.uuid4().hex[:8]
+    names = {t: f"theseus-prove-{rid}-{t}" for t in data.topics}
+    # The reference has always run with the new plan's partition count: where that is not
+    # the old one, it reads a topic of its own, made with it, that gets the same records.
+    ref_names = {t: names[t] if spec.new_partitions == spec.partitions else
+                 f"{names[t]}-reference" for t, spec in data.topics.items()}
+    for t, spec in data.topics.items():
+        runtime.create_topic(names[t], spec.partitions)
+        if ref_names[t] != names[t]:
+            runtime.create_topic(ref_names[t], spec.new_partitions)
+    outs = {k: f"theseus-prove-{rid}-out-{k}" for k in ("old", "restart", "reference")}
+    for o in outs.values():
+        runtime.create_topic(o, 2)
+    old_r = _rewrite(old, names, work / "old.json")
+    new_r = _rewrite(new, names, work / "new.json")
+    ref_r = new_r if ref_names == names else _rewrite(new, ref_names,
+                                                      work / "reference.json")
+    ck_old, ck_ref, ck_new = work / "ck-old", work / "ck-reference", work / "ck-restart"
+
+    def produce(rows: Sequence[tuple[str, str | None, dict[str, Any]]], grown: bool) -> None:
+        by_topic: dict[str, list[tuple[str | None, str]]] = {}
+        for t, k, v in rows:
+            by_topic.setdefault(t, []).append((k, json.dumps(v, separators=(",", ":"))))
+        for t, recs in by_topic.items():
+            spec = data.topics[t]
+            runtime.produce(names[t], recs,
+                            spec.new_partitions if grown else spec.partitions)
+            if ref_names[t] != names[t]:
+                runtime.produce(ref_names[t], recs, spec.new_partitions)
+
+    def must(err: str | None, what: str, plan: Plan) -> None:
+        if err is not None:
+            raise RuntimeFailure(f"{what} failed on the generated input, before any "
+                                 f"restart: {error_class(err)}: {first_lines(err, 1)}",
+                                 file=plan.file,
+                                 hint="prove needs both plans to run from scratch")
+
+    # Step 4. OLD and the reference over part 1, chunk by chunk.
+    t = time.monotonic()
+    for chunk in data.chunks:
+        produce(chunk, False)
+        old_err, ref_err = runtime.run_side_by_side([
+            (old_r, ck_old, outs["old"], f"prove-{rid}-old"),
+            (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
+        must(old_err, "the old plan", old)
+        must(ref_err, "the new plan", new)
+    timings["part1"] = round(time.monotonic() - t, 2)
+    ref_before = {(r.partition, r.offset) for r in runtime.read(outs["reference"])}
+    old_out = runtime.read(outs["old"])
+    # Step 5. The checker's prediction, on the untouched checkpoint.
+    shutil.copytree(ck_old, ck_new)
+    t = time.monotonic()
+    predicted = runtime.predict(ck_old, str(work / "new.json"))
+    timings["predict"] = round(time.monotonic() - t, 2)
+    # Step 6. Part 2: the restart, and the reference.
+    for tn, spec in data.topics.items():
+        if spec.new_partitions > spec.partitions:
+            runtime.grow(names[tn], spec.new_partitions)
+    produce(data.part2, True)
+    t = time.monotonic()
+    err, ref_err = runtime.run_side_by_side([
+        (new_r, ck_new, outs["restart"], f"prove-{rid}-restart"),
+        (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
+    timings["restart_and_reference"] = round(time.monotonic() - t, 2)
+    must(ref_err, "the new plan", new)
+    restarted = runtime.read(outs["restart"]) if err is None else []
+    ref_all = runtime.read(outs["reference"])
+    reference = [r for r in ref_all if (r.partition, r.offset) not in ref_before]
+    # Step 7. The judgement.
+    j = judge(report, err, restarted, reference, old_out,
+              [r for r in ref_all if (r.partition, r.offset) in ref_before])
+    agree = agreement(report.verdict, j.outcome, j.error_class, predicted)
+    counts = {"input_part1": sum(len(c) for c in data.chunks),
+              "input_part2": len(data.part2), "old_output": len(old_out),
+              "restart_output": len(restarted), "reference_output_part2": len(reference)}
+    timings["total"] = round(sum(v for k, v in timings.items() if k != "total"), 2)
+    return Proof(report, j, agree, predicted, counts, timings, seed, records, runtime.name)
+
+
+# -- output ---------------------------------------------------------------------------------
+
+_OUTCOME_TEXT = {
+    "fails": "Spark refuses to restart the new plan on the old checkpoint",
+    "starts_correct": "Spark restarts the new plan on the old checkpoint, and its output "
+                      "keeps the verdict's promise",
+    "starts_wrong": "Spark restarts the new plan on the old checkpoint, but its output "
+                    "breaks the verdict's promise",
+}
+
+
+def render_text(p: Proof) -> str:
+    doc = p.to_json()
+    lines = [f"verdict: {doc['verdict']} (theseus check); runtime: {doc['runtime']}",
+             f"restart: {doc['outcome']} — {_OUTCOME_TEXT[doc['outcome']]}"]
+    if doc["outcome"] == "fails":
+        lines.append(f"  error class: {doc['error_class']}")
+        lines += [f"  | {ln}" for ln in (doc["error"] or "").splitlines()]
+    judged = doc["judged"]
+    if judged:
+        lines.append(f"  judged: {judged['rule']} ({judged['semantics']}; "
+                     f"{judged['compared']} expected, {judged['restarted']} written): "
+                     f"{judged['why']}")
+        if judged["vacuous"]:
+            lines.append("  (nothing was compared: the generated input left no output to "
+                         "judge; try another --seed or more --records)")
+    if doc["differences"]:
+        lines.append("  differences (expected: the new plan as if it had always run):")
+        lines += [f"    {d}" for d in doc["differences"]]
+    pred = doc["predicted"]
+    if pred is not None:
+        said = pred.get("outcome", "?") + (f" ({pred['error_class']})"
+                                           if pred.get("error_class") else "")
+        lines.append(f"predicted restart (check --checkpoint): {said}"
+                     + ("" if doc["prediction_agrees"] else " — not what Spark did"))
+    if doc["agrees"]:
+        lines.append(f"Spark agrees with the verdict (exit {p.exit_code})")
+    elif doc["false_green"]:
+        lines.append(f"Spark DISAGREES: the verdict says {doc['verdict']}, but the restart "
+                     f"{doc['outcome'].replace('_', ' ')} (a false green; exit "
+                     f"{p.exit_code})")
+    elif doc["conservative"]:
+        lines.append(f"Spark disagrees, conservatively: the verdict says {doc['verdict']}, "
+                     f"yet the restart keeps the promise (exit {p.exit_code})")
+    else:
+        what = "predicted restart" if doc["verdict_agrees"] else "verdict"
+        lines.append(f"Spark disagrees with the {what} (exit {p.exit_code})")
+    c = doc["counts"]
+    lines.append(f"input: {c['input_part1']} records before the restart ({CHUNKS} batches), "
+                 f"{c['input_part2']} after (seed {p.seed}); {doc['timings']['total']} s")
+    return "\n".join(lines) + "\n"
+
+
+def render(p: Proof, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(p.to_json(), indent=2, default=str) + "\n"
+    return render_text(p)
+
+
+# -- Spark and Kafka ------------------------------------------------------------------------
+
+class SparkRuntime:
+    """Runs plans with ``theseus run``'s builder on local Spark, against a broker."""
+
+    name = "theseus"
+
+    def __init__(self, bootstrap: str, spark: Any = None, timeout: float = 180.0) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+        self._spark = spark
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from migrate.run import spark_session
+
+            self._spark = spark_session()
+        return self._spark
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from gates.broker import create_topic
+
+        create_topic(self.bootstrap, name, partitions)
+
+    def grow(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewPartitions
+
+        from gates.broker import client_conf
+
+        admin = AdminClient(client_conf(self.bootstrap))
+        admin.create_partitions([NewPartitions(name, partitions)])[name].result(30)
+        time.sleep(2)  # the new partitions' metadata reaches every client
+
+    def produce(self, topic: str, records: Sequence[tuple[str | None, str]],
+                partitions: int) -> None:
+        from confluent_kafka import Producer
+
+        from gates.broker import client_conf
+
+        p = Producer(client_conf(self.bootstrap, **{"enable.idempotence": True,
+                                                    "acks": "all", "linger.ms": 5}))
+        failed: list[Any] = []
+        for i, (k, v) in enumerate(records):
+            # by key when keyed (a key's records stay in order), else round robin:
+            # deterministic, so two runs of one seed read the same partitions
+            part = zlib.crc32(k.encode()) % partitions if k is not None else i % partitions
+            p.produce(topic, value=v.encode(), key=None if k is None else k.encode(),
+                      partition=part,
+                      on_delivery=lambda err, msg: failed.append(err) if err else None)
+        left = p.flush(30)
+        if left or failed:
+            from compat.errors import BrokerError
+
+            raise BrokerError("cannot produce the generated input", topic=topic,
+                              expected="every record delivered",
+                              found=f"{left} left, errors {failed[:3]}")
+
+    def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        """The started query, or Spark's error text (``start_available_now``)."""
+        return start_available_now(self.spark, plan, self.bootstrap, checkpoint, output, name)
+
+    def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None:
+        return await_outcome(self.start(plan, checkpoint, output, name), self.timeout)
+
+    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
+                         ) -> list[str | None]:
+        # Every query is started before any is awaited: OLD and the reference read other
+        # topics' offsets and checkpoints, and on two cores they take the time of one.
+        started = [self.start(*r) for r in runs]
+        return [await_outcome(q, self.timeout) for q in started]
+
+    def read(self, topic: str) -> list[Out]:
+        return read_committed(self.bootstrap, topic)
+
+    def predict(self, checkpoint: Path, new_path: str) -> dict[str, Any]:
+        from migrate.ckcheck import check_checkpoint
+
+        rep = check_checkpoint(str(checkpoint), new_path, spark=self.spark)
+        restart = dict((rep.checkpoint or {}).get("restart") or {})
+        restart["verdict"] = rep.verdict
+        return restart
+
+
+class PySparkRuntime(SparkRuntime):
+    """Runs plans as plain PySpark jobs on Spark's own Kafka connector, as users who keep
+    their jobs and use Theseus only as the CI gate do: each plan (a job file's too, as
+    imported) is written by ``plan export --pyspark`` and its ``build(spark)`` started with
+    the run's checkpoint, output topic and an availableNow trigger.  The checkpoint is then
+    Spark's Kafka source's, not the gated source's: the checker's prediction is judged on
+    that kind of checkpoint too."""
+
+    name = "spark"
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from migrate.adopt.jars import connector_jars
+            from migrate.run import spark_session
+
+            self._spark = spark_session(jars=connector_jars())
+        if not has_kafka_connector(self._spark):
+            raise RuntimeFailure("--runtime spark needs Spark's Kafka connector on the "
+                                 "session's class path", expected="spark-sql-kafka-0-10 "
+                                 "(migrate.adopt.jars.connector_jars())",
+                                 found="a session started without it",
+                                 hint="run theseus prove in a process of its own")
+        return self._spark
+
+    def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        spark = self.spark
+        job = pyspark_job(plan, self.bootstrap, checkpoint)
+        try:
+            writer = job["build"](spark)
+            return (writer.option("topic", output).queryName(name)
+                    .trigger(availableNow=True).start())
+        except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
+            return str(e)
+
+
+def pyspark_job(plan: Plan, bootstrap: str, checkpoint: Path) -> dict[str, Any]:
+    """The module of the job ``plan export --pyspark`` writes for ``plan``, its globals
+    pointing at the run's broker and checkpoint (``build()`` reads them when it runs,
+    where a user's job reads ``$KAFKA_BOOTSTRAP`` and ``$CHECKPOINT``)."""
+    from compat.export import to_pyspark
+
+    job: dict[str, Any] = {"__name__": f"theseus_prove_{plan.query}"}
+    exec(compile(to_pyspark(plan), f"{plan.file} as a PySpark job", "exec"), job)
+    job["BOOTSTRAP"], job["CHECKPOINT"] = bootstrap, str(checkpoint)
+    return job
+
+
+def has_kafka_connector(spark: Any) -> bool:
+    from migrate.adopt.job import _has_kafka
+
+    return _has_kafka(spark)
+
+
+RUNTIMES = {"theseus": SparkRuntime, "spark": PySparkRuntime}
+
+
+def runtime(bootstrap: str, name: str = "theseus") -> Runtime:
+    """The runtime ``theseus prove --runtime NAME`` uses (the tests put a fake in its
+    place)."""
+    return RUNTIMES[name](bootstrap)
+
+
+def start_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path,
+                        output: str, name: str) -> Any:
+    """Start ``plan`` availableNow on ``checkpoint`` into ``output``: the running query, or
+    Spark's error text when it could not start (a refusal at start is an outcome here)."""
+    from migrate.build import Builder, BuildOptions
+
+    # a streaming query copies the session's conf when it starts: the next start may change it
+    spark.conf.set("spark.sql.shuffle.partitions", str(plan.state_partitions or 4))
+    try:
+        return Builder(spark, plan, BuildOptions(bootstrap=bootstrap, available_now=True,
+                                                 checkpoint=str(checkpoint),
+                                                 output_topic=output, query=name)).start()
+    except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
+        return str(e)
+
+
+def await_outcome(q: Any, timeout: float = 180.0) -> str | None:
+    """None when the query ``start_available_now`` gave finished, else Spark's error text.
+    Queries started side by side are awaited one after the other."""
+    if isinstance(q, str):
+        return q
+    try:
+        q.awaitTermination(timeout)
+    except Exception as e:  # noqa: BLE001 - the query's failure is the outcome
+        return str(e)
+    if q.isActive:
+        q.stop()
+        return f"did not finish within {timeout:.0f} s"
+    exc = q.exception()
+    return None if exc is None else str(exc)
+
+
+def run_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path, output: str,
+                      name: str, timeout: float = 180.0) -> str | None:
+    """Run ``plan`` availableNow on ``checkpoint`` into ``output``: None when it finished,
+    else Spark's error text (an error at start and a failed query are both outcomes)."""
+    return await_outcome(start_available_now(spark, plan, bootstrap, checkpoint, output, name),
+                         timeout)
+
+
+def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Out]:
+    """Every committed record of ``topic``, once no transaction is open on it (a sink's
+    transaction commit returns before its markers move the last stable offset)."""
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    from gates.broker import client_conf
+    from gates.deadline import Deadline
+
+    admin = AdminClient(client_conf(bootstrap))
+    parts = admin.list_topics(topic, timeout=timeout).topics[topic].partitions
+
+    def ends(level: Any) -> dict[int, int]:
+        futs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                   for p in parts}, isolation_level=level,
+                                  request_timeout=timeout)
+        return {tp.partition: f.result(timeout=timeout).offset for tp, f in futs.items()}
+
+    settle = Deadline(10)
+    while True:
+        end = ends(IsolationLevel.READ_COMMITTED)
+        if end == ends(IsolationLevel.READ_UNCOMMITTED) or settle.expired():
+            break
+        time.sleep(0.1)
+    todo = {p for p, e in end.items() if e > 0}
+    if not todo:
+        return []
+    c = Consumer(client_conf(bootstrap, **{"group.id": f"theseus-prove-{uuid.uuid4().hex}",
+                                           "enable.auto.commit": False,
+                                           "isolation.level": "read_committed",
+                                           "enable.partition.eof": True}))
+    out: list[Out] = []
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
+        deadline = Deadline(timeout)
+        while todo:
+            if deadline.expired():
+                raise RuntimeFailure(f"cannot read topic '{topic}' to its end within "
+                                     f"{timeout:.0f} s")
+            for m in c.consume(1000, timeout=0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= end[m.partition()]:
+                            todo.discard(m.partition())
+                        continue
+                    raise RuntimeFailure(f"cannot read topic '{topic}': {m.error()}")
+                if m.offset() < end[m.partition()]:
+                    out.append(Out(m.partition(), m.offset(), m.key(), m.value()))
+                if m.offset() >= end[m.partition()] - 1:
+                    todo.discard(m.partition())
+    finally:
+        c.close()
+    return out
