@@ -49,13 +49,16 @@ def unframe(value: bytes) -> tuple[int, memoryview]:
 class AvroDecoder:
     """Decodes a topic's values into dicts of the reader schema's fields."""
 
-    def __init__(self, topic: str, reader_schema: str, registry: RegistryClient):
+    def __init__(self, topic: str, reader_schema: str | None, registry: RegistryClient):
+        """``reader_schema`` None: each record as its writer schema says (record keys,
+        whose fields are taken by name)."""
         # fastavro loads with the first Avro source (start-up time of other queries)
         import fastavro
 
         self.fastavro = fastavro
         self.topic = topic
-        self.reader = fastavro.parse_schema(json.loads(reader_schema))
+        self.reader = fastavro.parse_schema(json.loads(reader_schema)) \
+            if reader_schema is not None else None
         self.registry = registry
         #: schema id -> (writer schema, the reader schema to resolve it with or None)
         self.writers: dict[int, tuple[Any, Any]] = {}

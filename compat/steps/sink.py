@@ -117,6 +117,24 @@ def avro_schema(node: Sink, info: NodeInfo) -> A.Schema:
                             avro_spec(node).schema, writing=True)
 
 
+def avro_key_schema(node: Sink, info: NodeInfo) -> A.Schema:
+    """The writer schema of an Avro sink's record keys (``avro.key``): a record of the
+    written key's columns (:func:`written_key`), named after the value's record with
+    ``Key`` (``shop.Order``: ``shop.OrderKey``), each column a union with null as in a
+    derived value schema."""
+    names = info.names or tuple(c[0] for c in info.columns)
+    types = {n.lower(): t for n, (_, t) in zip(names, info.columns)}
+    return A.columns_schema(avro_schema(node, info)["name"] + "Key",
+                            [(k, types[k.lower()], True) for k in written_key(node, info)],
+                            None, writing=True)
+
+
+def avro_key_subject(node: Sink, info: NodeInfo) -> str:
+    """The registry subject of the sink's Avro record keys."""
+    return A.subject_name(avro_spec(node).subject, node.topic,
+                          avro_key_schema(node, info)["name"], key=True)
+
+
 def _check_avro(node: Sink, ctx: InferContext, src: NodeInfo) -> None:
     if node.format != "avro":
         if node.avro is not None:
