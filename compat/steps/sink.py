@@ -370,16 +370,29 @@ def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
 
 @export_step.register
 def _export(node: Sink, plan: Plan) -> Code | Refusal:
-    if node.format == "avro":
-        return Refusal(f"sink '{node.id}' writes Avro in the registry's wire format, whose "
-                       "schema id a job learns only by registering its schema: Spark's "
-                       "to_avro writes the body alone")
     names = plan.info[node.inputs[0]].names
+    avro = None
+    if node.format == "avro":
+        spec = avro_spec(node)
+        if spec.key:
+            return Refusal(f"sink '{node.id}' writes Avro record keys: a job writes its "
+                           "key as the JSON object of the key columns")
+        if spec.subject != "topic_name":
+            return Refusal(f"sink '{node.id}' names its subject by {spec.subject}: a job "
+                           "says its subject only to the registry, and imports back as "
+                           "topic_name (<topic>-value)")
+        avro = "VALUE_SCHEMA"  # the module's constant (compat.export writes it)
     key = list(node.key_columns)
     windowed = "window" in [n.lower() for n in names]
     if node.version >= 2 and windowed and "window" not in [k.lower() for k in key]:
         key.append(next(n for n in names if n.lower() == "window"))
-    if node.format == "string":
+    if avro is not None:
+        # What users write: the registry's header (the id their schema got, asked of the
+        # registry when the job starts) in front of to_avro's body.
+        value = (f"F.concat(F.lit(value_header({py(node.topic + '-value')}, {avro})), "
+                 f"to_avro(F.struct({', '.join(py(n) for n in names)}), {avro}))"
+                 '.alias("value")')
+    elif node.format == "string":
         value = f"F.col({py(names[0])}).cast(\"string\").alias(\"value\")"
     else:
         value = f"F.to_json(F.struct({', '.join(py(n) for n in names)}))" \
