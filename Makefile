@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test test-cluster test-cluster-ci demo kafka kafka-stop cluster cluster-stop bench bench-run \
 	bench-migrate bench-fleet bench-cluster bench-recursion bench-tables bench-import bench-sink \
-	bench-jvm lint docs docs-serve clean registry registry-stop
+	bench-jvm bench-avro lint docs docs-serve clean registry registry-stop
 
 # make kafka BROKERS=3: a three-node KRaft cluster (RF 3, min.insync.replicas 2) on 29092-29094
 BROKERS ?= 1
@@ -110,6 +110,11 @@ bench-jvm: $(STAMP)
 truth: $(STAMP)
 	@KAFKA_BOOTSTRAP=$${KAFKA_BOOTSTRAP:-$$(bash scripts/kafka.sh start | \
 	  sed -n 's/^KAFKA_BOOTSTRAP=//p' | tail -1)} $(PY) bench/truth.py
+
+# the gated source and sink on Avro topics against Spark's connector with from_avro/to_avro
+# (a broker and the registry: started unless KAFKA_BOOTSTRAP, SCHEMA_REGISTRY_URL): avro.md
+bench-avro: $(STAMP)
+	$(PY) bench/avro_speed.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compat gates migrate tests bench scripts

@@ -53,28 +53,37 @@ def to_pyspark(plan: Plan) -> str:
                         file=plan.file, expected="steps the DataFrame API has",
                         found=written.split(":")[0])
     parts = {n.topic: n.partitions for n in plan.nodes.values() if isinstance(n, Source)}
-    avro = any(isinstance(n, Source) and n.format == "avro" for n in plan.nodes.values())
+    avro_in = any(isinstance(n, Source) and n.format == "avro" for n in plan.nodes.values())
+    avro_out = plan.sink.format == "avro"
+    avro = avro_in or avro_out
+    functions = ", ".join(f for f, used in (("from_avro", avro_in), ("to_avro", avro_out))
+                          if used)
     lines = [
         f'"""The query \'{plan.query}\' as a PySpark job (written by theseus plan export '
         '--pyspark).',
         "",
         "Run it with Spark's Kafka connector (spark-sql-kafka-0-10)"
         + (" and spark-avro:" if avro else ":"),
-        "    KAFKA_BOOTSTRAP=host:9092 CHECKPOINT=dir spark-submit ... (build(spark).start())",
+        "    KAFKA_BOOTSTRAP=host:9092 CHECKPOINT=dir "
+        + ("SCHEMA_REGISTRY_URL=url " if avro_out else "")
+        + "spark-submit ... (build(spark).start())",
         "Import it back with:",
         f"    theseus plan import THIS.py --delivery {plan.sink.delivery}"
         + (f" --partitions {next(iter(parts.values()))}" if len(set(parts.values())) == 1
            else ""),
-        "(a Spark job does not say its topics' partitions nor its sink's delivery).",
+        "(a Spark job does not say its topics' partitions nor its sink's delivery"
+        + ("; build() asks the registry for the output schema's id, at import too)."
+           if avro_out else ")."),
         '"""',
         "",
         "import os",
         "",
         "from pyspark.sql import functions as F",
-        *(["from pyspark.sql.avro.functions import from_avro"] if avro else []),
+        *([f"from pyspark.sql.avro.functions import {functions}"] if avro else []),
         "",
         'BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092")',
         f'CHECKPOINT = os.environ.get("CHECKPOINT", {py("checkpoints/" + plan.query)})',
+        *(_avro_output(plan) if avro_out else []),
         "",
         "",
         "def build(spark):",
@@ -84,6 +93,36 @@ def to_pyspark(plan: Plan) -> str:
     for code in written:
         lines.extend("    " + ln for ln in _aligned(code.lines))
     return "\n".join(lines) + "\n"
+
+
+def _avro_output(plan: Plan) -> list[str]:
+    """An Avro sink's writer schema, and how the job learns the id the registry gives it:
+    Spark's to_avro writes the body alone, the wire format's header is the job's."""
+    from compat import avro as A
+    from compat.steps.sink import avro_schema
+
+    schema = A.canonical(avro_schema(plan.sink, plan.info[plan.sink.inputs[0]]))
+    return [f"VALUE_SCHEMA = {py(schema)}", "", "", *VALUE_HEADER.splitlines()]
+
+
+#: the exported job's registry call (the standard library's, as the job has no other)
+VALUE_HEADER = '''def value_header(subject, schema):
+    """The schema registry's wire-format header of the values: a zero byte, then the id
+    of `schema` under `subject` (registered if new) at $SCHEMA_REGISTRY_URL."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    url = os.environ.get("SCHEMA_REGISTRY_URL")
+    if not url:
+        raise RuntimeError("SCHEMA_REGISTRY_URL is not set: the job's Avro values start "
+                           "with the id their schema has in the registry")
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/subjects/{urllib.parse.quote(subject, safe='')}/versions",
+        data=json.dumps({"schema": schema, "schemaType": "AVRO"}).encode(), method="POST",
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return b"\\x00" + json.load(resp)["id"].to_bytes(4, "big")'''
 
 
 def _aligned(step: list[str]) -> list[str]:

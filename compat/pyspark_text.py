@@ -80,7 +80,8 @@ def var(nid: str) -> str:
 
 _RESERVED = {"F", "spark", "build", "os", "BOOTSTRAP", "CHECKPOINT", "def", "class", "if",
              "in", "is", "or", "and", "not", "for", "from", "import", "return", "with",
-             "as", "lambda", "pass", "global", "None", "True", "False"}
+             "as", "lambda", "pass", "global", "None", "True", "False", "from_avro",
+             "to_avro", "VALUE_SCHEMA", "value_header"}
 
 
 def ident(name: str) -> str:

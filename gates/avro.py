@@ -49,17 +49,21 @@ def unframe(value: bytes) -> tuple[int, memoryview]:
 class AvroDecoder:
     """Decodes a topic's values into dicts of the reader schema's fields."""
 
-    def __init__(self, topic: str, reader_schema: str, registry: RegistryClient):
+    def __init__(self, topic: str, reader_schema: str | None, registry: RegistryClient):
+        """``reader_schema`` None: each record as its writer schema says (record keys,
+        whose fields are taken by name)."""
         # fastavro loads with the first Avro source (start-up time of other queries)
         import fastavro
 
         self.fastavro = fastavro
         self.topic = topic
-        self.reader = fastavro.parse_schema(json.loads(reader_schema))
+        self.reader = fastavro.parse_schema(json.loads(reader_schema)) \
+            if reader_schema is not None else None
         self.registry = registry
-        self.writers: dict[int, Any] = {}
+        #: schema id -> (writer schema, the reader schema to resolve it with or None)
+        self.writers: dict[int, tuple[Any, Any]] = {}
 
-    def writer(self, schema_id: int, partition: int, offset: int) -> Any:
+    def writer(self, schema_id: int, partition: int, offset: int) -> tuple[Any, Any]:
         w = self.writers.get(schema_id)
         if w is None:
             try:
@@ -74,7 +78,10 @@ class AvroDecoder:
                 raise SourceError(f"cannot fetch the writer schema of offset {offset}: "
                                   f"{e.render()}", topic=self.topic,
                                   partition=partition) from None
-            w = self.fastavro.parse_schema(json.loads(text))
+            parsed = self.fastavro.parse_schema(json.loads(text))
+            # the plan's reader schema itself (the common case): no resolution to do, and
+            # fastavro reads about twice as fast without one
+            w = (parsed, None if parsed == self.reader else self.reader)
             self.writers[schema_id] = w
         return w
 
@@ -87,10 +94,10 @@ class AvroDecoder:
                               expected="a zero byte, a 4-byte schema id, the Avro body",
                               found=f"offset {offset}: {e} "
                               f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
-        writer = self.writer(sid, partition, offset)
+        writer, reader = self.writer(sid, partition, offset)
         try:
             buf = io.BytesIO(body)
-            doc = self.fastavro.schemaless_reader(buf, writer, self.reader)
+            doc = self.fastavro.schemaless_reader(buf, writer, reader)
         except Exception as e:  # fastavro raises whatever its decoder meets
             raise SourceError(f"the record's Avro body does not decode with schema id {sid}",
                               topic=self.topic, partition=partition,
@@ -176,6 +183,38 @@ def datum(s: Any, v: Any) -> Any:
     return v
 
 
+def converter(s: Any) -> Any:
+    """:func:`datum` for schema ``s`` made once: a function of a JSON value, or None where
+    the JSON value is already what fastavro writes (strings, numbers, booleans, nulls, and
+    records and collections of only those). A sink's rows are mostly such values: its
+    records are then encoded without a walk of each value (twice as fast)."""
+    k = A.kind(s)
+    if k == "union":
+        branches = [b for b in s if A.kind(b) != "null"]
+        if len(branches) != 1:
+            return lambda v: datum(s, v)  # which branch: tried in turn, as datum does
+        inner = converter(branches[0])
+        return None if inner is None else (lambda v: None if v is None else inner(v))
+    logical = s.get("logicalType") if isinstance(s, dict) else None
+    if logical is not None or k in ("bytes", "fixed"):
+        return lambda v: datum(s, v)
+    if k == "array":
+        item = converter(s["items"])
+        return None if item is None else (
+            lambda v: None if v is None else [item(x) for x in v])
+    if k == "map":
+        val = converter(s["values"])
+        return None if val is None else (
+            lambda v: None if v is None else {key: val(x) for key, x in v.items()})
+    if k == "record":
+        fields = [(f["name"], converter(f["type"])) for f in s["fields"]]
+        if all(c is None for _, c in fields):
+            return None
+        return lambda v: None if v is None else {
+            n: (c(v[n]) if c is not None else v[n]) for n, c in fields if n in v}
+    return None
+
+
 class JsonToAvro:
     """The gated sink's JSON values (text) as wire-format Avro values of one writer schema,
     registered under its subject when this is made: before the query writes anything."""
@@ -184,6 +223,7 @@ class JsonToAvro:
         self.schema = A.parse(writer_schema)
         self.encoder = AvroEncoder(subject, writer_schema, registry)
         self.schema_id = self.encoder.register()
+        self.convert = converter(self.schema)
 
     def __call__(self, value: str | bytes | None) -> bytes | None:
         if value is None:
@@ -192,4 +232,5 @@ class JsonToAvro:
             # a migration's corrections are records read back from Kafka, already in the
             # wire format (JSON text never starts with a zero byte)
             return value
-        return self.encoder.encode(datum(self.schema, json.loads(value)))
+        doc = json.loads(value)
+        return self.encoder.encode(doc if self.convert is None else self.convert(doc))

@@ -20,7 +20,8 @@ Record format:
   ``yyyy-MM-dd``. The gated source reads this format back.
 * format avro (``encode``, a :class:`gates.avro.JsonToAvro`): the value is that JSON
   object written in the schema registry's wire format under the sink's writer schema,
-  registered under its subject when the writer is made (before any batch).
+  registered under its subject when the writer is made (before any batch); with
+  ``avro.key`` (``encode_key``) the key's JSON object too, under the key's subject.
 * an optional column ``_theseus_op``: rows where it equals ``'D'`` are written as tombstones
   (null value, same key); the column itself is never written.
 * an optional column ``_theseus_sign`` (a changelog: ``+1`` a row enters the output, ``-1``
@@ -146,7 +147,8 @@ class KafkaSink:
                  retired: Callable[[], bool] | None = None,
                  reconciler: Any = None,
                  timeout: float = 120.0,
-                 encode: Callable[[Any], bytes | None] | None = None):
+                 encode: Callable[[Any], bytes | None] | None = None,
+                 encode_key: Callable[[Any], bytes | None] | None = None):
         if delivery not in DELIVERIES:
             raise SinkError("unknown sink delivery", topic=topic,
                             expected=" | ".join(DELIVERIES), found=repr(delivery))
@@ -165,6 +167,8 @@ class KafkaSink:
         self.reconciler = reconciler
         # format avro: JSON values -> wire-format Avro (gates.avro.JsonToAvro), else None
         self.encode = encode
+        # avro.key: the key's JSON object -> a wire-format Avro record, else None
+        self.encode_key = encode_key
         if reconciler is not None and hasattr(reconciler, "watch"):
             reconciler.watch()  # reads ahead from the pause on (gates.reconcile)
         self.timeout = timeout
@@ -283,6 +287,8 @@ class KafkaSink:
         produce, poll = p.produce, p.poll
         if self.encode is not None:
             values = [self.encode(v) for v in values]
+        if self.encode_key is not None:
+            keys = [self.encode_key(k) for k in keys]
         for k, v in zip(keys, values):
             while True:
                 try:

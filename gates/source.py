@@ -16,7 +16,8 @@ Options (names are case-insensitive, values strings):
     default | ``string`` | ``avro``: the schema registry's wire format, read with the reader
     schema ``avroSchema`` (Avro JSON), writer schemas fetched by id from the registry at
     ``registry`` (its Confluent-compatible API; ``registry.<setting>``: the client's
-    ``schema.registry.*`` settings), see :mod:`gates.avro`), ``schema`` (Spark DDL of the
+    ``schema.registry.*`` settings), see :mod:`gates.avro`; ``avroKey`` ``true``: the
+    record keys are Avro too), ``schema`` (Spark DDL of the
     output columns; for ``string`` default ``value STRING``: the value decoded as UTF-8 goes
     into the first column),
 ``maxRecordsPerBatch`` (admission control, default 100000 offsets per micro-batch over all
@@ -47,7 +48,8 @@ ISO-8601 strings (no offset = UTC) or from epoch milliseconds.
 
 A ``stream`` source is read with ``spark.readStream``; ``spark.read`` of it returns every
 record. A ``table`` source is read with ``spark.read`` and returns the latest value per key
-(``key_columns`` taken from the record key, a JSON object, else from the value; a tombstone
+(``key_columns`` taken from the record key, a JSON object (with ``avroKey``: a wire-format
+Avro record, read with its writer schema), else from the value; a tombstone
 deletes the key). Each read takes the partitions' ends when the task runs, so a stream-static
 join sees the table as of each micro-batch.
 
@@ -162,6 +164,8 @@ class SourceOptions:
     node: str | None = None
     backfill_batches: int = 0
     avro_schema: str | None = None
+    #: the record keys are Avro too (``avroKey``): read with their writer schema
+    avro_key: bool = False
     registry: str | None = None
     # the registry client's settings (credentials among them: never in the repr)
     registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -227,6 +231,7 @@ class SourceOptions:
                    isolation=iso, kafka_conf=kafka_conf, node=get("node"),
                    backfill_batches=max(0, values["backfillBatches"]),
                    avro_schema=get("avroSchema"), registry=get("registry"),
+                   avro_key=fmt == "avro" and get("avroKey", "false").lower() == "true",
                    registry_conf=tuple(sorted(
                        (k[9:], str(v)) for k, v in options.items()
                        if k.lower().startswith("registry.") and v is not None)))
@@ -829,7 +834,9 @@ def _key_of(opts: SourceOptions, m, doc: dict | None) -> tuple | None:
     """Identity of a record's key for table role: values of key_columns as JSON text."""
     raw = m.key()
     kd = None
-    if raw is not None:
+    if raw is not None and opts.avro_key:
+        kd = _key_decoder(opts).decode(raw, m.partition(), m.offset())
+    elif raw is not None:
         try:
             kd = json.loads(raw)
         except ValueError:
@@ -845,6 +852,26 @@ def _key_of(opts: SourceOptions, m, doc: dict | None) -> tuple | None:
         return None
     return tuple(json.dumps(kd.get(k), sort_keys=True, separators=(",", ":"))
                  for k in opts.key_columns), kd
+
+
+_KEY_DECODERS: dict[tuple, Any] = {}
+
+
+def _key_decoder(opts: SourceOptions) -> Any:
+    """The decoder of an ``avroKey`` source's record keys (one per topic and registry in a
+    worker): each key read with its own writer schema, whatever its record's name; the
+    key columns are then its fields by name."""
+    k = (opts.topic, opts.registry, opts.registry_conf)
+    dec = _KEY_DECODERS.get(k)
+    if dec is None:
+        from compat.registry import PREFIX, RegistryClient
+        from gates.avro import AvroDecoder
+
+        client = RegistryClient.configured(opts.registry, {
+            PREFIX + n: v for n, v in opts.registry_conf})
+        assert client is not None  # options parsing requires the URL
+        dec = _KEY_DECODERS[k] = AvroDecoder(opts.topic, None, client)
+    return dec
 
 
 def _read_table_partition(opts: SourceOptions, builder: _ArrowBuilder, rng: KafkaRange):

@@ -126,6 +126,11 @@ def test_two_writer_schemas_decode_by_the_reader_schema(registry):
     # each writer schema is fetched once
     assert [c for c in FakeRegistry.calls if c.startswith("GET")] == \
         ["GET /apis/ccompat/v7/schemas/ids/1", "GET /apis/ccompat/v7/schemas/ids/2"]
+    # a writer schema that is the reader schema is read without a resolution (faster),
+    # to the same values
+    same = AvroDecoder("t", V2, RegistryClient(registry))
+    assert same.decode(b, 0, 13) == {"id": 2, "amount": 2.5, "note": "x"}
+    assert same.writers[2][1] is None and dec.writers[2][1] is not None
 
 
 @pytest.mark.parametrize("value,words", [
@@ -300,6 +305,44 @@ def test_sink_json_values_become_wire_format_avro_and_read_back(registry):
         enc('{"id":8,"ts":null,"day":null,"price":null,"tags":null,"attrs":null,'
             '"pos":null,"raw":null,"local":null}'), 0, 1)
     assert nulls == {"id": 8, **{n: None for n, _, _ in cols[1:]}}
+
+
+def test_the_sinks_converter_writes_what_the_walk_writes():
+    """gates.avro.converter (made once per schema) against datum (a walk of each value):
+    the same bytes for every kind of column, and no converter at all where the JSON
+    value is written as it is."""
+    import io
+
+    from compat import avro as A
+    from gates.avro import converter, datum
+
+    cols = [("id", "bigint", False), ("ts", "timestamp", True), ("day", "date", True),
+            ("price", "decimal(10,2)", True), ("tags", "array<string>", True),
+            ("stamps", "array<timestamp>", True), ("attrs", "map<string,binary>", True),
+            ("pos", "struct<x:double,at:date>", True), ("raw", "binary", True),
+            ("n", "int", True), ("name", "string", True)]
+    schema = A.parse(A.record_doc("shop.R", cols))
+    writer = fastavro.parse_schema(json.loads(A.canonical(schema)))
+    docs = [{"id": 7, "ts": "2026-01-02T03:04:05.000006Z", "day": "2026-01-02",
+             "price": 12.34, "tags": ["a", None], "stamps": ["2026-01-02T03:04:05Z"],
+             "attrs": {"k": "AAE="}, "pos": {"x": 1, "at": "2026-01-03"}, "raw": "AAE=",
+             "n": 3, "name": "x"},
+            {"id": 8, **{n: None for n, _, _ in cols[1:]}},
+            {"id": 9, "stamps": [], "attrs": {}, "pos": {"x": 2.5, "at": None}}]
+
+    def body(d):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, writer, d)
+        return buf.getvalue()
+
+    conv = converter(schema)
+    assert conv is not None
+    for d in docs:
+        assert body(conv(json.loads(json.dumps(d)))) == body(datum(schema, d))
+    plain = A.parse(A.record_doc("shop.P", [("id", "bigint", False), ("s", "string", True),
+                                            ("xs", "array<double>", True),
+                                            ("m", "map<string,int>", True)]))
+    assert converter(plain) is None
 
 
 def test_a_refused_schema_fails_before_anything_is_written(registry):

@@ -42,7 +42,8 @@ def test_every_fixture_plan_is_written_or_refused_with_its_step():
             code = to_pyspark(plan)
             tree = ast.parse(code, str(path))  # valid Python
             fns = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-            assert fns == ["build"], path
+            # an Avro output's job asks the registry for its schema's id
+            assert fns == ["value_header"] * (plan.sink.format == "avro") + ["build"], path
             assert f'.option("topic", "{plan.sink.topic}")' in code
             for n in plan.nodes.values():
                 if n.step == "source":
@@ -52,7 +53,7 @@ def test_every_fixture_plan_is_written_or_refused_with_its_step():
         else:
             assert steps & set(NOT_EXPORTABLE) or any(w in why for w in (
                 "table", "expression keys", "key columns", "watermark delay", "version",
-                "config", "writes Avro", "Avro record keys"))
+                "config", "names its subject", "Avro record keys"))
             with pytest.raises(Exception, match="cannot be written as a PySpark job"):
                 to_pyspark(plan)
             refused += 1
@@ -91,3 +92,55 @@ def test_job_files_are_plans_for_check_and_the_hooks():
         assert re.search(files, name), name
     action = (ROOT / "action.yml").read_text()
     assert "*.py" in action and "setup-java" in action
+
+
+AVRO_OUT = ROOT / "fixtures" / "avro" / "source_reader_default_changed" / "old.json"
+
+
+def test_an_avro_output_is_to_avro_after_the_registry_header():
+    plan = load_plan(str(AVRO_OUT))
+    code = to_pyspark(plan)
+    assert "from pyspark.sql.avro.functions import from_avro, to_avro" in code
+    assert ('F.concat(F.lit(value_header("order_amounts-value", VALUE_SCHEMA)), '
+            'to_avro(F.struct("order_id", "amount"), VALUE_SCHEMA)).alias("value")') in code
+    assert "SCHEMA_REGISTRY_URL=url spark-submit" in code
+    from compat import avro as A
+    from compat.steps.sink import avro_schema
+
+    want = A.canonical(avro_schema(plan.sink, plan.info[plan.sink.inputs[0]]))
+    assert f"VALUE_SCHEMA = {want!r}" in code
+
+
+def test_the_exported_header_is_the_id_the_registry_gives(monkeypatch):
+    """The job's own registry call, run against the registry stand-in: the header is a
+    zero byte and the id, the schema registered under <topic>-value; without
+    SCHEMA_REGISTRY_URL the job stops saying so."""
+    import os
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.test_avro_wire import FakeRegistry
+
+    code = to_pyspark(load_plan(str(AVRO_OUT)))
+    tree = ast.parse(code)
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and
+             n.name == "value_header"]
+    scope: dict = {"os": os}
+    exec(compile(ast.Module([fn], []), "job.py", "exec"), scope)  # noqa: S102
+    # two schemas registered before: the id is the registry's, not a constant
+    FakeRegistry.schemas, FakeRegistry.subjects, FakeRegistry.calls = {1: "a", 2: "b"}, {}, []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SCHEMA_REGISTRY_URL",
+                           f"http://127.0.0.1:{srv.server_address[1]}/apis/ccompat/v7/")
+        schema = '{"type":"record","name":"o","fields":[]}'
+        assert scope["value_header"]("orders out-value", schema) == b"\x00\x00\x00\x00\x03"
+        assert FakeRegistry.subjects == {"orders%20out-value": [3]}
+        assert FakeRegistry.schemas[3] == schema
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    monkeypatch.delenv("SCHEMA_REGISTRY_URL")
+    with pytest.raises(RuntimeError, match="SCHEMA_REGISTRY_URL is not set"):
+        scope["value_header"]("orders-value", schema)

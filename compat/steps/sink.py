@@ -139,6 +139,24 @@ def avro_schema(node: Sink, info: NodeInfo) -> A.Schema:
                             avro_spec(node).schema, writing=True)
 
 
+def avro_key_schema(node: Sink, info: NodeInfo) -> A.Schema:
+    """The writer schema of an Avro sink's record keys (``avro.key``): a record of the
+    written key's columns (:func:`written_key`), named after the value's record with
+    ``Key`` (``shop.Order``: ``shop.OrderKey``), each column a union with null as in a
+    derived value schema."""
+    names = info.names or tuple(c[0] for c in info.columns)
+    types = {n.lower(): t for n, (_, t) in zip(names, info.columns)}
+    return A.columns_schema(avro_schema(node, info)["name"] + "Key",
+                            [(k, types[k.lower()], True) for k in written_key(node, info)],
+                            None, writing=True)
+
+
+def avro_key_subject(node: Sink, info: NodeInfo) -> str:
+    """The registry subject of the sink's Avro record keys."""
+    return A.subject_name(avro_spec(node).subject, node.topic,
+                          avro_key_schema(node, info)["name"], key=True)
+
+
 def _check_avro(node: Sink, ctx: InferContext, src: NodeInfo) -> None:
     if node.format != "avro":
         if node.avro is not None:
@@ -406,15 +424,28 @@ def _push_through(node: Sink, c: Conjunct, g: PushGraph) -> Targets | None:
 
 @export_step.register
 def _export(node: Sink, plan: Plan) -> Code | Refusal:
-    if node.format == "avro":
-        return Refusal(f"sink '{node.id}' writes Avro in the registry's wire format, whose "
-                       "schema id a job learns only by registering its schema: Spark's "
-                       "to_avro writes the body alone")
     info = plan.info[node.inputs[0]]
     names = info.names
+    avro = None
+    if node.format == "avro":
+        spec = avro_spec(node)
+        if spec.key:
+            return Refusal(f"sink '{node.id}' writes Avro record keys: a job writes its "
+                           "key as the JSON object of the key columns")
+        if spec.subject != "topic_name":
+            return Refusal(f"sink '{node.id}' names its subject by {spec.subject}: a job "
+                           "says its subject only to the registry, and imports back as "
+                           "topic_name (<topic>-value)")
+        avro = "VALUE_SCHEMA"  # the module's constant (compat.export writes it)
     key = list(written_key(node, info))
     windowed = window_column(info) is not None or bool(window_bounds(info))
-    if node.format == "string":
+    if avro is not None:
+        # What users write: the registry's header (the id their schema got, asked of the
+        # registry when the job starts) in front of to_avro's body.
+        value = (f"F.concat(F.lit(value_header({py(node.topic + '-value')}, {avro})), "
+                 f"to_avro(F.struct({', '.join(py(n) for n in names)}), {avro}))"
+                 '.alias("value")')
+    elif node.format == "string":
         value = f"F.col({py(names[0])}).cast(\"string\").alias(\"value\")"
     else:
         value = f"F.to_json(F.struct({', '.join(py(n) for n in names)}))" \

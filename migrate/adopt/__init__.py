@@ -6,7 +6,8 @@ Steps of an import:
 1. import the file and call ``FUNCTION(spark)`` (``migrate.adopt.job``); nothing starts;
 2. read the writer: its format must be ``kafka``; topic, output mode, query name;
 3. translate Spark's analyzed logical plan, node by node (``migrate.adopt.translate``);
-4. the sink: ``value`` = ``to_json(struct(...))`` names the output columns, ``key`` =
+4. the sink: ``value`` = ``to_json(struct(...))`` (or ``to_avro(struct(...), schema)``,
+   maybe after the registry's header: ``format: avro``) names the output columns, ``key`` =
    ``to_json(struct(...))`` the key columns;
 5. fill what Spark's plan does not say: source partitions (``--partitions``, else the
    broker the job names, else 1) and sink delivery (``--delivery``, else
@@ -28,7 +29,7 @@ from compat.model import Plan
 from compat.origins import with_origins
 from migrate.adopt.job import DEFAULT_FUNCTION, Job, call_line, read_source, run_job, split_target
 from migrate.adopt.origins import KEY as ORIGIN
-from migrate.adopt.translate import Out, Translator, _quote
+from migrate.adopt.translate import TO_AVRO, Out, Translator, _quote, avro_schema_text
 
 #: Spark's OutputMode objects -> the plan's sink mode
 MODES = {"append": "append", "update": "update", "complete": "complete"}
@@ -125,7 +126,7 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
         raise t.err("the written DataFrame must have a value column, and a key column "
                     "at most", line=call_line(job.source, "writeStream"),
                     expected="key, value", found=", ".join(sorted(items)) or "nothing")
-    fmt, columns = _value(t, items["value"], child)
+    fmt, columns, avro = _value(t, items["value"], child)
     key_columns = _key(t, items.get("key"), child, columns) if "key" in items else []
     inp = child.node
     in_order = [child.names[i] for i in child.order]
@@ -136,7 +137,7 @@ def translate_job(job: Job, *, partitions: int | None = None, delivery: str | No
     sink_mode = MODES.get(mode or "append", "append")
     t.add("out", {"step": "sink", "version": 1, "inputs": [inp], "topic": topic,
                   "format": fmt, "key_columns": key_columns, "mode": sink_mode,
-                  "delivery": delivery or "at_least_once"},
+                  "delivery": delivery or "at_least_once", **avro},
           origin=job.origins.sink if job.origins is not None else None)
     # Step 5: what the analyzed plan does not say.
     for nid, sopts in t.sources.items():
@@ -221,20 +222,46 @@ def _struct_fields(t: Translator, e: Any, child: Out, what: str) -> list[tuple[s
     return list(zip(names, t.items(s.valExprs())))
 
 
-def _value(t: Translator, item: Any, child: Out) -> tuple[str, list[dict[str, str]]]:
+def _value(t: Translator, item: Any, child: Out
+           ) -> tuple[str, list[dict[str, str]], dict[str, Any]]:
+    """The sink's format, its columns and (Avro) its ``avro`` field."""
     e = item.child() if t.cls(item) == "Alias" else item
     fields = _struct_fields(t, e, child, "value")
     if fields:
-        return "json", [{"name": n, "expr": t.sql(v, child.names)} for n, v in fields]
+        return "json", [{"name": n, "expr": t.sql(v, child.names)} for n, v in fields], {}
+    avro = _to_avro(t, e)
+    if avro is not None:
+        s = avro.children().apply(0)
+        if t.cls(s) != "CreateNamedStruct":
+            raise t.err("the value must be to_avro(struct(...))",
+                        line=call_line(t.job.source, "to_avro"),
+                        expected="to_avro(struct(col, ...), schema)",
+                        found=str(s.sql())[:200])
+        names = [str(n.value()) if t.cls(n) == "Literal" else str(n.sql())
+                 for n in t.items(s.nameExprs())]
+        schema = avro_schema_text(avro)
+        return "avro", [{"name": n, "expr": t.sql(v, child.names)}
+                        for n, v in zip(names, t.items(s.valExprs()))], \
+            {"avro": {"schema": schema}} if schema else {}
     if t.cls(e) == "Cast" and str(e.dataType().simpleString()) == "string" or \
             str(e.dataType().simpleString()) == "string":
         inner = e.child() if t.cls(e) == "Cast" else e
         name = t.attr_name(inner, child.names) or "value"
-        return "string", [{"name": name, "expr": t.sql(inner, child.names)}]
+        return "string", [{"name": name, "expr": t.sql(inner, child.names)}], {}
     raise t.err("the value must be to_json(struct(...)) or a string",
                 line=call_line(t.job.source, "to_json"),
                 expected="to_json(struct(col, ...)).alias('value')",
                 found=str(item.sql())[:200])
+
+
+def _to_avro(t: Translator, e: Any) -> Any:
+    """The to_avro expression of a value ``to_avro(...)`` or ``concat(header, to_avro(...))``
+    (the registry's header put in front by the job: Theseus's sink writes its own), or
+    None."""
+    if t.cls(e) == "Concat":
+        parts = t.children(e)
+        e = parts[-1] if len(parts) == 2 else e
+    return e if t.cls(e) in TO_AVRO else None
 
 
 def _key(t: Translator, item: Any, child: Out, columns: list[dict[str, str]]) -> list[str]:

@@ -8,6 +8,7 @@ Importing runs the job's module (as its own tests would); every way it can fail 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import os
 import sys
@@ -68,13 +69,17 @@ def spark_session() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from migrate.adopt.jars import connector_jars
+    from migrate.adopt.jars import avro_jars, connector_jars
 
     active = SparkSession.getActiveSession()
     if active is not None and _has_kafka(active):
         _SESSION = active
         return active
     jars = connector_jars()
+    with contextlib.suppress(JobError):
+        # from_avro/to_avro need spark-avro; without it a job that does not use them
+        # still imports (one that does fails naming the missing jar)
+        jars += avro_jars()
     try:
         _SESSION = _start(SparkSession, jars)
     except JobError:

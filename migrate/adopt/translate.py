@@ -35,6 +35,11 @@ from migrate.adopt.origins import Origin
 JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right",
               "FullOuter": "full", "LeftSemi": "left_semi", "LeftAnti": "left_anti"}
 
+#: Spark's from_avro and to_avro: the DataFrame API's expressions (spark-avro) and the SQL
+#: functions' (Spark 4, replaced by the former when the query is planned)
+FROM_AVRO = ("AvroDataToCatalyst", "FromAvro")
+TO_AVRO = ("CatalystDataToAvro", "ToAvro")
+
 #: the one batch read a plan expresses: a compacted topic's latest record per key
 LATEST_IDIOM = ("spark.read.format('kafka')...load().withColumn('rn', row_number().over("
                 "Window.partitionBy('key').orderBy(col('offset').desc())))"
@@ -517,6 +522,8 @@ class Translator:
             if not self._is_value_string(e.child(), raw):
                 raise self._raw_columns(items, raw)
             return self._json(items[0], raw)
+        if c in FROM_AVRO:
+            return self._avro(items[0], raw)
         if self._is_value_string(e, raw):
             name = str(items[0].name())
             node["format"] = "string"
@@ -544,6 +551,49 @@ class Translator:
                           for f in fields]
         node["format"] = "json"
         return Out(raw.node, {}, [], parsed=self.eid(item.toAttribute()))
+
+    def _avro(self, item: Any, raw: _Raw) -> Out:
+        """``from_avro(value, schema)``, or over ``substring(value, 6, ...)`` (the registry's
+        5-byte header cut off, as users must: Spark's from_avro reads bare bodies): the
+        source reads Avro in the registry's wire format with ``schema`` as its reader
+        schema."""
+        node = self.nodes[raw.node]
+        e = item.child()
+        line = call_line(self.job.source, "from_avro")
+        body = e.children().apply(0)
+        if not self._is_value(body, raw):
+            raise self.err("from_avro must read the record value, whole or without the "
+                           "registry's 5-byte header", line=line,
+                           expected="from_avro(col('value'), schema) or from_avro("
+                           "expr('substring(value, 6, length(value) - 5)'), schema)",
+                           found=str(body.sql())[:200])
+        opts = avro_options(self, e)
+        if opts:
+            raise self.err("from_avro options cannot be expressed in a plan (a record that "
+                           "does not decode fails the query)", line=line,
+                           expected="from_avro(value, schema)", found=str(opts))
+        schema = avro_schema_text(e)
+        if schema is None:
+            raise self.err("from_avro needs the reader schema as a string", line=line,
+                           expected="from_avro(value, schema_json)", found=str(e.sql())[:200])
+        dt = e.dataType()
+        if self.cls(dt) != "StructType":
+            raise self.err("from_avro must read an Avro record", line=line,
+                           expected="a record schema", found=str(dt.simpleString()))
+        node["schema"] = [{"name": str(f.name()), "type": str(f.dataType().simpleString())}
+                          for f in dt.fields()]
+        node["format"] = "avro"
+        node["avro"] = {"schema": schema}
+        return Out(raw.node, {}, [], parsed=self.eid(item.toAttribute()))
+
+    def _is_value(self, e: Any, raw: _Raw) -> bool:
+        """``value``, or ``substring(value, 6[, n])``: the wire format's body."""
+        if self.cls(e) == "Substring":
+            pos = e.children().apply(1)
+            if self.cls(pos) != "Literal" or str(pos.value()) != "6":
+                return False
+            e = e.children().apply(0)
+        return self.cls(e) == "AttributeReference" and self.eid(e) == raw.cols.get("value")
 
     def _is_value_string(self, e: Any, raw: _Raw) -> bool:
         if self.cls(e) != "Cast" or str(e.dataType().simpleString()) != "string":
@@ -1031,3 +1081,35 @@ def _quote(name: str) -> str:
 
 
 __all__ = ["Translator", "duration"]
+
+
+def avro_schema_text(e: Any) -> str | None:
+    """The JSON schema a from_avro/to_avro expression was given, or None: a ``String`` or
+    ``Option[String]`` field (spark-avro's expressions) or a string literal child (the SQL
+    functions')."""
+    v = e.jsonFormatSchema()
+    if isinstance(v, str):
+        return v
+    cls = str(v.getClass().getSimpleName())
+    if cls in ("Some", "None$"):
+        return str(v.get()) if v.isDefined() else None
+    if cls == "Literal":
+        return None if v.value() is None else str(v.value())
+    return None
+
+
+def avro_options(t: Translator, e: Any) -> dict[str, str]:
+    """The options a from_avro expression was given (empty: none)."""
+    try:
+        opts = e.options()
+    except Exception:  # noqa: BLE001 - to_avro and older expressions have none
+        return {}
+    if t.cls(opts) == "CreateMap" and not t.children(opts):
+        return {}
+    if t.cls(opts) == "Literal":  # the SQL function's map literal (null or empty: none)
+        return {} if opts.value() is None or "map()" in str(opts.sql()).lower() \
+            else {"options": str(opts.sql())}
+    try:
+        return t.scala_map(opts)
+    except Exception:  # noqa: BLE001 - an expression building the map
+        return {"options": str(opts.sql())}

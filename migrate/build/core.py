@@ -156,18 +156,32 @@ class Builder:
 
         return lambda: retired(store, query)
 
-    def _avro_encode(self) -> Any:
-        """An Avro sink's encoder: its schema registered (or found) under its subject now,
-        before the query writes (None for JSON and string sinks)."""
+    def _avro_encode(self, key: bool = False) -> Any:
+        """An Avro sink's encoder of its values (``key``: of its record keys, with
+        ``avro.key``): its schema registered (or found) under its subject now, before the
+        query writes (None for JSON and string sinks, and for JSON keys)."""
         sink = self.plan.sink
-        if sink.format != "avro":
+        if sink.format != "avro" or (key and not (sink.avro and sink.avro.key)):
             return None
         from compat import avro as A
         from compat.registry import RegistryClient, RegistryError
-        from compat.steps.sink import avro_schema, avro_subject
+        from compat.steps.sink import (
+            avro_key_schema,
+            avro_key_subject,
+            avro_schema,
+            avro_subject,
+        )
         from gates.avro import JsonToAvro
 
         info = self.plan.info[sink.id]
+        if key and self.opts.reconciler is not None:
+            # the reconciliation matches the output's keys read back against the new
+            # plan's JSON keys: Avro keys would never match
+            raise RuntimeFailure("a reconciling migration cannot yet correct an output "
+                                 "whose record keys are Avro", file=self.plan.file,
+                                 node=sink.id, pointer=self.plan.pointer(sink.id, "avro/key"),
+                                 expected="avro.key false, or a migration without "
+                                 "reconciliation", found="avro.key true")
         client = RegistryClient.configured(None, self.opts.registry())
         if client is None:
             raise RuntimeFailure(f"sink '{sink.id}' writes Avro, and no schema registry is "
@@ -175,9 +189,10 @@ class Builder:
                                  pointer=self.plan.pointer(sink.id, "format"),
                                  expected="SCHEMA_REGISTRY_URL, or schema.registry.url in "
                                  "--kafka-config", found="neither")
-        subject = avro_subject(sink, info)
+        subject = (avro_key_subject if key else avro_subject)(sink, info)
+        schema = (avro_key_schema if key else avro_schema)(sink, info)
         try:
-            return JsonToAvro(subject, A.canonical(avro_schema(sink, info)), client)
+            return JsonToAvro(subject, A.canonical(schema), client)
         except RegistryError as e:
             raise RuntimeFailure(f"cannot register the output's schema under subject "
                                  f"'{subject}': {e.message}", file=self.plan.file,
@@ -198,7 +213,8 @@ class Builder:
                              sink.delivery, start_gate=self.opts.start_gate,
                              shadow_topic=self.opts.shadow_topic, on_done=self._on_done(),
                              retired=self._retired(), reconciler=self.opts.reconciler,
-                             producer_config=self.opts.kafka(), encode=self._avro_encode())
+                             producer_config=self.opts.kafka(), encode=self._avro_encode(),
+                             encode_key=self._avro_encode(key=True))
         # A changelog's rows are all appended (signed: migrate.build.changelog); Spark
         # chains its stateful operators only in append mode.
         mode = "append" if self.plan.info[sink.id].changelog else sink.mode

@@ -21,11 +21,6 @@ def _avro_options(node: Source, b: Builder) -> dict[str, str]:
     from compat.registry import PREFIX, RegistryClient
     from compat.steps.source import avro_schema, avro_spec
 
-    if avro_spec(node).key:
-        raise RuntimeFailure("this Theseus checks plans whose record keys are Avro but does "
-                             "not run them yet", file=b.plan.file, node=node.id,
-                             pointer=b.plan.pointer(node.id, "avro/key"),
-                             expected="avro.key false (keys as JSON)", found="true")
     settings = b.opts.registry()
     client = RegistryClient.configured(None, settings)
     if client is None:
@@ -35,6 +30,8 @@ def _avro_options(node: Source, b: Builder) -> dict[str, str]:
                              expected="SCHEMA_REGISTRY_URL, or schema.registry.url in "
                              "--kafka-config", found="neither")
     out = {"avroSchema": A.canonical(avro_schema(node)), "registry": client.url}
+    if avro_spec(node).key:
+        out["avroKey"] = "true"
     out.update({f"registry.{k[len(PREFIX):]}": v for k, v in settings.items()
                 if k != PREFIX + "url"})
     return out

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -380,9 +381,12 @@ def spark():
     try:
         # Spark's own Kafka connector, for the tests that run PySpark jobs as users wrote
         # them (plan import, faithfulness): fetched once by mvn, cached.
-        from migrate.adopt.jars import connector_jars
+        from migrate.adopt.jars import avro_jars, connector_jars
 
-        builder = builder.config("spark.jars", ",".join(connector_jars()))
+        jars = connector_jars()
+        with contextlib.suppress(Exception):  # from_avro/to_avro jobs only
+            jars += avro_jars()
+        builder = builder.config("spark.jars", ",".join(jars))
     except Exception:  # no mvn, no network: those tests skip (kafka_connector fixture)
         pass
     s = (builder.master("local[2]").appName("theseus-it")

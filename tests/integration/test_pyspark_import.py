@@ -235,6 +235,11 @@ def _export_cases():
     for p in sorted((ROOT / "fixtures").rglob("*.json")):
         if p.name not in ("plan.json", "old.json", "new.json") or "fleets" in p.parts:
             continue
+        if p.parent.parent.name == "avro":
+            # the Avro check cases have no config (a job sets 200 shuffle partitions) and
+            # identity projections (an import drops them): not what a round trip proves;
+            # test_avro_import round-trips fixtures/pyspark_avro
+            continue
         try:
             plan = load_plan(str(p))
         except Exception:
@@ -247,8 +252,26 @@ def _export_cases():
 EXPORTABLE = _export_cases()
 
 
+@pytest.fixture
+def registry_stand_in(monkeypatch):
+    """An Avro output's job asks a registry for its schema's id when it is built: the
+    stand-in of tests/test_avro_wire answers."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.test_avro_wire import FakeRegistry
+
+    FakeRegistry.schemas, FakeRegistry.subjects = {}, {}
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", f"http://127.0.0.1:{srv.server_address[1]}")
+    yield
+    srv.shutdown()
+    srv.server_close()
+
+
 def test_export_round_trip_over_every_exportable_fixture_plan(kafka_connector, tmp_path,
-                                                              monkeypatch):
+                                                              monkeypatch, registry_stand_in):
     monkeypatch.setenv("KAFKA_BOOTSTRAP", "127.0.0.1:1")
     assert len(EXPORTABLE) >= 20
     failures = []
