@@ -110,22 +110,10 @@ def out_schema(src: str) -> str:
 
 
 def run_theseus(spark, bs: str, src: str, delivery: str, tmp: Path) -> tuple[float, str]:
-    from bench.run_speed import make_topic
-    from compat.infer import analyze
-    from compat.serde import from_doc
-    from migrate.build import Builder, BuildOptions
+    from bench.run_speed import make_topic, run_plan
 
     out = make_topic(bs, f"bench-avro-out-{uuid.uuid4().hex[:8]}")
-    plan = from_doc(plan_doc(src, out, delivery))
-    analyze(plan)
-    opts = BuildOptions(bootstrap=bs, query=plan.query, available_now=True,
-                        checkpoint=str(tmp / plan.query), max_records_per_batch=200_000)
-    t = time.perf_counter()
-    q = Builder(spark, plan, opts).start()
-    q.awaitTermination()
-    elapsed = time.perf_counter() - t
-    assert q.exception() is None, q.exception()
-    return elapsed, out
+    return run_plan(spark, bs, plan_doc(src, out, delivery), tmp), out
 
 
 def run_connector(spark, bs: str, src: str, tmp: Path, client) -> tuple[float, str]:
