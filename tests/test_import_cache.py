@@ -115,6 +115,29 @@ def test_key_holds_job_bytes_name_function_options_versions_and_env(monkeypatch)
     monkeypatch.setattr(cache, "_TOOL", None)
 
 
+def test_key_holds_the_sources_of_compat_the_translation_goes_through(monkeypatch, tmp_path):
+    # the plan model, inference and serde shape an import's document as much as the
+    # importer does: a checkout edited there must miss the cache, not serve a stale plan
+    names = {str(f.relative_to(cache._COMPAT.parent)) for f in cache.tool_files()
+             if cache._COMPAT in f.parents}
+    assert {"compat/model.py", "compat/infer.py", "compat/serde.py"} <= names
+    assert any(n.startswith("compat/schemas/") and n.endswith(".json") for n in names)
+    fake = tmp_path / "compat"
+    (fake / "steps").mkdir(parents=True)
+    (fake / "model.py").write_text("A = 1\n")
+    (fake / "steps" / "join.py").write_text("B = 1\n")
+    monkeypatch.setattr(cache, "_COMPAT", fake)
+    monkeypatch.setattr(cache, "_TOOL", None)
+    base = cache.job_key(JOB.encode(), "build", {"name": "job.py"})
+    (fake / "steps" / "join.py").write_text("B = 2\n")
+    monkeypatch.setattr(cache, "_TOOL", None)
+    assert cache.job_key(JOB.encode(), "build", {"name": "job.py"}) != base
+    (fake / "steps" / "join.py").write_text("B = 1\n")
+    monkeypatch.setattr(cache, "_TOOL", None)
+    assert cache.job_key(JOB.encode(), "build", {"name": "job.py"}) == base
+    monkeypatch.setattr(cache, "_TOOL", None)
+
+
 def test_env_names_are_read_from_the_text():
     text = b'os.environ.get("A", "x") + os.getenv(\'B\') + os.environ["C"] + environ.get(D)'
     assert cache.env_names(text) == ["A", "B", "C"]

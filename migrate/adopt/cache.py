@@ -5,8 +5,9 @@ The key of an entry holds everything the document is made of that can be read wi
 running the job:
 
 - the job file's bytes, the function called and the import's options;
-- the PySpark and Theseus versions, and the bytes of the importer itself (a translator
-  edited in a checkout changes what an import gives without changing the version);
+- the PySpark and Theseus versions, and the bytes of the importer itself and of ``compat/``
+  (the plan model, inference and serde the translation goes through): a checkout edited
+  there changes what an import gives without changing the version;
 - the values of the environment variables the job's text names (``os.environ.get("X")``,
   ``os.getenv("X")``, ``os.environ["X"]``): the fixtures' jobs take their topic prefix and
   broker from there.
@@ -40,11 +41,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import compat
+
 #: bumped when an entry's layout changes: older entries are then simply never found
 LAYOUT = 1
 _ENV = re.compile(r"""(?:environ\.get|getenv|environ\.setdefault)\(\s*['"]([^'"]+)['"]"""
                   r"""|environ\[\s*['"]([^'"]+)['"]\s*\]""")
 _IMPORTER = Path(__file__).resolve().parent
+_COMPAT = Path(compat.__file__).resolve().parent
 
 
 def cache_dir() -> Path:
@@ -70,16 +74,26 @@ _TOOL: str | None = None
 
 
 def tool_digest() -> str:
-    """PySpark's and Theseus' versions and the importer's own source, as one digest
-    (computed once per process)."""
+    """PySpark's and Theseus' versions and the importer's and ``compat/``'s sources, as one
+    digest (computed once per process)."""
     global _TOOL
     if _TOOL is None:
         h = hashlib.sha256(f"layout {LAYOUT}\0pyspark {_version('pyspark')}\0"
                            f"theseus {_version('theseus')}\0".encode())
-        for f in sorted(_IMPORTER.glob("*.py")):
-            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        for f in tool_files():
+            name = f.relative_to(f.parent if f.parent == _IMPORTER else _COMPAT.parent)
+            h.update(str(name).encode() + b"\0" + f.read_bytes() + b"\0")
         _TOOL = h.hexdigest()
     return _TOOL
+
+
+def tool_files() -> list[Path]:
+    """The sources an import's document is made by: the importer's modules, and
+    ``compat/``'s modules and data (its JSON schemas and function list)."""
+    own = sorted(_IMPORTER.glob("*.py"))
+    model = sorted(f for f in _COMPAT.rglob("*") if f.suffix in (".py", ".json")
+                   and "__pycache__" not in f.parts)
+    return own + model
 
 
 def env_names(text: bytes) -> list[str]:
