@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from compat.check import is_job, load_plan
@@ -86,10 +88,16 @@ def test_job_files_are_plans_for_check_and_the_hooks():
                          "jobs/x.py")
     assert not _is_plan_text(b"def sink(df):\n    return df.writeStream\n", "jobs/h.py")
     assert not _is_plan_text(b"SCHEMA = 'a string'", "jobs/schemas.py")
-    hook = (ROOT / ".pre-commit-hooks.yaml").read_text()
-    files = re.search(r"files: (\S+)", hook).group(1)
-    for name in ("a.json", "b.sql", "jobs/c.py"):
-        assert re.search(files, name), name
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    plans, jobs = hooks["theseus-check"], hooks["theseus-check-jobs"]
+    assert all(re.search(plans["files"], n) for n in ("a.json", "b.sql"))
+    assert not re.search(plans["files"], "jobs/c.py")  # its environment has no Spark
+    assert re.search(jobs["files"], "jobs/c.py") and not re.search(jobs["files"], "a.json")
+    # the jobs hook's environment is the runtime extra, kept equal to pyproject's
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["runtime"]
+    assert sorted(jobs["additional_dependencies"]) == sorted(extra)
+    assert plans["entry"] == jobs["entry"]
     action = (ROOT / "action.yml").read_text()
     assert "*.py" in action and "setup-java" in action
 
