@@ -118,3 +118,42 @@ def test_a_null_in_a_field_that_is_not_nullable_fails(registry):  # noqa: F811
     rows = enc.arrow({"id": "bigint"})
     with pytest.raises(TypeError):
         rows(pa.table({"id": pa.array([1, None], type=pa.int64())}))
+
+
+def test_the_gated_source_builds_its_batch_from_the_rows_as_one_struct_array(
+        registry, monkeypatch):  # noqa: F811
+    """Avro rows to Arrow in one conversion (gates.source._ArrowBuilder.from_avro): the
+    batch a list per column made, nulls, nested records and non-null columns kept."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import types as S
+
+    from compat import avro as A
+    from gates.source import SourceOptions, _ArrowBuilder
+
+    cols = [("id", "bigint", False), ("name", "string", True), ("ts", "timestamp", True),
+            ("price", "decimal(10,2)", True), ("tags", "array<string>", True),
+            ("pos", "struct<x:double,y:double>", True)]
+    schema = A.canonical(A.parse(A.record_doc("shop.R", cols)))
+    opts = SourceOptions.parse({"bootstrap": "b:1", "topic": "t", "format": "avro",
+                                "schema": ", ".join(f"`{n}` {t}" for n, t, _ in cols),
+                                "avroSchema": schema, "registry": registry})
+    xy = S.StructType([S.StructField("x", S.DoubleType()), S.StructField("y", S.DoubleType())])
+    builder = _ArrowBuilder(S.StructType([
+        S.StructField("id", S.LongType(), False), S.StructField("name", S.StringType()),
+        S.StructField("ts", S.TimestampType()), S.StructField("price", S.DecimalType(10, 2)),
+        S.StructField("tags", S.ArrayType(S.StringType())), S.StructField("pos", xy)]),
+        "avro", opts)
+    docs = [{"id": i, "name": f"n{i}" if i % 3 else None,
+             "ts": dt.datetime(2026, 1, 2, 3, 4, i, tzinfo=UTC),
+             "price": decimal.Decimal(f"{i}.25"), "tags": ["a", None][: i % 3],
+             "pos": {"x": i / 2, "y": None} if i % 2 else None} for i in range(50)]
+    by_column = pa.RecordBatch.from_arrays(
+        [pa.array([d.get(f.name) for d in docs], type=f.type) for f in builder.pa_schema],
+        schema=builder.pa_schema)
+    calls = []
+    real = pa.array
+    monkeypatch.setattr(pa, "array", lambda *a, **kw: calls.append(kw.get("type")) or
+                        real(*a, **kw))
+    batch = builder.from_avro(docs)
+    assert calls == [builder.pa_struct]  # one conversion, not one per column
+    assert batch.schema == builder.pa_schema and batch.equals(by_column)
