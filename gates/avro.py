@@ -31,6 +31,7 @@ from compat.registry import RegistryClient, RegistryError
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")
+_SCHEMA_ID = struct.Struct(">I").unpack_from
 
 
 def frame(schema_id: int, body: bytes) -> bytes:
@@ -86,17 +87,23 @@ class AvroDecoder:
         return w
 
     def decode(self, value: bytes, partition: int, offset: int) -> dict:
+        if len(value) < HEADER.size or value[0] != MAGIC:
+            try:
+                unframe(value)
+            except ValueError as e:
+                raise SourceError("the record is not in the schema registry's wire format",
+                                  topic=self.topic, partition=partition,
+                                  expected="a zero byte, a 4-byte schema id, the Avro body",
+                                  found=f"offset {offset}: {e} "
+                                  f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
+        # read in place, past the header: no slice of the body, no second call per record
+        # (a quarter of the decoding time of a record of a few fields)
+        sid = _SCHEMA_ID(value, 1)[0]
+        w = self.writers.get(sid)
+        writer, reader = w if w is not None else self.writer(sid, partition, offset)
+        buf = io.BytesIO(value)
+        buf.seek(HEADER.size)
         try:
-            sid, body = unframe(value)
-        except ValueError as e:
-            raise SourceError("the record is not in the schema registry's wire format",
-                              topic=self.topic, partition=partition,
-                              expected="a zero byte, a 4-byte schema id, the Avro body",
-                              found=f"offset {offset}: {e} "
-                              f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
-        writer, reader = self.writer(sid, partition, offset)
-        try:
-            buf = io.BytesIO(body)
             doc = self.fastavro.schemaless_reader(buf, writer, reader)
         except Exception as e:  # fastavro raises whatever its decoder meets
             raise SourceError(f"the record's Avro body does not decode with schema id {sid}",
@@ -104,11 +111,11 @@ class AvroDecoder:
                               expected="an Avro body of the writer schema, resolvable by "
                               "the plan's reader schema",
                               found=f"offset {offset}: {type(e).__name__}: {e}") from None
-        if buf.tell() != len(body):
+        if buf.tell() != len(value):
             raise SourceError(f"the record's Avro body is longer than schema id {sid} says",
                               topic=self.topic, partition=partition,
-                              expected=f"{buf.tell()} bytes",
-                              found=f"offset {offset}: {len(body)} bytes")
+                              expected=f"{buf.tell() - HEADER.size} bytes",
+                              found=f"offset {offset}: {len(value) - HEADER.size} bytes")
         return doc
 
 
