@@ -7,6 +7,8 @@ import pytest
 
 from tests.integration.test_avro_registry import schema_registry  # noqa: F401 - a fixture
 
+pytestmark = pytest.mark.integration
+
 ROWS = """
 SELECT * FROM VALUES
   (1L, 3, 'a', 1.5D, CAST(0.1 AS FLOAT), TIMESTAMP'2026-01-02 03:04:05.000006',
