@@ -32,6 +32,8 @@ WRITER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "order_id", "type": "string"}, {"name": "amount", "type": "double"},
     {"name": "qty", "type": "int"}, {"name": "region", "type": "string"}]}
 PREDICATE = "region <> 'test' AND amount > 10"
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+CONNECTOR = "Spark's connector + from_avro/to_avro"
 
 
 def registry() -> str:
@@ -216,28 +218,35 @@ def main() -> int:
     # warm-up (JIT, Python workers, fastavro) on both paths, not measured
     run_theseus(spark, bs, src, "at_least_once", tmp)
     run_connector(spark, bs, src, tmp, client)
-    runs: dict[str, dict] = {}
-    for name, fn in (("theseus, at least once",
-                      lambda: run_theseus(spark, bs, src, "at_least_once", tmp)),
-                     ("theseus, exactly once",
-                      lambda: run_theseus(spark, bs, src, "exactly_once", tmp)),
-                     ("Spark's connector + from_avro/to_avro",
-                      lambda: run_connector(spark, bs, src, tmp, client))):
-        elapsed, out = fn()
-        written, digest = verify(bs, out, client, kept)
-        runs[name] = {"seconds": round(elapsed, 2), "rows_per_s": round(ROWS / elapsed),
-                      "rows_written": written, "digest": digest}
-        print(name, runs[name], flush=True)
-    digests = {r["digest"] for r in runs.values()}
+    paths = (("theseus, at least once",
+              lambda: run_theseus(spark, bs, src, "at_least_once", tmp)),
+             ("theseus, exactly once",
+              lambda: run_theseus(spark, bs, src, "exactly_once", tmp)),
+             (CONNECTOR, lambda: run_connector(spark, bs, src, tmp, client)))
+    # Rounds of the three paths in turn: on a shared machine one run says little, so
+    # every run is reported with the load average it started under.
+    runs: list[dict] = []
+    for rnd in range(1, ROUNDS + 1):
+        for name, fn in paths:
+            load = os.getloadavg()[0]
+            elapsed, out = fn()
+            written, digest = verify(bs, out, client, kept)
+            runs.append({"round": rnd, "path": name, "load": round(load, 2),
+                         "seconds": round(elapsed, 2), "rows_per_s": round(ROWS / elapsed),
+                         "rows_written": written, "digest": digest})
+            print(runs[-1], flush=True)
+    digests = {r["digest"] for r in runs}
     assert len(digests) == 1, f"the paths wrote different rows: {runs}"
-    base = runs["Spark's connector + from_avro/to_avro"]["rows_per_s"]
-    write(runs, base, spark.version, [Path(j).name for j in jars], kept)
+    write(runs, spark.version, [Path(j).name for j in jars], kept)
     spark.stop()
     return 0
 
 
-def write(runs: dict, base: int, spark_version: str, jars: list[str], kept: int) -> None:
+def write(runs: list[dict], spark_version: str, jars: list[str], kept: int) -> None:
+    import statistics
+
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    base = {r["round"]: r["rows_per_s"] for r in runs if r["path"] == CONNECTOR}
     lines = [
         "# Avro topics: the gated source and sink against Spark's connector and spark-avro",
         "",
@@ -248,14 +257,24 @@ def write(runs: dict, base: int, spark_version: str, jars: list[str], kept: int)
         f"on 3 partitions; the query keeps `{PREDICATE}` ({kept} rows) and projects 3 "
         "columns into an Avro output. Each path reads the whole topic (availableNow, "
         "200 000 records per batch) after one unmeasured warm-up run; its output is read "
-        "back through the registry and compared: every path wrote the same rows.",
+        "back through the registry and compared: every path wrote the same rows. "
+        f"{ROUNDS} rounds of the three paths in turn, every run below with the 1-minute "
+        "load average it started under (the machine is shared); × connector is against "
+        "the connector's run of the same round.",
         "",
-        "| path | seconds | input rows/s | × connector | rows written |",
-        "|---|---|---|---|---|",
+        "| round | path | load | seconds | input rows/s | × connector | rows written |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, r in runs.items():
-        lines.append(f"| {name} | {r['seconds']} | {r['rows_per_s']:,} | "
-                     f"{r['rows_per_s'] / base:.2f} | {r['rows_written']} |")
+    for r in runs:
+        lines.append(f"| {r['round']} | {r['path']} | {r['load']} | {r['seconds']} | "
+                     f"{r['rows_per_s']:,} | {r['rows_per_s'] / base[r['round']]:.2f} | "
+                     f"{r['rows_written']} |")
+    lines += ["", "Median over the rounds:", "",
+              "| path | input rows/s | × connector |", "|---|---|---|"]
+    conn = statistics.median(base.values())
+    for name in dict.fromkeys(r["path"] for r in runs):
+        med = statistics.median(r["rows_per_s"] for r in runs if r["path"] == name)
+        lines.append(f"| {name} | {round(med):,} | {med / conn:.2f} |")
     lines += [
         "",
         "Goal (issue 30 item 5): at least 1x. The connector's query is what users write "

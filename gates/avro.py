@@ -22,7 +22,7 @@ import decimal
 import io
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from compat import avro as A
@@ -31,6 +31,7 @@ from compat.registry import RegistryClient, RegistryError
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")
+_SCHEMA_ID = struct.Struct(">I").unpack_from
 
 
 def frame(schema_id: int, body: bytes) -> bytes:
@@ -86,17 +87,23 @@ class AvroDecoder:
         return w
 
     def decode(self, value: bytes, partition: int, offset: int) -> dict:
+        if len(value) < HEADER.size or value[0] != MAGIC:
+            try:
+                unframe(value)
+            except ValueError as e:
+                raise SourceError("the record is not in the schema registry's wire format",
+                                  topic=self.topic, partition=partition,
+                                  expected="a zero byte, a 4-byte schema id, the Avro body",
+                                  found=f"offset {offset}: {e} "
+                                  f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
+        # read in place, past the header: no slice of the body, no second call per record
+        # (a quarter of the decoding time of a record of a few fields)
+        sid = _SCHEMA_ID(value, 1)[0]
+        w = self.writers.get(sid)
+        writer, reader = w if w is not None else self.writer(sid, partition, offset)
+        buf = io.BytesIO(value)
+        buf.seek(HEADER.size)
         try:
-            sid, body = unframe(value)
-        except ValueError as e:
-            raise SourceError("the record is not in the schema registry's wire format",
-                              topic=self.topic, partition=partition,
-                              expected="a zero byte, a 4-byte schema id, the Avro body",
-                              found=f"offset {offset}: {e} "
-                              f"(first bytes {bytes(value[:5]).hex() or 'none'})") from None
-        writer, reader = self.writer(sid, partition, offset)
-        try:
-            buf = io.BytesIO(body)
             doc = self.fastavro.schemaless_reader(buf, writer, reader)
         except Exception as e:  # fastavro raises whatever its decoder meets
             raise SourceError(f"the record's Avro body does not decode with schema id {sid}",
@@ -104,11 +111,11 @@ class AvroDecoder:
                               expected="an Avro body of the writer schema, resolvable by "
                               "the plan's reader schema",
                               found=f"offset {offset}: {type(e).__name__}: {e}") from None
-        if buf.tell() != len(body):
+        if buf.tell() != len(value):
             raise SourceError(f"the record's Avro body is longer than schema id {sid} says",
                               topic=self.topic, partition=partition,
-                              expected=f"{buf.tell()} bytes",
-                              found=f"offset {offset}: {len(body)} bytes")
+                              expected=f"{buf.tell() - HEADER.size} bytes",
+                              found=f"offset {offset}: {len(value) - HEADER.size} bytes")
         return doc
 
 
@@ -234,3 +241,172 @@ class JsonToAvro:
             return value
         doc = json.loads(value)
         return self.encoder.encode(doc if self.convert is None else self.convert(doc))
+
+    def arrow(self, columns: Mapping[str, str]) -> ArrowRows | None:
+        """The encoder of a batch's Arrow rows with these columns (names and Spark types),
+        or None where the batch must take the JSON path (a pair of types ArrowRows does
+        not write)."""
+        try:
+            return ArrowRows(self.schema_id, self.schema, columns)
+        except ValueError:
+            return None
+
+
+# ---------------------------------------------------------------- from Arrow, column at a time
+#
+# The gated sink's batch comes out of Spark as Arrow.  Going through Spark's ``to_json`` and
+# ``json.loads`` to feed fastavro a dict per row cost most of the sink's time
+# (bench/results/avro.md).  A record's Avro body is its fields' encodings one after the other,
+# so each column is encoded on its own, in one pass over its values, and each row's body is
+# the join of its columns' pieces.  Only the pairs of Spark type and Avro type below are
+# encoded so; for those the bytes are the ones fastavro writes from the JSON walk
+# (tests/test_avro_arrow.py compares them), any other schema keeps the JSON path.
+
+_ZZ_SMALL = 1 << 13
+_VARINTS: list[bytes] = []
+
+
+def _varint(z: int) -> bytes:
+    """Avro's variable-length encoding of a zigzagged (non-negative) integer."""
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_VARINTS.extend(_varint(z) for z in range(2 * _ZZ_SMALL))
+
+
+def _long(n: int) -> bytes:
+    """An Avro int or long."""
+    if 0 <= n < _ZZ_SMALL:
+        return _VARINTS[n << 1]
+    return _varint((n << 1) ^ (n >> 63))
+
+
+def _string(v: str) -> bytes:
+    b = v.encode()
+    n = len(b)
+    return (_VARINTS[n << 1] if n < _ZZ_SMALL else _long(n)) + b
+
+
+def _bytes(v: bytes) -> bytes:
+    n = len(v)
+    return (_VARINTS[n << 1] if n < _ZZ_SMALL else _long(n)) + bytes(v)
+
+
+def _boolean(v: bool) -> bytes:
+    if type(v) is not bool:
+        raise TypeError(f"{v!r} is not a boolean")
+    return b"\x01" if v else b"\x00"
+
+
+_FLOAT = struct.Struct("<f").pack
+_DOUBLE = struct.Struct("<d").pack
+_INT_TYPES = {"tinyint", "smallint", "int"}
+_LONG_TYPES = _INT_TYPES | {"bigint"}
+
+
+def _value_encoder(s: Any, spark: str) -> tuple[Any, Callable[[Any], bytes]] | None:
+    """``(arrow type to cast the column to or None, value -> bytes)`` for a non-null Avro
+    type ``s`` fed from a Spark column of type ``spark`` (its ``simpleString``), or None
+    when the pair is not one this path writes."""
+    import pyarrow as pa
+
+    k = A.kind(s)
+    logical = s.get("logicalType") if isinstance(s, dict) else None
+    if logical is not None:
+        if logical == "date" and k == "int" and spark == "date":
+            return pa.int32(), _long
+        if logical == "timestamp-micros" and k == "long" and spark in ("timestamp",
+                                                                     "timestamp_ntz"):
+            # microseconds from the epoch: what the walk's aware datetime comes to (a
+            # timestamp_ntz is taken as UTC there too)
+            return pa.int64(), _long
+        if logical == "local-timestamp-micros" and k == "long" and spark == "timestamp_ntz":
+            return pa.int64(), _long
+        if logical == "decimal" and k == "bytes" and spark.startswith("decimal("):
+            from fastavro._logical_writers_py import prepare_bytes_decimal
+
+            # Arrow's Decimal is the column's exact value: the JSON walk went through a
+            # float, equal up to 15 significant digits and wrong past them
+            return None, lambda v: _bytes(prepare_bytes_decimal(v, s))
+        return None
+    if k == "string" and spark == "string":
+        return None, _string
+    if k == "boolean" and spark == "boolean":
+        return None, _boolean
+    if (k == "int" and spark in _INT_TYPES) or (k == "long" and spark in _LONG_TYPES):
+        return None, _long
+    if k == "float" and (spark == "float" or spark in _LONG_TYPES):
+        return None, _FLOAT
+    # a float column as an Avro double is not here: the walk wrote the double of the
+    # float's shortest text (Java's), Arrow gives the float's exact value
+    if k == "double" and (spark == "double" or spark in _LONG_TYPES):
+        return None, _DOUBLE
+    if k == "bytes" and spark == "binary":
+        return None, _bytes
+    return None
+
+
+def _field_encoder(s: Any, spark: str) -> Callable[[Any], list[bytes]] | None:
+    """The encoder of one column (an Arrow array or chunked array) into each row's piece,
+    for Avro type ``s`` (a union with null allowed), or None."""
+    null_piece = None
+    if A.kind(s) == "union":
+        branches = [b for b in s if A.kind(b) != "null"]
+        if len(branches) != 1 or len(s) != 2:
+            return None  # which branch a value takes: the JSON walk tries them in turn
+        null_piece = _long(next(i for i, b in enumerate(s) if A.kind(b) == "null"))
+        value_piece = _long(s.index(branches[0]))
+        s = branches[0]
+    found = _value_encoder(s, spark)
+    if found is None:
+        return None
+    cast, enc = found
+
+    def encode(col: Any) -> list[bytes]:
+        values = (col.cast(cast) if cast is not None else col).to_pylist()
+        if null_piece is None:
+            return [enc(v) for v in values]
+        return [null_piece if v is None else value_piece + enc(v) for v in values]
+
+    return encode
+
+
+class ArrowRows:
+    """The rows of an Arrow table as wire-format values of one writer schema (see above)."""
+
+    def __init__(self, schema_id: int, schema: Any, columns: Mapping[str, str]):
+        """``columns``: the batch's column names and Spark types.  Raises ValueError when
+        a field is not of a pair this path writes (the caller keeps the JSON path)."""
+        self.header = frame(schema_id, b"")
+        self.parts: list[tuple[str | None, Any]] = []
+        for f in schema["fields"]:
+            name = f["name"]
+            if name not in columns:
+                if "default" not in f:
+                    raise ValueError(f"field {name} is no column and has no default")
+                # the record writer writes the field's default: one constant piece
+                buf = io.BytesIO()
+                import fastavro
+
+                fastavro.schemaless_writer(buf, fastavro.parse_schema(
+                    {"type": "record", "name": "D", "fields": [
+                        {"name": "d", "type": A.to_doc(f["type"])}]}), {"d": f["default"]})
+                self.parts.append((None, buf.getvalue()))
+                continue
+            enc = _field_encoder(f["type"], columns[name])
+            if enc is None:
+                raise ValueError(f"field {name}: {A.describe(f['type'])} from a Spark "
+                                 f"{columns[name]} column is not written from Arrow")
+            self.parts.append((name, enc))
+
+    def __call__(self, table: Any) -> list[bytes]:
+        n = table.num_rows
+        pieces = [[enc] * n if name is None else enc(table.column(name))
+                  for name, enc in self.parts]
+        header = self.header
+        return [header + b"".join(p) for p in zip(*pieces)]

@@ -112,6 +112,38 @@ def topics_of(bootstrap: str, deadline: Deadline | float = 30.0) -> dict[str, in
     return {t: len(md.partitions) for t, md in listed.items() if md.error is None}
 
 
+def compacted(bootstrap: str, topics: list[str], deadline: Deadline | float = 30.0
+              ) -> set[str]:
+    """Those of ``topics`` whose ``cleanup.policy`` compacts (``compact`` or
+    ``compact,delete``): a broker refuses a record without a key there."""
+    if not topics:
+        return set()
+    # librdkafka loads with the first call that reaches a broker (start-up time)
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    deadline = Deadline.of(deadline)
+    admin = AdminClient(client_conf(bootstrap))
+    out = set()
+    for topic in topics:
+        what = f"the cleanup policy of topic '{topic}'"
+
+        def policy(timeout: float, topic: str = topic) -> str:
+            res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            fut = admin.describe_configs([res], request_timeout=timeout)[res]
+            entry = fut.result(timeout).get("cleanup.policy")
+            return entry.value if entry is not None and entry.value else "delete"
+
+        try:
+            if "compact" in retry(policy, deadline, what):
+                out.add(topic)
+        except KafkaException as e:
+            deadline.check(what)
+            raise BrokerError(f"cannot read the topic's configuration: {_kafka_error(e)}",
+                              topic=topic) from e
+    return out
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int,
                  config: dict[str, str] | None = None,
                  deadline: Deadline | float = 60.0) -> bool:

@@ -6,8 +6,13 @@ value is the JSON object ``{"migration": id, "topic": t, "partition": p, "count"
 partitions). The record value repeats that JSON, except on an Avro topic (``bare_topics``),
 where it is null: a consumer deserializing the registry's wire format reads a null value, never
 a JSON body without the magic byte, while Theseus reads the header.  Its key is
-``theseus.control/<migration>`` so that it is accepted by compacted topics. Gated sources
-skip such records (they still occupy an offset); nothing else about them is special.
+``theseus.control/<migration>`` so that it is accepted by compacted topics, except on a topic
+whose keys are Avro too (``keyless_topics``) and that does not compact: there the key is null,
+which a key deserializer of the wire format reads as null (plain text it cannot read), and
+which nothing of Theseus reads (gated sources and the reconciliation know the record by its
+header; it is written to each partition by number, not by its key). A compacted topic refuses
+a null key, so there the text key stays.  Gated sources skip such records (they still occupy
+an offset); nothing else about them is special.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compat.errors import BrokerError, ControlError
-from gates.broker import client_conf, partitions
+from gates.broker import client_conf, compacted, partitions
 from gates.deadline import Deadline
 
 CONTROL_HEADER = "theseus.control"
@@ -110,9 +115,11 @@ def write_control_events(
     producer_config: Mapping[str, Any] | None = None,
     producer: Any = None,
     bare_topics: Iterable[str] = (),
+    keyless_topics: Iterable[str] = (),
 ) -> dict[str, dict[int, int]]:
     """Write one control record into every partition of every topic; return the cut vector.
-    On ``bare_topics`` (Avro topics) its value is null: the header alone carries it.
+    On ``bare_topics`` (Avro topics) its value is null: the header alone carries it; on
+    ``keyless_topics`` (Avro keys) that do not compact, its key is null too.
 
     Uses an idempotent producer (acks=all; ``producer``: one of :func:`control_producer`,
     created ahead, which this call then owns), waits for every delivery report (within
@@ -142,6 +149,8 @@ def write_control_events(
                 cut[msg.topic()][msg.partition()] = msg.offset()
 
         bare = set(bare_topics)
+        keyless = _null_key_topics(bootstrap, [t for t in layout if t in set(keyless_topics)],
+                                   deadline)
         for t, parts in layout.items():
             for p in parts:
                 doc = json.dumps(
@@ -152,7 +161,7 @@ def write_control_events(
                     producer.produce(
                         t,
                         value=None if t in bare else doc,
-                        key=control_key(migration_id),
+                        key=None if t in keyless else control_key(migration_id),
                         partition=p,
                         headers=[(CONTROL_HEADER, doc)],
                         on_delivery=on_delivery,
@@ -193,6 +202,16 @@ def close_producer(producer: Any) -> None:
     producer.close()
 
 
+def _null_key_topics(bootstrap: str, topics: list[str], deadline: Deadline) -> set[str]:
+    """Those of ``topics`` (Avro keys) whose control records get a null key: the ones that
+    do not compact (module doc)."""
+    try:
+        return set(topics) - compacted(bootstrap, topics, deadline)
+    except BrokerError as e:
+        raise ControlError(f"cannot write control events: {e.message}", topic=e.topic,
+                           partition=e.partition, expected=e.expected, found=e.found) from e
+
+
 def control_key(migration_id: str) -> bytes:
     """The key of a migration's control records (and of their tombstones)."""
     return f"{CONTROL_HEADER}/{migration_id}".encode()
@@ -204,10 +223,13 @@ def tombstone_control_events(
     written: Mapping[str, Mapping[int, int]],
     *,
     deadline: Deadline | float = 30.0,
+    keyless_topics: Iterable[str] = (),
 ) -> int:
     """Once a migration is over, write a tombstone for its control records' key into every
     partition that got one (``written``: the cut C), so a compacted topic drops them (after
-    its ``delete.retention.ms``) instead of keeping them forever.  The tombstone carries the
+    its ``delete.retention.ms``) instead of keeping them forever.  Not where the control
+    records had a null key (``keyless_topics`` that do not compact): a null key is never
+    compacted, and a tombstone has no key to name there.  The tombstone carries the
     ``theseus.control`` header too (value ``{"migration", "topic", "partition",
     "tombstone": true}``): gated sources skip it, and any reader that skips control records
     by their header skips it the same way.  Writing it twice is harmless (a resumed
@@ -228,7 +250,11 @@ def tombstone_control_events(
 
     n = 0
     try:
+        keyless = _null_key_topics(bootstrap, [t for t in written if t in set(keyless_topics)],
+                                   deadline)
         for t, parts in written.items():
+            if t in keyless:
+                continue
             for p in parts:
                 doc = json.dumps({"migration": migration_id, "topic": t, "partition": int(p),
                                   "tombstone": True}, separators=(",", ":")).encode()

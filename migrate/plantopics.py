@@ -46,14 +46,38 @@ def avro_topics(*plans: Plan) -> set[str]:
     return out
 
 
-def migration_avro_topics(new_plan: str, old_plan: str = "") -> set[str]:
-    """:func:`avro_topics` of a migration's recorded plans (paths; an older record may
-    lack the old one)."""
+def avro_key_topics(*plans: Plan) -> set[str]:
+    """The topics whose record keys the plans read or write in the wire format
+    (``avro.key``): a control event there has a null key where it can (``gates.control``)."""
+    out = set()
+    for plan in plans:
+        for n in plan.nodes.values():
+            avro = getattr(n, "avro", None)
+            if getattr(n, "format", None) == "avro" and avro is not None and avro.key \
+                    and getattr(n, "topic", None):
+                out.add(n.topic)
+    return out
+
+
+def _recorded(new_plan: str, old_plan: str) -> list[Plan]:
     import os
 
     from compat.check import load_plan
 
-    return avro_topics(*(load_plan(p) for p in (new_plan, old_plan) if p and os.path.exists(p)))
+    return [load_plan(p) for p in (new_plan, old_plan) if p and os.path.exists(p)]
+
+
+def migration_avro_topics(new_plan: str, old_plan: str = "") -> set[str]:
+    """:func:`avro_topics` of a migration's recorded plans (paths; an older record may
+    lack the old one)."""
+    return avro_topics(*_recorded(new_plan, old_plan))
+
+
+def control_layout(new_plan: str, old_plan: str = "") -> dict[str, set[str]]:
+    """What ``gates.control`` writes differently on a migration's Avro topics, as its
+    keyword arguments: ``bare_topics`` (null values), ``keyless_topics`` (Avro keys)."""
+    plans = _recorded(new_plan, old_plan)
+    return {"bare_topics": avro_topics(*plans), "keyless_topics": avro_key_topics(*plans)}
 
 
 def sources(plan: Plan) -> list[Source]:

@@ -75,6 +75,8 @@ class TopicSpec:
     new_partitions: int
     key_columns: tuple[str, ...] = ()
     table: bool = False
+    #: format avro: the writer schema its records are produced with (JSON text), else None
+    avro: str | None = None
 
 
 def distinct_columns(plans: Iterable[Plan]) -> frozenset[str]:
@@ -114,14 +116,29 @@ def source_topics(old: Plan, new: Plan) -> dict[str, TopicSpec]:
                 continue
             t = found.setdefault(node.topic, {"columns": {}, "old": None, "new": None,
                                                "keys": node.key_columns,
-                                               "table": node.role == "table"})
+                                               "table": node.role == "table",
+                                               "avro": None})
             for col in node.schema:
                 t["columns"].setdefault(col.name, col.type)
             t[side] = max(t[side] or 0, node.partitions)
+            if node.format == "avro" and (t["avro"] is None
+                                          or len(node.schema) >= t["avro"][0]):
+                t["avro"] = (len(node.schema), node)
     return {name: TopicSpec(name, tuple(t["columns"].items()),
                             t["old"] or t["new"], t["new"] or t["old"], tuple(t["keys"]),
-                            t["table"])
+                            t["table"], _writer_schema(t["avro"][1]) if t["avro"] else None)
             for name, t in found.items()}
+
+
+def _writer_schema(node: Any) -> str:
+    """The writer schema of an Avro source topic's generated records: the reader schema of
+    the plan's source that declares the most columns (the new plan's on a tie), registered
+    as it is, so that each plan resolves the records by Avro's rules as it would a
+    producer's (a column only the other plan declares is read as its default)."""
+    from compat import avro as A
+    from compat.steps.source import avro_schema
+
+    return A.canonical(avro_schema(node))
 
 
 _STRING = re.compile(r"'((?:[^'\\]|\\.|'')*)'")
@@ -524,7 +541,7 @@ class Runtime(Protocol):
 
     def grow(self, name: str, partitions: int) -> None: ...
 
-    def produce(self, topic: str, records: Sequence[tuple[str | None, str]],
+    def produce(self, topic: str, records: Sequence[tuple[str | None, str | bytes]],
                 partitions: int) -> None: ...
 
     def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None: ...
@@ -599,6 +616,14 @@ def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
     doc = json.loads(dumps(plan))
     for node in doc["nodes"]:
         if node.get("step") == "source":
+            if node.get("format") == "avro":
+                # the record the plan reads keeps its name (derived from the topic's when
+                # the plan names none): Avro resolves records by name
+                from compat.avro import record_name
+
+                spec = node.get("avro") or {}
+                spec.setdefault("record", record_name(node["topic"]))
+                node["avro"] = spec
             node["topic"] = topics[node["topic"]]
     path.write_text(json.dumps(doc, indent=1))
     return load_plan(str(path))
@@ -633,6 +658,83 @@ def refuse_unrunnable(plan: Plan, side: str, runtime_name: str = "theseus") -> N
                           expected="plans without recursive steps", found=f"{side} plan")
 
 
+def avro_registry(old: Plan, new: Plan, runtime_name: str = "theseus") -> Any:
+    """The registry client that Avro input is produced through (None when no source or
+    sink of either plan is Avro); refuses what prove cannot run on Avro topics."""
+    from compat.steps import Sink, Source
+
+    avro = [(p, n) for p in (old, new) for n in p.nodes.values()
+            if isinstance(n, (Source, Sink)) and n.format == "avro"]
+    if not avro:
+        return None
+    plan, node = avro[0]
+    where = {"file": plan.file, "node": node.id, "pointer": plan.pointer(node.id, "format")}
+    if runtime_name == "spark":
+        raise Refused("--runtime spark runs the exported jobs, which read an Avro topic "
+                      "with from_avro over one fixed schema: the two plans' jobs cannot "
+                      "both read one generated input unless their schemas are the same, "
+                      "and prove's session has no spark-avro", **where,
+                      expected="--runtime theseus for plans on Avro topics",
+                      found="--runtime spark")
+    formats: dict[str, set[str]] = {}
+    for p in (old, new):
+        for n in p.nodes.values():
+            if isinstance(n, Source):
+                formats.setdefault(n.topic, set()).add(n.format)
+                if n.format == "avro" and n.avro is not None and n.avro.key:
+                    raise Refused("prove cannot generate Avro record keys yet (avro.key)",
+                                  file=p.file, node=n.id,
+                                  pointer=p.pointer(n.id, "avro/key"),
+                                  expected="sources whose keys are JSON",
+                                  found="avro.key true")
+    for topic, fmts in formats.items():
+        if "avro" in fmts and len(fmts) > 1:
+            raise Refused(f"the plans read topic '{topic}' as {' and '.join(sorted(fmts))}: "
+                          "prove generates one input that both read", **where,
+                          expected="one format per source topic",
+                          found=", ".join(sorted(fmts)))
+    from compat.registry import RegistryClient
+    from gates.kafkaconf import registry_settings
+
+    client = RegistryClient.configured(None, registry_settings())
+    if client is None:
+        raise Refused("prove produces the Avro input through a schema registry, and none "
+                      "is named", **where, expected="SCHEMA_REGISTRY_URL, or "
+                      "schema.registry.url in --kafka-config", found="neither")
+    return client
+
+
+def avro_values(spec: TopicSpec, topic: str, client: Any) -> Any:
+    """A function of a generated row: its value in the registry's wire format, the
+    topic's writer schema registered under ``<topic>-value`` (as a producer's would be)."""
+    from compat import avro as A
+    from gates.avro import AvroEncoder, datum
+
+    assert spec.avro is not None
+    schema = A.parse(spec.avro)
+    enc = AvroEncoder(f"{topic}-value", spec.avro, client)
+    return lambda row: enc.encode(datum(schema, row))
+
+
+def readable(outs: list[Out], client: Any) -> list[Out]:
+    """An output read back with Avro values (and keys) as JSON text, each by the writer
+    schema its id names: the judgement compares rows, not schema ids."""
+    if client is None:
+        return outs
+    from gates.avro import AvroDecoder
+
+    dec = AvroDecoder("prove output", None, client)
+
+    def text(raw: bytes | None, o: Out) -> bytes | None:
+        if raw is None or raw[:1] != b"\x00":
+            return raw
+        doc = dec.decode(raw, o.partition, o.offset)
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                          default=str).encode()
+
+    return [Out(o.partition, o.offset, text(o.key, o), text(o.value, o)) for o in outs]
+
+
 def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
           records: int = 120, workdir: str | None = None) -> Proof:
     timings: dict[str, float] = {}
@@ -642,6 +744,7 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     report = check_plans(old, new)
     refuse_unrunnable(old, "the old", runtime.name)
     refuse_unrunnable(new, "the new", runtime.name)
+    registry = avro_registry(old, new, runtime.name)
     # Step 2. The input.
     specs = source_topics(old, new)
     strings, numbers = literals([old, new])
@@ -651,14 +754,16 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     own = tempfile.mkdtemp(prefix="theseus-prove-") if workdir is None else None
     work = Path(workdir or own or ".")
     try:
-        return _prove(report, old, new, runtime, data, work, seed, records, timings)
+        return _prove(report, old, new, runtime, data, work, seed, records, timings,
+                      registry)
     finally:
         if own is not None:
             shutil.rmtree(own, ignore_errors=True)
 
 
 def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, work: Path,
-           seed: int, records: int, timings: dict[str, float]) -> Proof:
+           seed: int, records: int, timings: dict[str, float], registry: Any = None
+           ) -> Proof:
     # Step 3. Topics of the run's own.
     rid = uuid.uuid4().hex[:8]
     names = {t: f"theseus-prove-{rid}-{t}" for t in data.topics}
@@ -679,10 +784,16 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
                                                       work / "reference.json")
     ck_old, ck_ref, ck_new = work / "ck-old", work / "ck-reference", work / "ck-restart"
 
+    # an Avro topic's records in the wire format, its schema registered (Avro readers
+    # need no subject: each record names its schema by id)
+    encoders = {t: avro_values(spec, names[t], registry)
+                for t, spec in data.topics.items() if spec.avro is not None}
+
     def produce(rows: Sequence[tuple[str, str | None, dict[str, Any]]], grown: bool) -> None:
-        by_topic: dict[str, list[tuple[str | None, str]]] = {}
+        by_topic: dict[str, list[tuple[str | None, str | bytes]]] = {}
         for t, k, v in rows:
-            by_topic.setdefault(t, []).append((k, json.dumps(v, separators=(",", ":"))))
+            by_topic.setdefault(t, []).append(
+                (k, encoders[t](v) if t in encoders else json.dumps(v, separators=(",", ":"))))
         for t, recs in by_topic.items():
             spec = data.topics[t]
             runtime.produce(names[t], recs,
@@ -707,8 +818,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
         must(old_err, "the old plan", old)
         must(ref_err, "the new plan", new)
     timings["part1"] = round(time.monotonic() - t, 2)
-    ref_before = {(r.partition, r.offset) for r in runtime.read(outs["reference"])}
-    old_out = runtime.read(outs["old"])
+    def read(topic: str) -> list[Out]:
+        return readable(runtime.read(topic), registry)
+
+    ref_before = {(r.partition, r.offset) for r in read(outs["reference"])}
+    old_out = read(outs["old"])
     # Step 5. The checker's prediction, on the untouched checkpoint.
     shutil.copytree(ck_old, ck_new)
     t = time.monotonic()
@@ -725,8 +839,8 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
         (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
     timings["restart_and_reference"] = round(time.monotonic() - t, 2)
     must(ref_err, "the new plan", new)
-    restarted = runtime.read(outs["restart"]) if err is None else []
-    ref_all = runtime.read(outs["reference"])
+    restarted = read(outs["restart"]) if err is None else []
+    ref_all = read(outs["reference"])
     reference = [r for r in ref_all if (r.partition, r.offset) not in ref_before]
     # Step 7. The judgement.
     j = judge(report, err, restarted, reference, old_out,
@@ -832,7 +946,7 @@ class SparkRuntime:
         admin.create_partitions([NewPartitions(name, partitions)])[name].result(30)
         time.sleep(2)  # the new partitions' metadata reaches every client
 
-    def produce(self, topic: str, records: Sequence[tuple[str | None, str]],
+    def produce(self, topic: str, records: Sequence[tuple[str | None, str | bytes]],
                 partitions: int) -> None:
         from confluent_kafka import Producer
 
@@ -845,7 +959,8 @@ class SparkRuntime:
             # by key when keyed (a key's records stay in order), else round robin:
             # deterministic, so two runs of one seed read the same partitions
             part = zlib.crc32(k.encode()) % partitions if k is not None else i % partitions
-            p.produce(topic, value=v.encode(), key=None if k is None else k.encode(),
+            p.produce(topic, value=v if isinstance(v, bytes) else v.encode(),
+                      key=None if k is None else k.encode(),
                       partition=part,
                       on_delivery=lambda err, msg: failed.append(err) if err else None)
         left = p.flush(30)

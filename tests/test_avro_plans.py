@@ -250,6 +250,89 @@ def test_control_events_on_avro_topics_are_headers_with_a_null_value():
     assert {c["migration"] for _, c in by_topic["avro_in"] + by_topic["json_in"]} == {"m1"}
 
 
+class KeyRecording:
+    """A FakeProducer (tests/test_control_producer.py) that keeps each record's key."""
+
+    @staticmethod
+    def make():
+        from tests.test_control_producer import FakeProducer
+
+        class Recording(FakeProducer):
+            def __init__(self):
+                super().__init__()
+                self.records = []
+
+            def produce(self, topic, value=None, key=None, partition=None, headers=None,
+                        on_delivery=None):
+                self.records.append((topic, partition, key, value, headers))
+                super().produce(topic, value, key, partition, headers, on_delivery)
+
+        return Recording()
+
+
+def test_control_events_on_avro_keyed_topics_have_a_null_key_unless_the_topic_compacts(
+        monkeypatch):
+    """A key deserializer of the wire format reads a null key as null; a compacted topic
+    refuses one, so there the text key stays.  Every partition still gets its record (by
+    number), and Theseus still reads each by its header."""
+    import gates.control
+    from gates.control import control_key, parse_control, write_control_events
+
+    asked = []
+    monkeypatch.setattr(gates.control, "compacted",
+                        lambda bs, topics, deadline: asked.append(sorted(topics)) or
+                        {t for t in topics if t.startswith("table")})
+    p = KeyRecording.make()
+    cut = write_control_events("h:1", ["avro_keys", "table_keys", "avro_in", "json_in"],
+                               "m1", deadline=5, producer=p,
+                               bare_topics={"avro_keys", "table_keys", "avro_in"},
+                               keyless_topics={"avro_keys", "table_keys"})
+    assert asked == [["avro_keys", "table_keys"]]  # only Avro-keyed topics are looked up
+    keys = {}
+    for topic, part, key, value, headers in p.records:
+        keys.setdefault(topic, {})[part] = key
+        assert parse_control(headers)["migration"] == "m1"
+        assert value is None or topic == "json_in"
+    assert keys["avro_keys"] == {0: None, 1: None}
+    text = control_key("m1")
+    assert keys["table_keys"] == keys["avro_in"] == keys["json_in"] == {0: text, 1: text}
+    assert {t: sorted(ps) for t, ps in cut.items()} == {
+        t: [0, 1] for t in ("avro_keys", "table_keys", "avro_in", "json_in")}
+
+
+def test_no_tombstone_where_the_control_records_had_a_null_key(monkeypatch):
+    import gates.control
+    from gates.control import tombstone_control_events
+
+    p = KeyRecording.make()
+    monkeypatch.setattr(gates.control, "compacted",
+                        lambda bs, topics, deadline: {t for t in topics if t == "table_keys"})
+    monkeypatch.setattr(gates.control, "client_conf", lambda bs, **kw: kw)
+    monkeypatch.setattr("confluent_kafka.Producer", lambda conf: p)
+    n = tombstone_control_events("h:1", "m1", {"avro_keys": {0: 4, 1: 5},
+                                               "table_keys": {0: 7}, "json_in": {1: 2}},
+                                 deadline=5, keyless_topics={"avro_keys", "table_keys"})
+    assert n == 2
+    assert sorted((t, part) for t, part, *_ in p.records) == [("json_in", 1),
+                                                              ("table_keys", 0)]
+
+
+def test_a_migrations_avro_key_topics_are_its_plans_avro_keyed_nodes(tmp_path):
+    from migrate.plantopics import control_layout
+
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(BASE))
+    keyed = copy.deepcopy(BASE)
+    keyed["nodes"][0].setdefault("avro", {})["key"] = True
+    keyed["nodes"][0]["key_columns"] = ["order_id"]
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(keyed))
+    layout = control_layout(str(new), str(old))
+    assert layout["keyless_topics"] == {BASE["nodes"][0]["topic"]}
+    assert layout["bare_topics"] >= layout["keyless_topics"]
+    assert control_layout(str(old))["keyless_topics"] == set()
+
+
 def test_a_migrations_avro_topics_are_its_plans_avro_sources_and_output(tmp_path):
     from migrate.plantopics import migration_avro_topics
 

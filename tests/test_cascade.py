@@ -724,7 +724,8 @@ def test_the_propagated_cut_is_written_with_a_producer_created_while_the_old_que
                         lambda bootstrap, deadline: made.append(object()) or made[-1])
     used: list = []
 
-    def write(bootstrap, topics, mid, deadline, producer=None, bare_topics=()):
+    def write(bootstrap, topics, mid, deadline, producer=None, bare_topics=(),
+              keyless_topics=()):
         used.append(producer)
         return {"t": {0: 7, 1: 3}}
 
@@ -762,7 +763,8 @@ def test_each_query_of_a_chain_tombstones_the_control_records_it_wrote(tmp_path,
 
     wrote: list[dict] = []
     monkeypatch.setattr(gates.control, "tombstone_control_events",
-                        lambda bootstrap, mid, where, deadline: wrote.append(where) or 1)
+                        lambda bootstrap, mid, where, deadline, keyless_topics=():
+                        wrote.append(where) or 1)
     src, mid_t, out_t = {"s": {"0": 4}}, {"t": {"0": 9, "1": 3}}, {"u": {"0": 7}}
     m = {"upstream": Migration(id="ma", query="a", new_plan="a.json", old_instance="a",
                                cut=src, out_cut=mid_t, feeds=["mb"]),

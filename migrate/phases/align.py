@@ -13,7 +13,7 @@ from gates.state import is_acked, offsets_to_json, overran, read_gate
 from migrate import sides
 from migrate.context import CUT_POLL, Context
 from migrate.lease import Lapsed
-from migrate.plantopics import migration_avro_topics
+from migrate.plantopics import control_layout
 from migrate.record import Migration, int_offsets, json_offsets
 
 
@@ -146,7 +146,7 @@ def propagate(m: Migration, ctx: Context) -> None:
         with ctx.guard():
             out = control.write_control_events(
                 m.bootstrap, [topic], m.id, deadline=ctx.deadline, producer=producer,
-                bare_topics=migration_avro_topics(m.new_plan, m.old_plan))
+                **control_layout(m.new_plan, m.old_plan))
         m.out_cut = json_offsets(out)
         ctx.save(m)
         ctx.echo(f"  propagated the cut into {topic}: " + json.dumps(m.out_cut))

@@ -13,7 +13,7 @@ from gates.state import handed_over, read_gate, saw_cap
 from migrate import sides
 from migrate.context import CUT_POLL, Context
 from migrate.phases.align import note_side_end
-from migrate.plantopics import migration_avro_topics
+from migrate.plantopics import control_layout
 from migrate.record import Migration, int_offsets, json_offsets, resume_hint
 
 
@@ -33,7 +33,7 @@ def cut(m: Migration, ctx: Context) -> None:
         with ctx.guard():
             at = control.write_control_events(
                 m.bootstrap, topics, m.id, deadline=ctx.deadline,
-                bare_topics=migration_avro_topics(m.new_plan, m.old_plan))
+                **control_layout(m.new_plan, m.old_plan))
     check_cut(high, at)
     m.cut = json_offsets(at)
     ctx.save(m)

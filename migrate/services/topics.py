@@ -16,6 +16,7 @@ from gates.deadline import Deadline
 from gates.retry import retry
 from migrate import sides
 from migrate.lease import LeaseLost
+from migrate.plantopics import control_layout
 from migrate.record import Migration, int_offsets
 
 
@@ -93,6 +94,7 @@ class TopicAdmin:
         if not where:
             return
         with self.guard():
-            n = control.tombstone_control_events(m.bootstrap, m.id, where,
-                                                 deadline=self.deadline)
+            n = control.tombstone_control_events(
+                m.bootstrap, m.id, where, deadline=self.deadline,
+                keyless_topics=control_layout(m.new_plan, m.old_plan)["keyless_topics"])
         self.echo(f"  tombstoned the control records' key in {n} partition(s)")

@@ -43,6 +43,8 @@ def record(name: str, *fields: dict) -> str:
 W1 = record("Event", {"name": "id", "type": "long"}, {"name": "v", "type": "string"})
 W2 = record("Event", {"name": "id", "type": "long"}, {"name": "v", "type": "string"},
             {"name": "note", "type": ["null", "string"], "default": None})
+# the input's keys are Avro too (avro.key): a record of the key column
+KEY = record("EventKey", {"name": "id", "type": "long"})
 
 
 def plan(query: str, src: str, out: str, new: bool) -> dict:
@@ -60,8 +62,8 @@ def plan(query: str, src: str, out: str, new: bool) -> dict:
         "format": "theseus.plan/1", "query": query, "config": {"state_partitions": 2},
         "nodes": [
             {"id": "events", "step": "source", "version": 1, "topic": src, "partitions": 3,
-             "format": "avro", "avro": {"record": "shop.Event"}, "role": "stream",
-             "schema": cols},
+             "format": "avro", "avro": {"record": "shop.Event", "key": True},
+             "role": "stream", "key_columns": ["id"], "schema": cols},
             {"id": "shape", "step": "project", "version": 1, "inputs": ["events"],
              "columns": shape},
             {"id": "out", "step": "sink", "version": 1, "inputs": ["shape"], "topic": out,
@@ -72,9 +74,9 @@ def plan(query: str, src: str, out: str, new: bool) -> dict:
 class AvroFeeder(Feeder):
     """Produces events at a steady rate in the wire format of ``encoder`` (swappable)."""
 
-    def __init__(self, bootstrap: str, topic: str, encoder, start: int = 0) -> None:
+    def __init__(self, bootstrap: str, topic: str, encoder, keys, start: int = 0) -> None:
         super().__init__(bootstrap, topic)
-        self.encoder = encoder
+        self.encoder, self.keys = encoder, keys
         self.n = start
 
     def run(self) -> None:
@@ -83,7 +85,8 @@ class AvroFeeder(Feeder):
                 doc = {"id": self.n, "v": f"x{self.n}"}
                 if "note" in self.encoder.text:
                     doc["note"] = f"n{self.n}" if self.n % 2 else None
-                self.p.produce(self.topic, self.encoder.encode(doc), partition=self.n % 3)
+                self.p.produce(self.topic, self.encoder.encode(doc),
+                               self.keys.encode({"id": self.n}), partition=self.n % 3)
                 self.n += 1
             self.p.poll(0)
             time.sleep(0.1)
@@ -148,8 +151,9 @@ def test_live_migration_on_avro_topics_is_exact_across_a_schema_evolution(
         out_schemas.append(A.canonical(avro_schema(p.sink, p.info[p.sink.id])))
     w1 = AvroEncoder(f"{src}-value", W1, client)
     w2 = AvroEncoder(f"{src}-value", W2, client)
+    keys = AvroEncoder(f"{src}-key", KEY, client)
 
-    feeder = AvroFeeder(kafka.bootstrap, src, w1)
+    feeder = AvroFeeder(kafka.bootstrap, src, w1, keys)
     feeder.start()
     old = spawn_run(old_p, kafka.bootstrap, state)
     store = DirectoryStore(state)
@@ -178,7 +182,7 @@ def test_live_migration_on_avro_topics_is_exact_across_a_schema_evolution(
                     env=dict(os.environ, THESEUS_FAULT="after:align"))
         assert r.returncode == -9, r.stdout + r.stderr
         cut = migration.current(store, query).cut[src]
-        feeder = AvroFeeder(kafka.bootstrap, src, w2, start=feeder.n)
+        feeder = AvroFeeder(kafka.bootstrap, src, w2, keys, start=feeder.n)
         feeder.start()
         r = theseus("migrate", "resume", query, *args, timeout=400)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -212,6 +216,14 @@ def test_live_migration_on_avro_topics_is_exact_across_a_schema_evolution(
     assert controls and all(r.value is None for r in controls)
     for r in inputs:
         old_in.read(r.value)
+    # ... and their key deserializers read every key: the control events' keys are null
+    # on the input, whose keys are Avro and which does not compact (a null key is what a
+    # registry deserializer hands on for no bytes), the others decode with the key schema
+    in_controls = [r for r in raw_in if is_control(r.headers)]
+    assert len(in_controls) == 3 and all(r.key is None for r in in_controls)
+    old_keys = PlainConsumer(client, KEY)
+    assert all(old_keys.read(r.key)[1] == {"id": old_in.read(r.value)[1]["id"]}
+               for r in inputs)
     rows = [old_out.read(r.value) for r in raw_out if not is_control(r.headers)]
     assert all(set(doc) == {"id", "v", "tag"} for _, doc in rows)
 
