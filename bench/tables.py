@@ -108,7 +108,7 @@ def plans(topics: dict[str, str], out: dict[str, str]) -> dict[str, dict]:
         return {"format": "theseus.plan/1", "query": f"bench_{name}_{uuid.uuid4().hex[:6]}",
                 "config": {"state_partitions": 2}, "nodes": nodes + [
                     {"id": "out", "step": "sink", "version": 1, "inputs": [top],
-                     "topic": out[name], "format": "json", "key_columns": key,
+                     "topic": out.get(name, "-"), "format": "json", "key_columns": key,
                      "mode": "update", "delivery": "exactly_once"}]}
 
     aggs = [{"name": "n", "function": "count", "args": ["*"]},
