@@ -14,7 +14,8 @@ records:
   slows the Python side, so its figures are shares, the plain run's the absolute times.
 
 ``PROFILE_MODES`` (default ``plain,cprofile``) and ``PROFILE_PLANS`` (default
-``table_aggregate,table_table_join``) choose.  Results: bench/results/profile_tables.json
+``table_aggregate.old,table_table_join.old``; ``.rows`` for the new step versions) choose.
+Results: bench/results/profile_tables.json
 (``PROFILE_OUT`` to write elsewhere).  Run:
 ``flock /tmp/theseus-spark.lock env KAFKA_BOOTSTRAP=127.0.0.1:19092 PYTHONPATH=. \
 .venv/bin/python bench/profile_tables.py``.
@@ -43,7 +44,7 @@ from bench.eventlog import SPARK_CONF, latest, per_batch, read  # noqa: E402
 from bench.pyprof import breakdown  # noqa: E402
 
 MODES = os.environ.get("PROFILE_MODES", "plain,cprofile").split(",")
-PLANS = os.environ.get("PROFILE_PLANS", "table_aggregate,table_table_join").split(",")
+PLANS = os.environ.get("PROFILE_PLANS", "table_aggregate.old,table_table_join.old").split(",")
 OUT = Path(os.environ.get("PROFILE_OUT", ROOT / "bench" / "results" / "profile_tables.json"))
 #: state operator metrics kept from each batch's progress
 STATE_KEYS = ("operatorName", "numRowsTotal", "numRowsUpdated", "numRowsRemoved",
@@ -100,9 +101,7 @@ def fill(bs: str, tag: str) -> tuple[dict, dict, list]:
     """Topics of their own, with the same keys and updates every time (seeded)."""
     rng = random.Random(100)
     topics = {t: T.make_topic(bs, f"prof-tbl-{t}-{tag}") for t in ("users", "profiles")}
-    topics["events"] = topics["users"]  # the stream-static plan is not run here
-    out = {n: T.make_topic(bs, f"prof-tbl-out-{n}-{tag}")
-           for n in ("table_aggregate", "table_table_join", "stream_static")}
+    out = {n: T.make_topic(bs, f"prof-tbl-out-{n}-{tag}") for n in PLANS}
     p = T.producer(bs)
     table = {f"u{i}": T.user(rng, i) for i in range(T.KEYS)}
     profiles = {f"u{i}": {"user_id": f"u{i}", "tier": rng.choice("abc")} for i in range(T.KEYS)}

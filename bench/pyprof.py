@@ -42,6 +42,11 @@ MARKERS = [
     ("output pandas -> Arrow (PandasToArrowConversion.convert)", "pyspark/", "convert"),
     ("input Arrow -> pandas (ArrowBatchTransformer.to_pandas)", "pyspark/", "to_pandas"),
     ("itertuples", "pandas/core/frame.py", "itertuples"),
+    ("row API: input Rows from Arrow (generate_data_batches)", "pyspark/worker.py",
+     "generate_data_batches"),
+    ("row API: output Rows -> Arrow, one batch per key (convert_results)", "pyspark/worker.py",
+     "convert_results"),
+    ("pyarrow RecordBatch.from_pylist", "pyarrow", "from_pylist"),
     ("json.loads", "json/__init__.py", "loads"),
     ("json.dumps", "json/__init__.py", "dumps"),
 ]

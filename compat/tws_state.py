@@ -1,11 +1,12 @@
 """The names of the state of Theseus' changelog operators (``migrate.build.changelog``):
 what their checkpoint holds of what the state means.
 
-A changelog operator is a ``transformWithStateInPandas`` operator whose one state variable
-holds JSON text keyed by JSON text: its key and value schemas are the same whatever the
-group keys, aggregates, join keys or table keys, so Spark's schema check cannot see a
-changed key, and a restart would read the old groups' state as the new plan's.  The
-variable (a RocksDB column family, listed by name in the v3 state schema file) is
+A changelog operator is a ``transformWithStateInPandas`` operator (from source 3, aggregate
+2 and join 2, PySpark's row-based ``transformWithState``, with the same state) whose one
+state variable holds JSON text keyed by JSON text: its key and value schemas are the same
+whatever the group keys, aggregates, join keys or table keys, so Spark's schema check
+cannot see a changed key, and a restart would read the old groups' state as the new
+plan's.  The variable (a RocksDB column family, listed by name in the v3 state schema file) is
 therefore named after what its state means: ``<kind>_<digest>``, the digest a short hash
 of the step's *state descriptor*:
 

@@ -64,18 +64,25 @@ class ValueState:
 
 
 def rows(out) -> list[tuple[dict, int]]:
-    return [(json.loads(r), s) for f in out for r, s in zip(f[C.ROW], f[C.SIGN])]
+    return [(json.loads(r), s) for r, s in out]
+
+
+def norm(*changes) -> list[tuple]:
+    """(offset, value or None for a tombstone) as the normalisation's (offset, deleted,
+    row)."""
+    return [(o, v is None, None if v is None else json.dumps(v)) for o, v in changes]
+
+
+def signed(*pairs) -> list[tuple[str, int]]:
+    """(value of a0_0, sign) as the aggregate's (row, sign)."""
+    return [(json.dumps({"a0_0": v}), s) for v, s in pairs]
 
 
 def test_normalise_retracts_the_old_row_and_deletes_on_a_tombstone():
     st = State()
 
     def batch(*changes):
-        pdf = pd.DataFrame({C.KEY: ["k"] * len(changes),
-                            C.ROW: [None if v is None else json.dumps(v) for _o, v in changes],
-                            DELETED_COLUMN: [v is None for _o, v in changes],
-                            OFFSET_COLUMN: [o for o, _v in changes]})
-        return rows(C._normalise_group(("k",), iter([pdf]), st))
+        return rows(C._normalise_group(("k",), iter(norm(*changes)), st))
 
     assert batch((0, {"a": 1})) == [({"a": 1}, 1)]
     # out of order within the batch: the offset decides, the last change wins
@@ -90,10 +97,8 @@ def test_a_key_reads_its_state_once():
     st = C._State(vs)
 
     def batch(value):
-        pdf = pd.DataFrame({C.KEY: ["k"], C.ROW: [None if value is None else json.dumps(value)],
-                            DELETED_COLUMN: [value is None], OFFSET_COLUMN: [0]})
         vs.calls.clear()
-        out = rows(C._normalise_group(("k",), iter([pdf]), st))
+        out = rows(C._normalise_group(("k",), iter(norm((0, value))), st))
         return out, dict(vs.calls)
 
     assert batch({"a": 1}) == ([({"a": 1}, 1)], {"get": 1, "update": 1})
@@ -101,9 +106,8 @@ def test_a_key_reads_its_state_once():
     assert batch({"a": 2}) == ([], {"get": 1})  # unchanged: read, nothing written
     assert batch(None) == ([({"a": 2}, -1)], {"get": 1, "clear": 1})
     spec = [("n", "count", ["*"])]
-    pdf = pd.DataFrame({C.ROW: ["{}"], C.SIGN: [1]})
     vs.calls.clear()
-    list(C._aggregate_group(spec, ('{"g":1}',), iter([pdf]), st))
+    C._aggregate_group(spec, ('{"g":1}',), iter([("{}", 1)]), st)
     assert dict(vs.calls) == {"get": 1, "update": 1}
 
 
@@ -123,10 +127,8 @@ def test_aggregate_retracts_min_and_max_and_deletes_an_emptied_group():
     st = State()
     spec = _agg_spec()
 
-    def batch(*signed):
-        pdf = pd.DataFrame({C.ROW: [json.dumps({"a0_0": v}) for v, _s in signed],
-                            C.SIGN: [s for _v, s in signed]})
-        return rows(C._aggregate_group(spec, ('{"g":"x"}',), iter([pdf]), st))
+    def batch(*pairs):
+        return rows(C._aggregate_group(spec, ('{"g":"x"}',), iter(signed(*pairs)), st))
 
     first = batch((5, 1), (1, 1), (None, 1))
     assert first == [({"g": "x", "n": 3, "nx": 2, "s": 6, "m": 3.0, "lo": 1, "hi": 5}, 1)]
@@ -143,20 +145,18 @@ def test_aggregate_matches_a_recomputation_under_random_changes():
     live: Counter = Counter()
     current = None
     for _ in range(200):
-        signed = []
+        pairs = []
         for _ in range(rng.randint(1, 5)):
             if live and rng.random() < 0.4:
                 v = rng.choice(sorted(live, key=str))
                 live[v] -= 1
                 live += Counter()
-                signed.append((v, -1))
+                pairs.append((v, -1))
             else:
                 v = rng.choice([None, *range(10)])
                 live[v] += 1
-                signed.append((v, 1))
-        pdf = pd.DataFrame({C.ROW: [json.dumps({"a0_0": v}) for v, _s in signed],
-                            C.SIGN: [s for _v, s in signed]})
-        for row, sign in rows(C._aggregate_group(spec, ('{"g":1}',), iter([pdf]), st)):
+                pairs.append((v, 1))
+        for row, sign in rows(C._aggregate_group(spec, ('{"g":1}',), signed(*pairs), st)):
             current = row if sign > 0 else (None if current == row else current)
         vals = [v for v in live.elements() if v is not None]
         n = sum(live.values())
@@ -173,10 +173,8 @@ def test_join_emits_the_difference_as_either_side_changes(how):
     out = [("id", "left", "id"), ("v", "left", "v"), ("w", "right", "w")]
 
     def batch(*changes):
-        pdf = pd.DataFrame({C.SIDE: [s for s, _r, _g in changes],
-                            C.ROW: [json.dumps(r) for _s, r, _g in changes],
-                            C.SIGN: [g for _s, _r, g in changes]})
-        got = rows(C._join_group((how, out), ('{"k0":1}',), iter([pdf]), st))
+        got = rows(C._join_group((how, out), ('{"k0":1}',),
+                                 [(s, json.dumps(r), g) for s, r, g in changes], st))
         return sorted(got, key=lambda x: (x[1], json.dumps(x[0])))
 
     a, b = {"id": 1, "v": "a"}, {"id": 1, "v": "b"}
@@ -193,12 +191,15 @@ def test_join_emits_the_difference_as_either_side_changes(how):
     assert batch((1, {"w": 7}, -1)) == [({"id": 1, "v": "b", "w": 7}, -1)] + left_pad
 
 
-def test_a_null_join_key_matches_nothing():
-    st = State()
+def test_a_null_join_key_pads_each_left_row_with_its_sign_and_keeps_no_state():
+    # join version 2: a left join's left rows with a null key come to the operator under
+    # the null key's group (the right side's never do)
+    vs = ValueState()
     out = [("id", "left", "id"), ("w", "right", "w")]
-    pdf = pd.DataFrame({C.SIDE: [0, 1], C.ROW: ['{"id":1}', '{"w":2}'], C.SIGN: [1, 1]})
-    got = rows(C._join_group(("left", out), (None,), iter([pdf]), st))
-    assert got == [({"id": 1, "w": None}, 1)]
+    got = rows(C._join_group(("left", out), (C.NULL_KEY,),
+                             [(0, '{"id":1}', 1), (0, '{"id":2}', -1)], C._State(vs)))
+    assert got == [({"id": 1, "w": None}, 1), ({"id": 2, "w": None}, -1)]
+    assert not vs.calls  # no state read or written
 
 
 def test_consolidate_writes_one_record_per_key():
@@ -210,10 +211,8 @@ def test_consolidate_writes_one_record_per_key():
     assert list(zip(k, v)) == [("a", "2"), ("b", None), ("d", "5")]
 
 
-def _sum_batch(st, spec, signed):
-    pdf = pd.DataFrame({C.ROW: [json.dumps({"a0_0": v}) for v, _s in signed],
-                        C.SIGN: [s for _v, s in signed]})
-    return rows(C._aggregate_group(spec, ('{"g":"x"}',), iter([pdf]), st))
+def _sum_batch(st, spec, pairs):
+    return rows(C._aggregate_group(spec, ('{"g":"x"}',), signed(*pairs), st))
 
 
 def test_a_double_sum_under_retraction_is_exact():
@@ -266,3 +265,67 @@ def test_non_finite_values_enter_and_leave_a_sum():
     assert math.isnan(out[-1][0]["s"])
     out = _sum_batch(st, spec, [("NaN", -1), ("Infinity", -1)])
     assert out[-1] == ({"g": "x", "s": 1.5}, 1)
+
+
+class Grouped:
+    """What ``_stateful`` calls on a DataFrame, answering the API it picked and the
+    processor."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.columns = columns
+
+    def groupBy(self, key):  # noqa: N802
+        assert key == C.KEY
+        return self
+
+    def transformWithState(self, processor, *args):  # noqa: N802
+        return "rows", processor
+
+    def transformWithStateInPandas(self, processor, *args):  # noqa: N802
+        return "pandas", processor
+
+
+class Handle:
+    def __init__(self) -> None:
+        self.vs = ValueState()
+
+    def getValueState(self, name, schema):  # noqa: N802
+        return self.vs
+
+
+@pytest.mark.parametrize("rows_api", [False, True])
+def test_both_apis_hand_the_group_function_the_same_changes(rows_api):
+    """The old versions' pandas frames and the new versions' Rows come with every column
+    of the operator's input (the key too, in the input's order); both paths pick the same
+    fields by position and output the same pairs, one state read and write per key."""
+    from pyspark.sql import Row
+
+    columns = [C.KEY, C.ROW, DELETED_COLUMN, OFFSET_COLUMN]
+    api, proc = C._stateful(Grouped(columns), C._normalise_group,
+                            (OFFSET_COLUMN, DELETED_COLUMN, C.ROW), "row string", "norm_x",
+                            rows_api)
+    assert api == ("rows" if rows_api else "pandas")
+    handle = Handle()
+    proc.init(handle)
+    changes = [("k", '{"a":1}', False, 7), ("k", '{"a":2}', False, 9),
+               ("k", None, True, 8)]
+    if rows_api:
+        data = iter([Row(*columns)(*c) for c in changes])
+    else:
+        half = [pd.DataFrame(changes[:1], columns=columns),
+                pd.DataFrame(changes[1:], columns=columns)]
+        data = iter(half)
+    out = list(proc.handleInputRows(("k",), data, None))
+    if rows_api:
+        got = [(r[C.ROW], r[C.SIGN]) for r in out]
+    else:
+        (frame,) = out
+        assert str(frame[C.SIGN].dtype) == "int64"
+        got = list(zip(frame[C.ROW], frame[C.SIGN]))
+    assert got == [('{"a":2}', 1)]  # offset 9 is the key's last change
+    assert dict(handle.vs.calls) == {"get": 1, "update": 1}
+    # unchanged: nothing output (the pandas path yields no empty frame)
+    again = [("k", '{"a":2}', False, 10)]
+    data = iter([Row(*columns)(*again[0])]) if rows_api else \
+        iter([pd.DataFrame(again, columns=columns)])
+    assert list(proc.handleInputRows(("k",), data, None)) == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bench.eventlog import per_batch, read
 from bench.pyprof import breakdown
 from migrate.build import changelog
@@ -58,6 +60,10 @@ class _FakeGrouped:
         self.seen.append(processor)
         return "out"
 
+    def transformWithState(self, processor: Any, *args: Any) -> str:  # noqa: N802
+        self.seen.append(processor)
+        return "out"
+
 
 class _FakeDf:
     columns = ["_theseus_key", "_theseus_row"]
@@ -69,16 +75,18 @@ class _FakeDf:
         return _FakeGrouped(self.seen)
 
 
-def test_the_switch_is_read_when_the_operator_is_built(monkeypatch, tmp_path):
+@pytest.mark.parametrize("rows,name", [(False, "PandasProcessor"), (True, "RowProcessor")])
+def test_the_switch_is_read_when_the_operator_is_built(monkeypatch, tmp_path, rows, name):
     df = _FakeDf()
     monkeypatch.delenv(ENV, raising=False)
-    changelog._stateful(df, lambda k, p, s: iter(()), "st string", "agg_1")
+    fields = ("_theseus_row", "_theseus_key")
+    changelog._stateful(df, lambda k, c, s: [], fields, "st string", "agg_1", rows)
     plain = type(df.seen[-1])
-    assert plain.__name__ == "Processor"  # off: the processor itself, nothing wrapped
+    assert plain.__name__ == name  # off: the processor itself, nothing wrapped
     monkeypatch.setenv(ENV, str(tmp_path))
-    changelog._stateful(df, lambda k, p, s: iter(()), "st string", "agg_1")
+    changelog._stateful(df, lambda k, c, s: [], fields, "st string", "agg_1", rows)
     on = type(df.seen[-1])
-    assert on.__name__ == "ProfiledProcessor" and on.__mro__[1].__name__ == "Processor"
+    assert on.__name__ == f"Profiled{name}" and on.__mro__[1].__name__ == name
 
 
 def _event_log(path) -> None:

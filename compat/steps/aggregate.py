@@ -5,6 +5,14 @@ Spark's state schema check compares key and value schemas by position and type, 
 names; so a renamed key keeps the state, a retyped one does not.  An argument expression
 may change when its type does not: the state keeps its layout, but history stays computed
 the old way.
+
+Versions (old versions stay buildable and keep their meaning):
+
+1. over a table read as a changelog, a ``transformWithStateInPandas`` operator;
+2. over a changelog, the same state in PySpark's row-based ``transformWithState`` (no
+   pandas frame per group): Spark names the operator otherwise and refuses a checkpoint
+   whose operators differ, so a query moves from version 1 by a migration.  Refused over a
+   stream, where it would mean what 1 means.
 """
 
 from __future__ import annotations
@@ -59,10 +67,14 @@ class Aggregate(Node):
     window: Window | None = prop(None)
     step: ClassVar[str] = "aggregate"
     klass: ClassVar[str] = ENFORCING
+    max_version: ClassVar[int] = 2
 
     def traits(self) -> frozenset[str]:
         return frozenset({"windowed"}) if self.window else frozenset()
 
+
+#: the first version whose changelog operator is the row-based ``transformWithState``
+ROWS_VERSION = 2
 
 #: aggregate functions a table aggregate can retract a row from: counts and sums subtract,
 #: min and max keep a count per value in state
@@ -91,6 +103,10 @@ def _infer(node: Aggregate, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
     if src.changelog and node.window is not None:
         raise ctx.err(node, "window", "a table read as a changelog has no event time to "
                       "window by", expected="no window over a changelog", found="a window")
+    if node.version >= ROWS_VERSION and not src.changelog:
+        raise ctx.err(node, "version", f"aggregate version {ROWS_VERSION} differs from 1 only "
+                      "over a table read as a changelog (its operator)",
+                      expected="version 1 over a stream", found=f"version {node.version}")
     if src.mode != INSERT and not src.changelog:
         raise ctx.err(node, "inputs", "Spark cannot aggregate a stream of updates (a second "
                       "aggregation needs windowed, append-mode input)",

@@ -7,7 +7,18 @@ at every micro-batch) holds no state and may change freely.
 A table-table join (inner or left, on equal keys) emits the joined rows' changes as either
 side changes: a retraction of the old joined row and the new one.  A foreign-key join
 (ksqlDB's) is one whose right keys are the right table's key and whose left keys are other
-columns of the left row: it is the same join, its output keyed by the left table's key."""
+columns of the left row: it is the same join, its output keyed by the left table's key.
+
+Versions of a table-table join (old versions stay buildable and keep their meaning):
+
+1. a ``transformWithStateInPandas`` operator; a left join's rows with a null key are
+   padded apart, which re-runs the left table's normalisation as an operator of its own;
+2. PySpark's row-based ``transformWithState`` (no pandas frame per key), the left table's
+   null-key rows padded by the join operator itself (without state), so the left table is
+   normalised once: other operators, which Spark refuses on a version 1 checkpoint, so a
+   query moves from version 1 by a migration.  Refused for other joins, where it would
+   mean what 1 means.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +64,8 @@ _CONDITION_SIDES = {"inner": (0, 1), "left": (1,), "right": (0,), "full": (),
                     "left_semi": (0, 1), "left_anti": (1,)}
 #: the join types of two tables read as changelogs
 TABLE_TABLE_TYPES = ("inner", "left")
+#: the first version whose table-table operator is the row-based ``transformWithState``
+ROWS_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +82,7 @@ class Join(Node):
     time_bound: str | None = prop(None, schema=EXPR, qualified=True)
     step: ClassVar[str] = "join"
     klass: ClassVar[str] = ENFORCING
+    max_version: ClassVar[int] = 2
     min_inputs: ClassVar[int] = 2
     max_inputs: ClassVar[int | None] = 2
 
@@ -167,6 +181,11 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       f"{what}", expected="both inputs tables read as changelogs, or the "
                       "table read as a snapshot (read: snapshot) in a stream-table join",
                       found=what)
+    if node.version >= ROWS_VERSION and not table_table:
+        raise ctx.err(node, "version", f"join version {ROWS_VERSION} differs from 1 only "
+                      "for a table-table join (its operator)",
+                      expected="version 1 for a join with a stream",
+                      found=f"version {node.version}")
     if table_table:
         if node.type not in TABLE_TABLE_TYPES:
             raise ctx.err(node, "type", f"a table-table join is {' or '.join(TABLE_TABLE_TYPES)}",

@@ -11,6 +11,12 @@ Versions (old versions stay buildable and keep their meaning):
    key), normalised in Spark state into retractions of the old row plus the new row
    (Flink's ChangelogNormalize), so that a table alone, a table aggregate and a
    table-table join run incrementally.  ``read`` is refused in version 1 and on a stream.
+3. a table read as a changelog is normalised by PySpark's row-based ``transformWithState``
+   (no pandas frame per key; ``bench/results/profile_tables.md``) instead of
+   ``transformWithStateInPandas``: the same state, but Spark names the operator otherwise
+   (``transformWithStateInPySparkExec``) and refuses a checkpoint whose operators differ, so
+   a query moves from version 2 by a migration.  Refused where it would mean what 2 means
+   (a stream, a table read as a snapshot).
 
 ``format: avro`` (any version: it gives no existing plan another meaning) reads values in the
 schema registry's wire format; ``avro`` (:class:`~compat.model.AvroSpec`) says how, and its
@@ -69,11 +75,13 @@ class Source(Node):
     klass: ClassVar[str] = ENFORCING
     min_inputs: ClassVar[int] = 0
     max_inputs: ClassVar[int | None] = 0
-    max_version: ClassVar[int] = 2
+    max_version: ClassVar[int] = 3
 
 
 #: the first source version with ``read`` (a table read as a changelog by default)
 CHANGELOG_VERSION = 2
+#: the first source version whose changelog normalisation is the row-based operator
+ROWS_VERSION = 3
 CHANGELOG = "changelog"
 SNAPSHOT = "snapshot"
 
@@ -149,6 +157,13 @@ def _infer(node: Source, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       "record by record", expected="role 'table', or no 'read'",
                       found=f"role '{node.role}'")
     changelog = table_read(node) == CHANGELOG
+    if node.version >= ROWS_VERSION and not changelog:
+        raise ctx.err(node, "version", f"source version {ROWS_VERSION} differs from "
+                      f"{CHANGELOG_VERSION} only for a table read as a changelog (its "
+                      "normalisation's operator)", expected=f"version {CHANGELOG_VERSION} "
+                      "for a stream or a table read as a snapshot",
+                      found=f"version {node.version} on a "
+                      f"{'stream' if node.role == 'stream' else 'table read as a snapshot'}")
     marks: frozenset[str] = frozenset()
     if changelog and node.event_time:
         raise ctx.err(node, "event_time", "a table read as a changelog has no event time "

@@ -6,6 +6,7 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Aggregate
+from compat.steps.aggregate import ROWS_VERSION
 from migrate.build import changelog
 from migrate.build.core import Builder, build_step
 
@@ -17,7 +18,8 @@ def _build(node: Aggregate, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
     if info.changelog:
         return changelog.aggregate(b, df, [(g.name, g.expr) for g in node.group_by],
                                    [(a.name, a.function, list(a.args)) for a in node.aggregates],
-                                   info.columns, info.names, b.state_name(node.id))
+                                   info.columns, info.names, b.state_name(node.id),
+                                   node.version >= ROWS_VERSION)
     keys = []
     if node.window:
         w = node.window

@@ -41,7 +41,8 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 from gates.sink import JSON_OPTIONS, SIGN_COLUMN
@@ -52,6 +53,9 @@ SIGN = SIGN_COLUMN
 ROW = "_theseus_row"
 KEY = "_theseus_key"
 SIDE = "_theseus_side"
+#: the join key of a left row whose key is null (join version 2): no JSON object's text,
+#: and a string, so that PySpark's state client keys its group as any other
+NULL_KEY = ""
 #: how a stateful changelog operator's output is typed before ``from_json``
 OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
@@ -76,37 +80,56 @@ class _State:
         self.vs.clear()
 
 
-def _named(pdfs: Iterator[Any], columns: list[str]) -> Iterator[Any]:
-    # PySpark 4.3 rebuilds each chunk from itertuples(), which renames columns that start
-    # with an underscore to their positions: give them their names back.
-    for pdf in pdfs:
-        pdf.columns = columns
-        yield pdf
-
-
-def _stateful(df: Any, fn: Any, state_schema: str, state_name: str) -> Any:
-    """``fn(key, pdfs, state)`` over each group of ``df`` by ``KEY``, its state a value of
-    ``state_schema`` named ``state_name`` (``compat.tws_state``: what the state means, so
-    that the checkpoint tells it): a transformWithStateInPandas operator in append mode."""
+def _stateful(df: Any, core: Any, fields: tuple[str, ...], state_schema: str,
+              state_name: str, rows: bool) -> Any:
+    """``core(key, changes, state)`` over each group of ``df`` by ``KEY``: ``changes`` the
+    group's rows as tuples of ``fields``, the result the ``(row, sign)`` pairs to output.
+    Its state is a value of ``state_schema`` named ``state_name`` (``compat.tws_state``:
+    what the state means, so that the checkpoint tells it).  ``rows``: PySpark's row-based
+    ``transformWithState`` (the new step versions) instead of ``transformWithStateInPandas``
+    (the old ones); one operator in append mode either way, the same state."""
     from pyspark.sql.streaming import StatefulProcessor
 
-    columns = list(df.columns)
+    # by position: PySpark 4.3 rebuilds each pandas chunk from itertuples(), which renames
+    # columns that start with an underscore, and a Row's fields are read faster so too
+    pick = itemgetter(*[list(df.columns).index(f) for f in fields])
 
     class Processor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             self.state = _State(handle.getValueState(state_name, state_schema))
 
-        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
-            yield from fn(key, _named(rows, columns), self.state)
-
         def close(self) -> None:
             pass
 
-    cls: type = Processor
+    if rows:
+        from pyspark.sql import Row
+
+        out_row = Row(ROW, SIGN)
+
+        class RowProcessor(Processor):
+            def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802,N803
+                for text, sign in core(key, map(pick, rows), self.state):
+                    yield out_row(text, sign)
+
+        cls: type = RowProcessor
+    else:
+        class PandasProcessor(Processor):
+            def handleInputRows(self, key: Any, pdfs: Any, timerValues: Any) -> Any:  # noqa: N802,N803
+                # one list of row lists per frame: per-column reads and renames cost ~77
+                # us per key, this ~6 (bench/results/profile_tables_after.md)
+                changes = (pick(r) for pdf in pdfs for r in pdf.to_numpy().tolist())
+                out = core(key, changes, self.state)
+                if out:
+                    yield _frame(out)
+
+        cls = PandasProcessor
     folder = profile_dir()
     if folder:
-        cls = profiled(Processor, folder, state_name)
-    return df.groupBy(KEY).transformWithStateInPandas(cls(), OUT_SCHEMA, "Append", "None")
+        cls = profiled(cls, folder, state_name)
+    grouped = df.groupBy(KEY)
+    if rows:
+        return grouped.transformWithState(cls(), OUT_SCHEMA, "Append", "None")
+    return grouped.transformWithStateInPandas(cls(), OUT_SCHEMA, "Append", "None")
 
 
 def _frame(rows: list[tuple[str, int]]) -> Any:
@@ -139,50 +162,49 @@ def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
 # -- the source: upserts -> retractions ------------------------------------------------------
 
 def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],
-              columns: tuple[tuple[str, str], ...], state_name: str) -> Any:
-    """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows."""
+              columns: tuple[tuple[str, str], ...], state_name: str, rows: bool = False
+              ) -> Any:
+    """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows;
+    ``rows``: on the row-based operator (source version 3)."""
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
     F = b.F
     packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
                        F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
-    out = _stateful(packed, _normalise_group, "row string", state_name)
+    out = _stateful(packed, _normalise_group, (OFFSET_COLUMN, DELETED_COLUMN, ROW),
+                    "row string", state_name, rows)
     return unpack(b, out, columns, names)
 
 
-def _normalise_group(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-    from gates.source import DELETED_COLUMN, OFFSET_COLUMN
-
+def _normalise_group(key: tuple, changes: Iterable[tuple], state: Any
+                     ) -> list[tuple[str, int]]:
+    """``changes`` as (offset, deleted, row)."""
     v = state.value()
     old = v[0] if v is not None else None
-    cur = old
-    changes = []
-    for pdf in pdfs:
-        changes.extend(zip(pdf[OFFSET_COLUMN].tolist(), pdf[DELETED_COLUMN].tolist(),
-                           pdf[ROW].tolist()))
-    changes.sort(key=lambda c: c[0])  # a key's changes in the order they were written
-    for _off, deleted, row in changes:
-        cur = None if deleted else row
+    # a key's last change in the order they were written decides
+    last = max(changes, key=itemgetter(0), default=None)
+    cur = old if last is None else None if last[1] else last[2]
     if cur == old:
-        return
-    rows = []
+        return []
+    out = []
     if old is not None:
-        rows.append((old, -1))
+        out.append((old, -1))
     if cur is not None:
-        rows.append((cur, 1))
+        out.append((cur, 1))
         state.update((cur,))
     else:
         state.remove()
-    yield _frame(rows)
+    return out
 
 
 # -- aggregate with retraction -----------------------------------------------------------------
 
 def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
               calls: list[tuple[str, str, list[str]]], columns: tuple[tuple[str, str], ...],
-              names: tuple[str, ...], state_name: str) -> Any:
+              names: tuple[str, ...], state_name: str, rows: bool = False) -> Any:
     """``group_by`` as (name, expression), ``calls`` as (name, function, argument
-    expressions): the signed rows of each group's output."""
+    expressions): the signed rows of each group's output; ``rows``: on the row-based
+    operator (aggregate version 2)."""
     F = b.F
     keys = [F.expr(e).alias(n) for n, e in group_by]
     args = []
@@ -199,10 +221,10 @@ def aggregate(b: Any, df: Any, group_by: list[tuple[str, str]],
                                 for j, e in enumerate(exprs)])
             for i, (name, fn, exprs) in enumerate(calls)]
 
-    def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        return _aggregate_group(spec, key, pdfs, state)
+    def fn(key: tuple, changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
+        return _aggregate_group(spec, key, changes, state)
 
-    out = _stateful(packed, fn, "st string", state_name)
+    out = _stateful(packed, fn, (ROW, SIGN), "st string", state_name, rows)
     return unpack(b, out, columns, names)
 
 
@@ -304,7 +326,8 @@ def _agg_value(fn: str, st: Any) -> Any:
 
 
 def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
-                     pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+                     changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
+    """``changes`` as (row, sign)."""
     (key_json,) = key
     v = state.value()
     if v is not None:
@@ -323,43 +346,42 @@ def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
         return _dumps(out)
 
     before = output()
-    for pdf in pdfs:
-        for row, sign in zip(pdf[ROW].tolist(), pdf[SIGN].tolist()):
-            vals = json.loads(row)
-            st["rows"] += sign
-            for i, (_name, fn, args) in enumerate(spec):
-                v = None if args == ["*"] else vals.get(args[0]) if args else None
-                if fn == "count":
-                    if args in ([], ["*"]) or v is not None:
-                        st["aggs"][i] += sign
-                elif v is None:
-                    continue
-                elif fn in ("sum", "avg"):
-                    v = _number(v)
-                    acc = st["aggs"][i]
-                    for _ in range(abs(sign)):  # a sign is +1 or -1; a count, as many
-                        acc[0] = add_exact(acc[0], v) if sign > 0 else sub_exact(acc[0], v)
-                    acc[1] += sign
+    for row, sign in changes:
+        vals = json.loads(row)
+        st["rows"] += sign
+        for i, (_name, fn, args) in enumerate(spec):
+            v = None if args == ["*"] else vals.get(args[0]) if args else None
+            if fn == "count":
+                if args in ([], ["*"]) or v is not None:
+                    st["aggs"][i] += sign
+            elif v is None:
+                continue
+            elif fn in ("sum", "avg"):
+                v = _number(v)
+                acc = st["aggs"][i]
+                for _ in range(abs(sign)):  # a sign is +1 or -1; a count, as many
+                    acc[0] = add_exact(acc[0], v) if sign > 0 else sub_exact(acc[0], v)
+                acc[1] += sign
+            else:
+                k = _dumps(v)
+                c = st["aggs"][i].get(k, 0) + sign
+                if c:
+                    st["aggs"][i][k] = c
                 else:
-                    k = _dumps(v)
-                    c = st["aggs"][i].get(k, 0) + sign
-                    if c:
-                        st["aggs"][i][k] = c
-                    else:
-                        st["aggs"][i].pop(k, None)
+                    st["aggs"][i].pop(k, None)
     after = output()
     if st["rows"] > 0:
         state.update((_dumps(st),))
     else:
         state.remove()  # an emptied group leaves no state behind
     if before == after:
-        return
-    rows = []
+        return []
+    out = []
     if before is not None:
-        rows.append((before, -1))
+        out.append((before, -1))
     if after is not None:
-        rows.append((after, 1))
-    yield _frame(rows)
+        out.append((after, 1))
+    return out
 
 
 # -- table-table join --------------------------------------------------------------------------
@@ -367,9 +389,11 @@ def _aggregate_group(spec: list[tuple[str, str, list[str]]], key: tuple,
 def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          right_keys: tuple[str, ...], how: str, out: list[tuple[str, str, str]],
          left_names: tuple[str, ...], right_names: tuple[str, ...],
-         columns: tuple[tuple[str, str], ...], names: tuple[str, ...], state_name: str) -> Any:
+         columns: tuple[tuple[str, str], ...], names: tuple[str, ...], state_name: str,
+         rows: bool = False) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
-    ``compat.steps.join.join_output``'s (output name, side, input column)."""
+    ``compat.steps.join.join_output``'s (output name, side, input column).  ``rows``: on
+    the row-based operator, a left row with a null key padded by it (join version 2)."""
     F = b.F
 
     def null_key(keys: tuple[str, ...]) -> Any:
@@ -379,24 +403,34 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
             out = isnull if out is None else out | isnull
         return out
 
-    def side(df: Any, keys: tuple[str, ...], cols: tuple[str, ...], tag: int) -> Any:
+    def side(df: Any, keys: tuple[str, ...], cols: tuple[str, ...], tag: int,
+             pad: bool) -> Any:
         kcols = [F.expr(e).alias(f"k{i}") for i, e in enumerate(keys)]
-        # SQL equality: a row with a null key matches nothing, so it never enters state
-        return df.where(~null_key(keys)).select(
-            F.to_json(F.struct(*kcols), JSON_OPTIONS).alias(KEY), F.lit(tag).alias(SIDE),
-            _pack(b, cols).alias(ROW), F.col(SIGN))
+        key = F.to_json(F.struct(*kcols), JSON_OPTIONS)
+        if pad:
+            # one group for the null key, which the operator pads without state
+            key = F.when(null_key(keys), F.lit(NULL_KEY)).otherwise(key)
+        else:
+            # SQL equality: a row with a null key matches nothing, so it never enters state
+            df = df.where(~null_key(keys))
+        return df.select(key.alias(KEY), F.lit(tag).alias(SIDE), _pack(b, cols).alias(ROW),
+                         F.col(SIGN))
 
-    both = side(left, left_keys, left_names, 0).unionByName(
-        side(right, right_keys, right_names, 1))
+    pad = rows and how == "left"
+    both = side(left, left_keys, left_names, 0, pad).unionByName(
+        side(right, right_keys, right_names, 1, False))
     spec = (how, out)
 
-    def fn(key: tuple, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        return _join_group(spec, key, pdfs, state)
+    def fn(key: tuple, changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
+        return _join_group(spec, key, changes, state)
 
-    res = unpack(b, _stateful(both, fn, "l string, r string", state_name), columns, names)
-    if how != "left":
+    res = unpack(b, _stateful(both, fn, (SIDE, ROW, SIGN), "l string, r string", state_name,
+                              rows), columns, names)
+    if how != "left" or pad:
         return res
-    # A left row with a null key is output padded with nulls, and retracted so: no state.
+    # Version 1: a left row with a null key is output padded with nulls, and retracted so,
+    # apart from the operator; Spark plans the left normalisation a second time for it
+    # (bench/results/profile_tables.md), kept for version 1's operators.
     types = dict(zip(names, (t for _, t in columns)))
     padded = left.where(null_key(left_keys)).select(
         *[(F.col(q(src)) if s == "left" else F.lit(None).cast(types[name])).alias(name)
@@ -404,11 +438,15 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
     return res.unionByName(padded)
 
 
-def _joined(spec: tuple[str, list[tuple[str, str, str]]], null_key: bool,
-            lrows: Counter, rrows: Counter) -> Counter:
+def _padded(out: list[tuple[str, str, str]], left_row: dict) -> dict:
+    return {name: left_row.get(src) if s == "left" else None for name, s, src in out}
+
+
+def _joined(spec: tuple[str, list[tuple[str, str, str]]], lrows: Counter, rrows: Counter
+            ) -> Counter:
     how, out = spec
     result: Counter = Counter()
-    rights = [] if null_key else [(json.loads(r), c) for r, c in rrows.items() if c > 0]
+    rights = [(json.loads(r), c) for r, c in rrows.items() if c > 0]
     for lr, lc in lrows.items():
         if lc <= 0:
             continue
@@ -418,35 +456,36 @@ def _joined(spec: tuple[str, list[tuple[str, str, str]]], null_key: bool,
                 row = {name: (ld if s == "left" else rd).get(src) for name, s, src in out}
                 result[_dumps(row)] += lc * rc
         elif how == "left":
-            row = {name: ld.get(src) if s == "left" else None for name, s, src in out}
-            result[_dumps(row)] += lc
+            result[_dumps(_padded(out, ld))] += lc
     return result
 
 
 def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
-                pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+                changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
+    """``changes`` as (side, row, sign)."""
     (key_json,) = key
-    null_key = key_json is None
+    if key_json == NULL_KEY:
+        # a left join's left rows with a null key (version 2): each passes padded, with
+        # its sign, as it would unmatched; they match nothing, so they keep no state
+        return [(_dumps(_padded(spec[1], json.loads(row))), sign)
+                for _side, row, sign in changes]
     v = state.value()
     if v is not None:
         ls, rs = v
         lrows, rrows = Counter(json.loads(ls)), Counter(json.loads(rs))
     else:
         lrows, rrows = Counter(), Counter()
-    before = _joined(spec, null_key, lrows, rrows)
-    for pdf in pdfs:
-        for side, row, sign in zip(pdf[SIDE].tolist(), pdf[ROW].tolist(),
-                                   pdf[SIGN].tolist()):
-            rows = lrows if side == 0 else rrows
-            rows[row] += sign
-            if rows[row] == 0:
-                del rows[row]
-    after = _joined(spec, null_key, lrows, rrows)
+    before = _joined(spec, lrows, rrows)
+    for side, row, sign in changes:
+        rows = lrows if side == 0 else rrows
+        rows[row] += sign
+        if rows[row] == 0:
+            del rows[row]
+    after = _joined(spec, lrows, rrows)
     if lrows or rrows:
         state.update((_dumps(dict(lrows)), _dumps(dict(rrows))))
     else:
         state.remove()
     diff = [(r, 1) for r, c in (after - before).items() for _ in range(c)]
     diff += [(r, -1) for r, c in (before - after).items() for _ in range(c)]
-    if diff:
-        yield _frame(diff)
+    return diff

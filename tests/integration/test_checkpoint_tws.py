@@ -296,3 +296,22 @@ def test_a_legacy_checkpoint_restarts_on_its_own_state(tws, spark, kafka):
     assert report["checkpoint"]["restart"]["outcome"] == "starts", report["checkpoint"]
     assert any(f["code"] == "checkpoint-not-verified" and "before Theseus named" in
                f["message"] for f in report["findings"]), report["findings"]
+
+
+def test_the_row_based_versions_are_refused_on_an_old_checkpoint(tws, spark, kafka):
+    """The same plan on the new step versions (source 3, aggregate 2: PySpark's row-based
+    transformWithState, the same state variables and schemas) restarted on the old
+    versions' checkpoint: Spark compares the operators' names with the checkpoint's
+    metadata and refuses to start, and both checks predict it.  A query moves to the new
+    versions by a migration (``step-version-changed`` of a stateful step: migrate)."""
+    new = copy.deepcopy(tws["old"])
+    for n in new["nodes"]:
+        n["version"] = {"source": 3, "aggregate": 2}.get(n["step"], n["version"])
+    report, did, err = _restart(spark, kafka, tws, "rows", new, lambda u: u["region"])
+    print("\n" + json.dumps({"spark": did, "error": (err or "")[:600],
+                             "checkpoint": report["checkpoint"]["restart"],
+                             "with_recorded_plan": report["with_recorded_plan"]}, indent=1))
+    assert did == "fails", did
+    assert "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA" in err, err[:3000]
+    assert report["checkpoint"]["restart"]["outcome"] == "fails", report["checkpoint"]
+    assert report["with_recorded_plan"]["outcome"] == "fails", report["with_recorded_plan"]

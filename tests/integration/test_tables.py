@@ -8,6 +8,12 @@ plain Python over the final contents of each input table (the last value per key
 tombstone deleting it); the query's output is read back as a compacted topic (the last
 record per key, a tombstone deleting it) and must equal it.
 
+The aggregate and the left joins run twice: on the old step versions' operators
+(``transformWithStateInPandas``) and on the new ones' (source 3, aggregate 2, join 2:
+PySpark's row-based ``transformWithState``, a left join's null-key rows padded by the join
+operator), under the same oracle.  Some orders have a null user_id: a foreign-key left join
+pads them, an inner one drops them.
+
 All plans share one Spark session and the same input topics; each query runs with
 ``availableNow`` through ``Builder.start`` (the gated source and the exactly-once sink).
 """
@@ -39,6 +45,24 @@ def _source(id_, topic, schema, key):
     return {"id": id_, "step": "source", "version": 2, "topic": topic, "partitions": 3,
             "format": "json", "role": "table",
             "schema": [{"name": n, "type": t} for n, t in schema], "key_columns": key}
+
+
+#: the step versions on PySpark's row-based transformWithState
+ROWS = {"source": 3, "aggregate": 2, "join": 2}
+
+
+def _rows(doc: dict) -> dict:
+    """The same plan on the row-based operators (another query, so another checkpoint)."""
+    doc = json.loads(json.dumps(doc))
+    doc["query"] += "_rows"
+    for n in doc["nodes"]:
+        n["version"] = ROWS.get(n["step"], n["version"])
+    return doc
+
+
+def _user_of(rng: random.Random, order: str) -> str | None:
+    u = f"u{rng.randrange(USERS + 50)}"
+    return None if int(order[1:]) % 97 == 0 else u  # a few orders name no user
 
 
 def _plan(query, topics, nodes, sink_input, key, out_topic):
@@ -74,7 +98,7 @@ def _history(rng: random.Random, first: bool):
                 profiles.append((u, {"user_id": u, "tier": rng.choice(TIERS)}))
         for i in range(ORDERS):
             o = f"o{i}"
-            orders.append((o, {"order_id": o, "user_id": f"u{rng.randrange(USERS + 50)}",
+            orders.append((o, {"order_id": o, "user_id": _user_of(rng, o),
                                "amount": rng.randint(1, 500)}))
     for _ in range(2500):
         i = rng.randrange(USERS)
@@ -101,7 +125,7 @@ def _history(rng: random.Random, first: bool):
         if rng.random() < 0.2:
             orders.append((o, None))
         else:
-            orders.append((o, {"order_id": o, "user_id": f"u{rng.randrange(USERS + 50)}",
+            orders.append((o, {"order_id": o, "user_id": _user_of(rng, o),
                                "amount": rng.randint(1, 500)}))
     return {"users": users, "profiles": profiles, "orders": orders}
 
@@ -210,7 +234,7 @@ def _cases(topics):
                         ("order_id", "user_id", "amount", "region", "score")]}],
             "p", ["order_id"], "{out}")
 
-    return {
+    cases = {
         "filter": (_plan("t_filter", topics, [flt], "f", ["user_id"], "{out}"),
                    ["user_id"], o_filter),
         "project": (_plan("t_project", topics, [flt, {
@@ -239,6 +263,10 @@ def _cases(topics):
         "fk_join": (fk("t_fk", "inner"), ["order_id"], o_fk_join),
         "fk_left_join": (fk("t_fkl", "left"), ["order_id"], lambda s: o_fk_join(s, "left")),
     }
+    for name in ROW_CASES:
+        doc, key, fn = cases[name.removesuffix("_rows")]
+        cases[name] = (_rows(doc), key, fn)
+    return cases
 
 
 def _load(tmp_path: Path, doc: dict, out_topic: str):
@@ -285,8 +313,10 @@ def _same(got: dict, want: dict) -> None:
     assert not bad, f"{len(bad)} wrong values, e.g. {bad[:5]}"
 
 
+#: the same queries on the new step versions
+ROW_CASES = ["aggregate_rows", "left_join_rows", "fk_left_join_rows"]
 CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join",
-         "fk_left_join"]
+         "fk_left_join", *ROW_CASES]
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +335,7 @@ def runs(tables, kafka, spark, tmp_path_factory):
     for rnd in range(2):
         if rnd:
             tables.round()
-        # The seven queries share no checkpoint, sink topic or state: they run side by
+        # The queries share no checkpoint, sink topic or state: they run side by
         # side in the one session, a few at a time.
         t0 = time.monotonic()
         for group in in_groups(CASES):
@@ -319,7 +349,7 @@ def runs(tables, kafka, spark, tmp_path_factory):
                     if q.isActive:
                         q.stop()
         timings[rnd] = round(time.monotonic() - t0, 1)
-    print("table query run times per round of seven (s):", timings)
+    print(f"table query run times per round of {len(CASES)} (s):", timings)
     return {name: outs[name][1] for name in CASES}
 
 
@@ -340,15 +370,16 @@ def test_the_rare_group_emptied_and_was_tombstoned(runs, tables, kafka):
 
 
 @pytest.mark.own_jvm
-def test_table_aggregate_survives_sigkill(kafka, tmp_path):
+@pytest.mark.parametrize("case", ["aggregate", "aggregate_rows"])
+def test_table_aggregate_survives_sigkill(case, kafka, tmp_path):
     """``theseus run`` of the table aggregate over its own users topic, killed with SIGKILL
     while changes still arrive, restarted on its checkpoint: the output equals the oracle
     (the exactly-once sink skips a batch Spark replays; the state resumes from the last
-    committed batch)."""
-    topics = {"users": kafka.topic("tbl-kill-users", partitions=3), "profiles": "-",
+    committed batch).  On the old step versions and on the row-based ones."""
+    topics = {"users": kafka.topic(f"tbl-kill-users-{case}", partitions=3), "profiles": "-",
               "orders": "-"}
-    doc, key, fn = _cases(topics)["aggregate"]
-    out = kafka.topic("tbl-out-kill", partitions=2)
+    doc, key, fn = _cases(topics)[case]
+    out = kafka.topic(f"tbl-out-kill-{case}", partitions=2)
     plan_path = tmp_path / "agg.json"
     plan_path.write_text(json.dumps(doc).replace("{out}", out).replace("t_agg", "t_kill"))
     rng = random.Random(1818)
