@@ -47,6 +47,8 @@ from gates.deadline import Deadline
 from migrate.build.core import Builder, build_step, q, register_chain_start
 
 TAG = "__theseus_in"
+#: a row of the recursion as one struct column: the key of the set of rows known
+KEY = "__theseus_row"
 
 
 @build_step.register
@@ -252,81 +254,132 @@ class Loop:
         t0 = time.monotonic()
         F = self.fb.F
         state = self.root / "state"
-        # Step 1.
-        for d in [*state.glob(f"*/batch={batch_id}"), self.root / "tmp"]:
-            shutil.rmtree(d, ignore_errors=True)
-        df = df.localCheckpoint(eager=True)
-        new = {i: df.where(F.col(TAG) == i).select(f"{TAG}{i}.*") for i in self.streams}
-        # Step 2.
-        old = {i: self._read(state / f"E{i}", i, batch_id) for i in self.streams if i}
-        r_old = self._read(state / "R", 0, batch_id)
-        # a table as it is now, read once for the whole batch's loop
-        tables = {i: self.fb.dataframe(self.rec.inputs[i]).localCheckpoint(eager=True)
-                  for i in range(1, len(self.rec.inputs)) if i not in self.streams}
-        full = {i: old[i].unionByName(new[i]) for i in old}
-        full.update(tables)
-        # Step 3.
-        rows, iterations, hit = self._fixpoint(new[0], r_old, old, new, full)
-        # Step 4.
-        counts = {}
-        for i in self.streams:
-            if i:
-                counts[f"E{i}"] = self._write(new[i], state / f"E{i}" / f"batch={batch_id}")
-        counts["R"] = self._write(rows, state / "R" / f"batch={batch_id}")
-        if hit:
-            msg = (f"recursive step '{self.rec.id}' reached max_iterations="
-                   f"{self.rec.max_iterations} in batch {batch_id} and the body still derives "
-                   f"new rows")
-            if self.rec.on_limit == "error":
-                raise RuntimeFailure(msg, file=self.plan.file, node=self.rec.id,
-                                     pointer=self.plan.pointer(self.rec.id, "max_iterations"),
-                                     expected=f"a fixpoint within {self.rec.max_iterations} "
-                                     "iterations", found=f"new rows at iteration {iterations}")
-            self.chain.note(f"  warning: {msg}; on_limit 'return' keeps what was derived")
-        # Step 5.
-        self.writer(rows, batch_id)
+        kept = _Kept()
+        # The loop runs in the batch's own session (the loop query's clone of the session)
+        # without adaptive execution: it would run every shuffle and broadcast of an
+        # iteration as a job of its own, and it does not trust the partitioning of the
+        # checkpointed rows known, so every iteration would shuffle them all again (see
+        # _fixpoint).  The plan's other queries keep their own sessions' setting.
+        spark = df.sparkSession
+        if not spark._jsparkSession.equals(self.fb.spark._jsparkSession):
+            spark.conf.set("spark.sql.adaptive.enabled", "false")
+        try:
+            # Step 1.
+            for d in [*state.glob(f"*/batch={batch_id}"), self.root / "tmp"]:
+                shutil.rmtree(d, ignore_errors=True)
+            df = df.localCheckpoint(eager=True)
+            new = {i: df.where(F.col(TAG) == i).select(f"{TAG}{i}.*") for i in self.streams}
+            # Step 2.
+            old = {i: self._read(spark, state / f"E{i}", i, batch_id)
+                   for i in self.streams if i}
+            r_old = self._read(spark, state / "R", 0, batch_id)
+            # a table as it is now, read once for the whole batch's loop
+            tables = {i: self.fb.dataframe(self.rec.inputs[i]).localCheckpoint(eager=True)
+                      for i in range(1, len(self.rec.inputs)) if i not in self.streams}
+            # every iteration joins with the further inputs: kept in memory for the batch
+            # rather than each iteration rescanning the state's Parquet files
+            full = {i: kept.keep(old[i].unionByName(new[i]))[0] for i in old}
+            full.update(tables)
+            # Step 3.
+            rows, n_rows, iterations, hit = self._fixpoint(spark, new[0], r_old, old, new,
+                                                           full, kept)
+            # Step 4.
+            counts = {}
+            for i in self.streams:
+                if i:
+                    counts[f"E{i}"] = self._write(new[i],
+                                                  state / f"E{i}" / f"batch={batch_id}")
+            counts["R"] = self._write(rows, state / "R" / f"batch={batch_id}", n_rows)
+            if hit:
+                msg = (f"recursive step '{self.rec.id}' reached max_iterations="
+                       f"{self.rec.max_iterations} in batch {batch_id} and the body still "
+                       f"derives new rows")
+                if self.rec.on_limit == "error":
+                    raise RuntimeFailure(msg, file=self.plan.file, node=self.rec.id,
+                                         pointer=self.plan.pointer(self.rec.id,
+                                                                   "max_iterations"),
+                                         expected=f"a fixpoint within "
+                                         f"{self.rec.max_iterations} iterations",
+                                         found=f"new rows at iteration {iterations}")
+                self.chain.note(f"  warning: {msg}; on_limit 'return' keeps what was derived")
+            # Step 5.
+            self.writer(rows, batch_id)
+        finally:
+            kept.release()
         self.chain.note(f"  recursive '{self.rec.id}' batch {batch_id}: "
                         f"{counts['R']} new rows in {iterations} iteration(s), "
                         f"{int((time.monotonic() - t0) * 1000)} ms")
 
-    def _fixpoint(self, base: Any, r_old: Any, old: dict[int, Any], new: dict[int, Any],
-                  full: dict[int, Any]) -> tuple[Any, int, bool]:
+    def _fixpoint(self, spark: Any, base: Any, r_old: Any, old: dict[int, Any], new: dict[int, Any],
+                  full: dict[int, Any], kept: _Kept) -> tuple[Any, int, int, bool]:
         """Semi-naive: D0 = new base rows; D1 = body(D0, all edges) ∪ body(old rows, new
-        edges); Dk+1 = body(Dk, all edges); with set semantics minus every row known."""
-        known = r_old
-        d = base.distinct() if self.set else base
-        if self.set:
-            d = d.subtract(known)
-        d = d.localCheckpoint(eager=True)
-        derived = [d]
-        known = known.unionByName(d)
+        edges); Dk+1 = body(Dk, all edges); with set semantics minus every row known.
+
+        Every Dk is kept in memory until the batch ends and its row count, taken by the job
+        that materialises it, is the fixpoint test.  With set semantics the rows known are
+        kept as one column (the row as a struct, whose equality is the null-safe equality
+        of ``subtract``), hash-partitioned and sorted on it once: the old rows once per
+        batch, each Dk when it is made.  So removing what is known from an iteration's
+        candidates shuffles the candidates only, never the rows known."""
+        parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
         limit = self.rec.max_iterations
+        known: list[Any] = []
+        if self.set:
+            known.append(kept.cut(self._as_key(r_old).repartition(parts, KEY)
+                                  .sortWithinPartitions(KEY))[0])
+            r_old = self._rows(known[0])
+            d, n = self._unknown(base, known, parts, kept)
+        else:
+            d, n = kept.cut(base)
+        derived, total = [d], n
         i = 0
         while True:
             i += 1
+            frontier = self._rows(d) if self.set else d
             if self.linear:
-                terms = [self._body(d, full)]
+                terms = [self._body(frontier, full)]
                 streams = sorted(old)
-                for n, k in enumerate(streams if i == 1 else []):
+                for m, k in enumerate(streams if i == 1 else []):
                     # the old rows with: edges before k as they were, k's new ones, the
                     # ones after k as they are now (each new derivation counted once)
                     ins = dict(full)
-                    ins.update({j: old[j] for j in streams[:n]})
+                    ins.update({j: old[j] for j in streams[:m]})
                     ins[k] = new[k]
                     terms.append(self._body(r_old, ins))
                 nxt = _union(terms)
             else:
-                nxt = self._body(known, full)
-            if self.set:
-                nxt = nxt.distinct().subtract(known)
-            nxt = nxt.localCheckpoint(eager=True)
-            if nxt.isEmpty():
-                return _union(derived), i, False
+                nxt = self._body(_union([self._rows(k) for k in known]), full)
+            nxt, n = self._unknown(nxt, known, parts, kept) if self.set else kept.cut(nxt)
+            if not n:
+                break
             derived.append(nxt)
-            known = known.unionByName(nxt)
+            total += n
             d = nxt
             if i >= limit:
-                return _union(derived), i, True
+                break
+        rows = _union([self._rows(k) for k in derived] if self.set else derived)
+        return rows, total, i, bool(n) and i >= limit
+
+    def _as_key(self, rows: Any) -> Any:
+        F = self.fb.F
+        return rows.select(F.struct(*[F.col(q(f.name)) for f in self.schemas[0].fields])
+                           .alias(KEY))
+
+    def _rows(self, keyed: Any) -> Any:
+        return keyed.select(f"{KEY}.*")
+
+    def _unknown(self, rows: Any, known: list[Any], parts: int,
+                 kept: _Kept) -> tuple[Any, int]:
+        """The distinct rows of ``rows`` that no piece of ``known`` holds, kept (keyed,
+        partitioned and sorted as the pieces are) and appended to ``known``."""
+        out = self._as_key(rows).repartition(parts, KEY).dropDuplicates([KEY])
+        for piece in known:
+            # a merge join of co-partitioned, sorted sides: a broadcast would be a job of
+            # its own per piece and iteration
+            out = out.join(piece.hint("merge"), on=KEY, how="left_anti")
+        out, n = kept.cut(out.sortWithinPartitions(KEY))
+        known.append(out)
+        return out, n
 
     def _body(self, loop: Any, inputs: dict[int, Any]) -> Any:
         frames = {self.rec.body_input: loop}
@@ -341,8 +394,7 @@ class Loop:
         return out.select(*[self.fb.F.col(q(o)).cast(t.dataType).alias(t.name)
                             for o, t in zip(out.columns, self.schemas[0].fields)])
 
-    def _read(self, path: Path, i: int, batch_id: int) -> Any:
-        spark = self.fb.spark
+    def _read(self, spark: Any, path: Path, i: int, batch_id: int) -> Any:
         if path.exists() and any(path.glob("batch=*/*.parquet")):
             df = spark.read.schema(self._with_batch(i)).parquet(str(path))
             return df.where(self.fb.F.col("batch") < batch_id).drop("batch")
@@ -353,8 +405,8 @@ class Loop:
 
         return StructType([*self.schemas[i].fields, StructField("batch", LongType())])
 
-    def _write(self, df: Any, path: Path) -> int:
-        n = df.count()
+    def _write(self, df: Any, path: Path, n: int | None = None) -> int:
+        n = df.count() if n is None else n
         if n:
             # written aside, then renamed: a batch directory is complete or absent
             tmp = self.root / "tmp" / f"{path.parent.name}-{path.name}"
@@ -362,6 +414,39 @@ class Loop:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, path)
         return n
+
+
+class _Kept:
+    """The DataFrames one loop batch keeps, released when the batch ends."""
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+        self.rdds: list[Any] = []
+
+    def keep(self, df: Any) -> tuple[Any, int]:
+        """``df`` cached and its row count, for a DataFrame whose plan stays small."""
+        df = df.persist()
+        self.frames.append(df)
+        return df, df.count()
+
+    def cut(self, df: Any) -> tuple[Any, int]:
+        """``df`` computed once, as a DataFrame over its rows (its plan a leaf: each
+        iteration's plan reads the ones before, so plans that kept their lineage would grow
+        exponentially), and its row count.  Counting the checkpointed RDD is the job that
+        computes it: an eager ``localCheckpoint`` counts it too but drops the count, and
+        the fixpoint test would be a job of its own."""
+        df = df.localCheckpoint(eager=False)
+        rdd = df._jdf.queryExecution().analyzed().rdd()
+        self.rdds.append(rdd)
+        return df, rdd.count()
+
+    def release(self) -> None:
+        for df in self.frames:
+            df.unpersist()
+        for rdd in self.rdds:
+            rdd.unpersist(False)
+        self.frames.clear()
+        self.rdds.clear()
 
 
 def _union(frames: list[Any]) -> Any:
