@@ -595,13 +595,29 @@ def differences(j: Judgement, limit: int = 5) -> list[str]:
 
 def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
     """``plan`` reading the run's own topics, written to ``path`` (the checkpoint check and
-    Spark read it from there)."""
+    Spark read it from there).  A job file is copied beside it with the topics' new names
+    (:func:`job_file`): ``--runtime spark`` runs the job itself, not its export."""
     doc = json.loads(dumps(plan))
     for node in doc["nodes"]:
         if node.get("step") == "source":
             node["topic"] = topics[node["topic"]]
     path.write_text(json.dumps(doc, indent=1))
+    if plan.file and plan.file.endswith(".py"):
+        shutil.copyfile(plan.file, path.with_suffix(".py"))
+        path.with_suffix(".topics.json").write_text(json.dumps(topics))
     return load_plan(str(path))
+
+
+def job_file(plan: Plan) -> tuple[Path, dict[str, str]] | None:
+    """The job file a rewritten plan came from and its topics' new names, or None (the plan
+    was JSON or SQL: ``--runtime spark`` runs its export)."""
+    if not plan.file:
+        return None
+    job = Path(plan.file).with_suffix(".py")
+    names = Path(plan.file).with_suffix(".topics.json")
+    if not job.is_file() or not names.is_file():
+        return None
+    return job, json.loads(names.read_text())
 
 
 def refuse_unrunnable(plan: Plan, side: str, runtime_name: str = "theseus") -> None:
@@ -879,14 +895,17 @@ class SparkRuntime:
         rep = check_checkpoint(str(checkpoint), new_path, spark=self.spark)
         restart = dict((rep.checkpoint or {}).get("restart") or {})
         restart["verdict"] = rep.verdict
+        # which source wrote OLD's checkpoint: the dry run planned that form of NEW
+        restart["written_by"] = (rep.checkpoint or {}).get("written_by")
         return restart
 
 
 class PySparkRuntime(SparkRuntime):
     """Runs plans as plain PySpark jobs on Spark's own Kafka connector, as users who keep
-    their jobs and use Theseus only as the CI gate do: each plan (a job file's too, as
-    imported) is written by ``plan export --pyspark`` and its ``build(spark)`` started with
-    the run's checkpoint, output topic and an availableNow trigger.  The checkpoint is then
+    their jobs and use Theseus only as the CI gate do: each plan is written by ``plan export
+    --pyspark`` (a job file is run itself, its Kafka reads redirected to the run's topics and
+    broker: ``migrate.jobsession``) and its ``build(spark)`` started with the run's
+    checkpoint, output topic and an availableNow trigger.  The checkpoint is then
     Spark's Kafka source's, not the gated source's: the checker's prediction is judged on
     that kind of checkpoint too."""
 
@@ -908,10 +927,21 @@ class PySparkRuntime(SparkRuntime):
         return self._spark
 
     def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        from migrate.jobsession import redirected, writer_of
+
         spark = self.spark
-        job = pyspark_job(plan, self.bootstrap, checkpoint)
+        mine = job_file(plan)
         try:
-            writer = job["build"](spark)
+            if mine is None:
+                writer = pyspark_job(plan, self.bootstrap, checkpoint)["build"](spark)
+            else:
+                # the user's job as written, its reads redirected to the run's topics
+                path, topics = mine
+                job: dict[str, Any] = {"__name__": f"theseus_prove_{plan.query}",
+                                       "__file__": str(path)}
+                exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), job)
+                writer = writer_of(job, spark, redirected(self.bootstrap, topics)).option(
+                    "checkpointLocation", str(checkpoint))
             return (writer.option("topic", output).queryName(name)
                     .trigger(availableNow=True).start())
         except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here

@@ -598,3 +598,41 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
     line = next(ln for ln in md.splitlines() if ln.startswith("| upgrades/filter_changed_st"))
     assert "starts_wrong; **FALSE GREEN**" in line
     assert "## Disagreements" in md and "filter_changed_stream (theseus)" in md
+
+
+def test_a_job_file_is_run_as_itself_on_the_runs_topics(tmp_path):
+    """--runtime spark on fixtures/pyspark/upgrades: the job file itself runs (not its
+    export), reading the run's topics; a JSON plan has no job file."""
+    old = FIXTURES / "pyspark" / "upgrades" / "filter_changed" / "old.py"
+    # the job's import, as the loader gives it (old.json beside it), without a JVM here
+    plan = replace(load_plan(str(old.with_suffix(".json"))), file=str(old))
+    mine = P._rewrite(plan, {"orders": "theseus-prove-x-orders"}, tmp_path / "old.json")
+    job, topics = P.job_file(mine)
+    assert job.read_text() == old.read_text() and topics == {"orders": "theseus-prove-x-orders"}
+    assert mine.nodes[next(iter(mine.nodes))].topic == "theseus-prove-x-orders"
+    as_json = P._rewrite(load_plan(pair("filter_changed_before_aggregate")[0]),
+                         {"orders": "o"}, tmp_path / "j.json")
+    assert P.job_file(as_json) is None
+
+
+def test_truth_slices_add_up_for_the_same_code_seed_and_records(tmp_path):
+    """bench/truth.py appends each row; --skip-done skips a pair the same code proved with
+    the same seed and records, and proves it again otherwise; the last row wins."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("truth", FIXTURES.parent / "bench" /
+                                                  "truth.py")
+    truth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(truth)
+    commit, code = truth.code_id()
+    assert truth.code_id() == (commit, code) and code != "unknown"
+    r = truth.row("upgrades/filter_changed_before_aggregate", FakeRuntime(), 60, 0,
+                  (commit, code))
+    assert (r["code"], r["seed"], r["records"]) == (code, 0, 60)
+    assert truth.done(r, code, 0, 60)
+    assert not truth.done(r, "other", 0, 60) and not truth.done(r, code, 1, 60)
+    assert not truth.done(r, code, 0, 120) and not truth.done(None, code, 0, 60)
+    out = tmp_path / "t.jsonl"
+    out.write_text(json.dumps(r | {"agrees": False}) + "\n" + json.dumps(r) + "\n")
+    last = {(x["pair"], x["runtime"]): x for x in truth.load(out)}
+    assert list(last.values()) == [r]
