@@ -176,7 +176,19 @@ def markdown(rows: list[dict], note: str) -> str:
         pred = "" if ran is None else (ran["predicted"] or "") + (
             f" ({ran['predicted_error']})" if ran["predicted_error"] else "")
         out.append(f"| {pair} | {verdict} | {pred} | {_spark(t)} | {_spark(s)} |")
-    wrong = [r for r in rows if r["ran"] and not r["agrees"]]
+    codes = Counter((r.get("commit") or "before code ids", r.get("code") or "-")
+                    for r in rows)
+    out += ["", "Rows per commit and code id (bench/truth.py `code_id`: the trees of "
+            f"{', '.join(CODE)}): " + "; ".join(f"{c} (code {k}): {n}" for (c, k), n in
+                                              sorted(codes.items()))]
+    kept = [r for r in rows if r["ran"] and r["conservative"]]
+    if kept:
+        out += ["", "## Conservative verdicts", "",
+                "A `migrate` or `unsupported` verdict where Spark restarts and keeps the "
+                "promise of an in-place restart (README: which could be relaxed).", ""]
+        out += [f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
+                f"{', '.join(r['findings']) or 'none'}" for r in kept]
+    wrong = [r for r in rows if r["ran"] and not r["agrees"] and not r["conservative"]]
     if wrong:
         out += ["", "## Disagreements", ""]
         for r in wrong:

@@ -598,6 +598,13 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
     line = next(ln for ln in md.splitlines() if ln.startswith("| upgrades/filter_changed_st"))
     assert "starts_wrong; **FALSE GREEN**" in line
     assert "## Disagreements" in md and "filter_changed_stream (theseus)" in md
+    # a migrate pair Spark restarts correctly is counted and listed as conservative, not
+    # as a disagreement to fix
+    kept = truth.row("upgrades/scaling_state_partitions_stateful", FakeRuntime(), 60)
+    md = truth.markdown([kept], "a test")
+    assert "0 false greens, 1 conservative" in md
+    assert "## Conservative verdicts" in md and "## Disagreements" not in md
+    assert "- upgrades/scaling_state_partitions_stateful (theseus): migrate" in md
 
 
 def test_a_job_file_is_run_as_itself_on_the_runs_topics(tmp_path):
