@@ -940,8 +940,11 @@ class PySparkRuntime(SparkRuntime):
                 job: dict[str, Any] = {"__name__": f"theseus_prove_{plan.query}",
                                        "__file__": str(path)}
                 exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), job)
-                writer = writer_of(job, spark, redirected(self.bootstrap, topics)).option(
-                    "checkpointLocation", str(checkpoint))
+                # spark-submit's conf or the job's caller sets the sink's broker
+                # and checkpoint: a job file need not
+                writer = (writer_of(job, spark, redirected(self.bootstrap, topics))
+                          .option("kafka.bootstrap.servers", self.bootstrap)
+                          .option("checkpointLocation", str(checkpoint)))
             return (writer.option("topic", output).queryName(name)
                     .trigger(availableNow=True).start())
         except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
