@@ -593,14 +593,22 @@ def differences(j: Judgement, limit: int = 5) -> list[str]:
                             else [])
 
 
-def _rewrite(plan: Plan, topics: dict[str, str], path: Path) -> Plan:
+def _rewrite(plan: Plan, topics: dict[str, str], path: Path, *, first_start: bool = False
+             ) -> Plan:
     """``plan`` reading the run's own topics, written to ``path`` (the checkpoint check and
     Spark read it from there).  A job file is copied beside it with the topics' new names
-    (:func:`job_file`): ``--runtime spark`` runs the job itself, not its export."""
+    (:func:`job_file`): ``--runtime spark`` runs the job itself, not its export.
+
+    ``first_start``: the plan's first start is OLD's or the reference's, as if they had run
+    before any input: a source's ``latest`` starting offsets then are the topic's
+    beginning (the run's topics are made empty), not the end of part 1's first chunk,
+    produced before they start."""
     doc = json.loads(dumps(plan))
     for node in doc["nodes"]:
         if node.get("step") == "source":
             node["topic"] = topics[node["topic"]]
+            if first_start:
+                node.pop("starting_offsets", None)
     path.write_text(json.dumps(doc, indent=1))
     if plan.file and plan.file.endswith(".py"):
         shutil.copyfile(plan.file, path.with_suffix(".py"))
@@ -689,10 +697,11 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     outs = {k: f"theseus-prove-{rid}-out-{k}" for k in ("old", "restart", "reference")}
     for o in outs.values():
         runtime.create_topic(o, 2)
-    old_r = _rewrite(old, names, work / "old.json")
+    old_r = _rewrite(old, names, work / "old.json", first_start=True)
     new_r = _rewrite(new, names, work / "new.json")
-    ref_r = new_r if ref_names == names else _rewrite(new, ref_names,
-                                                      work / "reference.json")
+    latest = any(getattr(n, "starting_offsets", None) == "latest" for n in new.nodes.values())
+    ref_r = new_r if ref_names == names and not latest else _rewrite(
+        new, ref_names, work / "reference.json", first_start=True)
     ck_old, ck_ref, ck_new = work / "ck-old", work / "ck-reference", work / "ck-restart"
 
     def produce(rows: Sequence[tuple[str, str | None, dict[str, Any]]], grown: bool) -> None:

@@ -92,9 +92,11 @@ class FakeRuntime:
         else:
             ck.mkdir(parents=True)
             st = {"offsets": {}, "state": {}, "sig": sig, "filters": filters, "runs": 0}
+        src = next(n for n in plan.nodes.values() if n.step == "source")
+        if st["runs"] == 0 and src.starting_offsets == "latest":
+            st["offsets"][src.topic] = len(self.topics[src.topic])  # as Spark's first start
         if self.keep_old_filter:
             filters = st["filters"]
-        src = next(n for n in plan.nodes.values() if n.step == "source")
         rows = self.topics[src.topic][st["offsets"].get(src.topic, 0):]
         st["offsets"][src.topic] = len(self.topics[src.topic])
         rows = [json.loads(v) for _, v in rows]
@@ -643,3 +645,16 @@ def test_truth_slices_add_up_for_the_same_code_seed_and_records(tmp_path):
     out.write_text(json.dumps(r | {"agrees": False}) + "\n" + json.dumps(r) + "\n")
     last = {(x["pair"], x["runtime"]): x for x in truth.load(out)}
     assert list(last.values()) == [r]
+
+
+def test_latest_starting_offsets_start_the_reference_before_any_input():
+    """source_starting_offsets_changed (identical: starting offsets apply to a fresh
+    checkpoint only) under runtime spark was a false green of prove itself: the reference,
+    first started after part 1's first chunk was produced, skipped it with ``latest``, and
+    the correct restart looked wrong.  OLD and the reference run as if started before any
+    input; the restart keeps the new plan's ``latest`` (the change under test)."""
+    rt = FakeRuntime()
+    proof, _ = fake_prove("source_starting_offsets_changed", rt)
+    doc = proof.to_json()
+    assert doc["verdict"] == "identical" and doc["outcome"] == "starts_correct", doc
+    assert doc["agrees"] and doc["judged"]["compared"] > 0, doc
