@@ -658,3 +658,23 @@ def test_latest_starting_offsets_start_the_reference_before_any_input():
     doc = proof.to_json()
     assert doc["verdict"] == "identical" and doc["outcome"] == "starts_correct", doc
     assert doc["agrees"] and doc["judged"]["compared"] > 0, doc
+
+
+def test_a_classless_failure_agrees_with_a_classless_prediction():
+    """upgrades/union_inputs_reordered under runtime spark: the checker predicts the
+    restart fails on a source without offsets for its topic (no Spark error class), and
+    Spark's Kafka connector fails with STREAM_FAILED, 'Some data may have been lost'."""
+    text = ("[STREAM_FAILED] Query [id = ebfe14f4, runId = f493e1c5] terminated with "
+            "exception: Some data may have been lost because they are not available in "
+            "Kafka any more;\n either the data was aged out")
+    cls = P.error_class(text)
+    assert cls.startswith("Some data may have been lost") and "ebfe14f4" not in cls
+    said = {"outcome": "fails", "error_class": "(the gated source's SourceError: no entry "
+                                                "for the topic)"}
+    assert P.agreement("migrate", "fails", cls, said)["agrees"]
+    # a class Spark names must be the predicted one
+    assert not P.agreement("migrate", "fails", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+                           said)["prediction_agrees"]
+    assert not P.agreement("migrate", "fails", cls, {
+        "outcome": "fails", "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"})[
+        "prediction_agrees"]
