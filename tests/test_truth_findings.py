@@ -36,3 +36,28 @@ def test_the_same_sources_in_the_same_order_say_nothing(tmp_path):
     (tmp_path / "self.json").write_text(json.dumps(doc))
     twice = load_plan(str(tmp_path / "self.json"))
     assert len(stream_sources(twice)) == 1
+
+
+def test_an_aggregate_newly_read_above_changes_the_state():
+    """pyspark/upgrades/column_added was ``in_place`` (an output column added); Spark
+    refused the restart of the job file with STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE: the
+    old job computed count(*) but read only the sum, and Spark's optimizer dropped the
+    count from the aggregate's state."""
+    from compat.steps.aggregate import kept_aggregates
+
+    d = FIXTURES / "pyspark" / "upgrades" / "column_added"
+    old, new = load_plan(str(d / "old.json")), load_plan(str(d / "new.json"))
+    agg = "per_customer"
+    assert kept_aggregates(old.nodes[agg], old) == (0,)
+    assert kept_aggregates(new.nodes[agg], new) == (0, 1)
+    rep = check_plans(old, new)
+    assert rep.verdict == "migrate"
+    f = next(f for f in rep.findings if f.code == "aggregate-state-columns-changed")
+    assert "orders now read" in f.message and "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" \
+        in f.message
+    # the other way round: an aggregate no longer read leaves the state too
+    back = check_plans(new, old)
+    assert "aggregate-state-columns-changed" in {f.code for f in back.findings}
+    # and reading the same aggregates keeps it
+    assert "aggregate-state-columns-changed" not in {f.code for f in
+                                                     check_plans(old, old).findings}
