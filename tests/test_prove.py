@@ -669,8 +669,10 @@ def test_a_classless_failure_agrees_with_a_classless_prediction():
             "Kafka any more;\n either the data was aged out")
     cls = P.error_class(text)
     assert cls.startswith("Some data may have been lost") and "ebfe14f4" not in cls
-    said = {"outcome": "fails", "error_class": "(the gated source's SourceError: no entry "
-                                                "for the topic)"}
+    from compat.checkpoint_check import CONNECTOR_ERROR
+
+    said = {"outcome": "fails",
+            "error_class": CONNECTOR_ERROR["checkpoint-source-topic-changed"]}
     assert P.agreement("migrate", "fails", cls, said)["agrees"]
     # a class Spark names must be the predicted one
     assert not P.agreement("migrate", "fails", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",

@@ -61,3 +61,17 @@ def test_an_aggregate_newly_read_above_changes_the_state():
     # and reading the same aggregates keeps it
     assert "aggregate-state-columns-changed" not in {f.code for f in
                                                      check_plans(old, old).findings}
+
+
+def test_a_source_without_offsets_fails_as_the_source_that_wrote_the_checkpoint():
+    """union_inputs_reordered's restart: the gated source fails inside Spark's Python data
+    source (PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR, runtime theseus); Spark's Kafka
+    connector with no error class ('Some data may have been lost', runtime spark)."""
+    from compat.checkpoint_check import predict
+    from compat.findings import finding
+
+    fs = [finding("checkpoint-source-topic-changed", "source 0 read 'a'", new_pointer="/n")]
+    assert predict(fs, "gated").error_class == "PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR"
+    assert predict(fs).error_class == "PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR"
+    said = predict(fs, "kafka-connector").error_class
+    assert said.startswith("(") and "Some data may have been lost" in said
