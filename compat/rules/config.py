@@ -16,17 +16,18 @@ def stream_sources(plan: Plan) -> list[str]:
     """The topics of the plan's stream sources in Spark's order: the leaves of its plan
     from the sink, inputs left to right, a source read twice counted once."""
     seen: dict[str, None] = {}
-
-    def leaves(nid: str) -> None:
+    done: set[str] = set()
+    # a stack, not recursion: plans are thousands of steps deep
+    stack = [plan.sink_id]
+    while stack:
+        nid = stack.pop()
         node = plan.nodes[nid]
         if not node.inputs:
             if plan.info[nid].stream:
                 seen.setdefault(nid, None)
-            return
-        for i in node.inputs:
-            leaves(i)
-
-    leaves(plan.sink_id)
+        elif nid not in done:  # a shared subtree's leaves come where Spark first sees them
+            done.add(nid)
+            stack.extend(reversed(node.inputs))
     return [getattr(plan.nodes[n], "topic", n) for n in seen]
 
 

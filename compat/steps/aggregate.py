@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, demand_at, moves_filter, own, reads, refs
+from compat.demand import Demand, columns, demanded, moves_filter, own, reads, refs
 from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
@@ -75,7 +75,9 @@ def kept_aggregates(node: Aggregate, plan: Plan) -> tuple[int, ...] | None:
     info = plan.info[node.id]
     if not info.stateful or info.changelog:
         return None
-    demand = demand_at(plan, node.id)
+    # (not demand_at: a filter Spark moves below an aggregate reads grouping keys only,
+    # which the state keeps anyway)
+    demand = demanded(plan)[node.id]
     return tuple(i for i, a in enumerate(node.aggregates) if demand.get(a.name.lower()))
 
 
