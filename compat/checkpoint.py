@@ -8,6 +8,9 @@ What a checkpoint directory holds (Spark 4.x, the formats of its own readers):
                                      spark.sql.shuffle.partitions among them), then one line
                                      per source, in the query's source order ("-" = none)
     commits/<batch>                  "v1", then {"nextBatchWatermarkMs": ...}: the batch is done
+    sources/<i>/0                    Spark's Kafka connector only (KafkaSourceInitialOffsetWriter):
+                                     a NUL byte, "v1", then source i's starting offsets; the
+                                     gated source (a Python data source) writes none
     state/<op>/_metadata/metadata    OperatorStateMetadataV1: "v1", then {"operatorInfo":
                                      {"operatorId", "operatorName"}, "stateStoreInfo":
                                      [{"storeName", "numColsPrefixKey", "numPartitions"}]}
@@ -101,6 +104,9 @@ class Checkpoint:
     not_verified: list[str] = field(default_factory=list)
     #: the loop state of each recursive step, by step id (compat.recursive_state)
     loops: dict[str, Any] = field(default_factory=dict)
+    #: which source wrote the offsets (:func:`written_by`): "kafka-connector", "gated" or
+    #: "other"; the restart's dry run plans the matching form of the new plan
+    written_by: str = "gated"
 
     @property
     def shuffle_partitions(self) -> int | None:
@@ -120,7 +126,7 @@ class Checkpoint:
         return {"path": self.path, "query_id": self.query_id,
                 "last_committed_batch": self.last_committed,
                 "shuffle_partitions": self.shuffle_partitions,
-                "watermark_ms": self.watermark_ms,
+                "watermark_ms": self.watermark_ms, "written_by": self.written_by,
                 "sources": [{"index": i, "offsets": kafka_offsets(doc) or None,
                              "raw": None if kafka_offsets(doc) else doc}
                             for i, doc in enumerate(self.offsets)],
@@ -357,6 +363,22 @@ def _json_objects(text: str) -> list[dict]:
         i = end
 
 
+def written_by(root: Path, offsets: list[Any]) -> str:
+    """``kafka-connector`` when Spark's Kafka source wrote the offsets (it alone leaves its
+    starting offsets under ``sources/<i>/0``), ``gated`` when they are Kafka offsets without
+    that file (the gated source, a Python data source), ``other`` for any other source.
+
+    The two Kafka kinds hold the same offsets but not the same state: a PySpark job parses
+    the value with ``from_json`` and joins on its columns, the gated builder joins on key
+    columns of its own (``__theseus_lk0``), so a join's state rows differ."""
+    kafka = [i for i, doc in enumerate(offsets) if kafka_offsets(doc)]
+    if not kafka:
+        return "other"
+    if any((root / "sources" / str(i) / "0").is_file() for i in kafka):
+        return "kafka-connector"
+    return "gated"
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint directory; CheckpointError (exit 2) when it is not one, has no
     committed batch, or a file Spark would need is corrupted."""
@@ -414,6 +436,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     ck = Checkpoint(path=shown, query_id=query_id, last_committed=last, offsets=docs[1:],
                     conf=conf, watermark_ms=watermark,
                     operators=_operators(root, last))
+    ck.written_by = written_by(root, ck.offsets)
     if (root / "recursive").is_dir():  # a plan with recursive steps: their loops' state
         ck.loops = read_loop_states(root, list(ck.source_offsets()))
     for i, doc in enumerate(ck.offsets):

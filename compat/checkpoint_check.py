@@ -87,8 +87,8 @@ ERROR_CLASS = {
     "checkpoint-value-schema-incompatible": "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
     "checkpoint-sources-changed": "(no error class: an IllegalStateException on the number "
                                   "of sources)",
-    "checkpoint-source-topic-changed": "(the gated source's SourceError: no entry for the "
-                                       "topic)",
+    # the gated source raises its SourceError inside a Python data source
+    "checkpoint-source-topic-changed": "PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR",
     "checkpoint-recursive-inputs-changed": "(the loop query's: an IllegalStateException on "
                                            "the number of sources, or the gated source's "
                                            "SourceError)",
@@ -493,11 +493,22 @@ def drift_finding(diffs: list[str], recorded: Plan, made_from: str = "") -> Find
                    old_pointer="/nodes", new_pointer="/nodes")
 
 
-def predict(findings: list[Finding]) -> Prediction:
-    """What Spark does when the new plan restarts on the checkpoint."""
+#: where Spark's Kafka connector fails otherwise than the gated source (no error class: the
+#: connector's IllegalStateException), per finding code
+CONNECTOR_ERROR = {
+    "checkpoint-source-topic-changed": "(Spark's Kafka connector: 'Some data may have been "
+                                       "lost', no error class)",
+}
+
+
+def predict(findings: list[Finding], written_by: str = "gated") -> Prediction:
+    """What Spark does when the new plan restarts on the checkpoint (``written_by``: the
+    source that wrote it, ``compat.checkpoint.written_by``)."""
     for f in findings:
         if f.code in ERROR_CLASS:
-            return Prediction("fails", ERROR_CLASS[f.code], f.message)
+            cls = CONNECTOR_ERROR.get(f.code, ERROR_CLASS[f.code]) \
+                if written_by == "kafka-connector" else ERROR_CLASS[f.code]
+            return Prediction("fails", cls, f.message)
     for f in findings:
         if f.code in WRONG_STATE:
             return Prediction("wrong_state", None, f.message)
@@ -574,7 +585,7 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
     verdict = verdict_of(findings)
     if verdict == "identical" and recorded is None:
         verdict = "in_place"  # a checkpoint alone can say it restarts, never "same plan"
-    prediction = predict(spark_view)
+    prediction = predict(spark_view, ck.written_by)
     findings = [settle(f, allow_migration=allow_migration) for f in findings]
     section = ck.to_json()
     section["restart"] = prediction.to_json()

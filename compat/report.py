@@ -26,6 +26,11 @@ VERDICT_TEXT = {
 _SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
+#: which source wrote a checkpoint, as the text report says it (the dry run's form follows)
+_WRITTEN_BY = {"kafka-connector": "; written by Spark's Kafka connector (a PySpark job)",
+               "gated": "; written by the gated source (theseus run)"}
+
+
 def render(report: Report, fmt: str) -> str:
     # Rendering builds a container per finding and per matched pair while both plans are
     # still alive: the cyclic garbage collector would rescan all of them, several times on
@@ -145,7 +150,8 @@ def checkpoint_lines(ck: dict[str, Any]) -> list[str]:
               + (f" ({r['error_class']})" if r["error_class"] else ""),
               f"  checkpoint: {ck['path']}",
               f"    last committed batch {ck['last_committed_batch']}, shuffle partitions "
-              f"{ck['shuffle_partitions']}, watermark {ck['watermark_ms']} ms"]
+              f"{ck['shuffle_partitions']}, watermark {ck['watermark_ms']} ms"
+              + _WRITTEN_BY.get(ck.get("written_by", ""), "")]
     for src in ck["sources"]:
         if src["offsets"]:
             for topic, parts in src["offsets"].items():

@@ -4,7 +4,8 @@
 2. Read the checkpoint in plain Python (``compat.checkpoint``): not a checkpoint, no
    committed batch, a corrupted log file fail here, exit 2, before Spark starts.
 3. Learn the new plan's stateful operators from Spark (``migrate.stateops``: a dry run on
-   empty input) and, with a recorded plan, the recorded plan's too.
+   empty input) and, with a recorded plan, the recorded plan's too; in the form that wrote
+   the checkpoint (:func:`dry_run_form`).
 4. Drift first: when the checkpoint is not what the recorded plan makes, say so.
 5. Compare the new plan with the checkpoint (``compat.checkpoint_check``); with a recorded
    plan and no drift, add the plan check of the recorded plan against the new one (it knows
@@ -135,6 +136,17 @@ def output_query(plan: Plan, ck: Any) -> Plan:
     return rewritten(plan, topics, max(parts.values(), default=plan.state_partitions or 1))
 
 
+def dry_run_form(ck: Any, plan: Plan) -> str:
+    """``job`` when Spark's Kafka connector wrote the checkpoint (a PySpark job's) and the
+    plan can be written as one: the restart is the job's, whose state holds the job's
+    columns; else ``theseus`` (the builders of ``theseus run``)."""
+    from compat.export import exportable
+
+    if ck.written_by == "kafka-connector" and exportable(plan) is None:
+        return "job"
+    return "theseus"
+
+
 def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None = None,
                      state: str | None = None, require: list[str] | None = None,
                      schema_compat: str = "forward", allow_migration: bool = False,
@@ -157,10 +169,11 @@ def check_checkpoint(checkpoint: str | None, new_path: str, *, query: str | None
     from migrate.stateops import plan_operators
 
     new_ops = plan_operators(output_query(new, ck), spark,
-                             shuffle_partitions=ck.shuffle_partitions, conf=ck.conf)
+                             shuffle_partitions=ck.shuffle_partitions, conf=ck.conf,
+                             form=dry_run_form(ck, new))
     rec_ops = plan_operators(output_query(recorded, ck), spark,
-                             shuffle_partitions=ck.shuffle_partitions,
-                             conf=ck.conf) if recorded is not None else None
+                             shuffle_partitions=ck.shuffle_partitions, conf=ck.conf,
+                             form=dry_run_form(ck, recorded)) if recorded is not None else None
     # Steps 4 to 6: plain Python (compat.checkpoint_check).
     return checkpoint_report(ck, new, new_ops, recorded, rec_ops, require=require,
                              schema_compat=schema_compat, allow_migration=allow_migration,

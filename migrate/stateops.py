@@ -12,6 +12,11 @@ the real checkpoint (``compat.checkpoint``).  No input is read, nothing is writt
 
 Its offsets also give the order in which Spark lists the plan's sources in the offset log:
 each empty source's offset names its plan node.
+
+A checkpoint written by Spark's own Kafka connector (a PySpark job's, ``compat.checkpoint.
+written_by``) holds the job's state, not the builders': the dry run then plans the job
+``plan export --pyspark`` writes (``form="job"``), each Kafka read an empty source of
+Kafka's columns (``migrate.jobsession``).
 """
 
 from __future__ import annotations
@@ -115,8 +120,34 @@ def _empty_builder(spark: Any, plan: Plan) -> Any:
     return DryBuilder(spark, plan, BuildOptions(bootstrap="unused:0"))
 
 
+def _empty_job(spark: Any, plan: Plan) -> Any:
+    """The writer of the PySpark job of ``plan``, every Kafka read an empty source."""
+    from compat.export import to_pyspark
+    from migrate.jobsession import KAFKA_SCHEMA, plain, writer_of
+
+    # the job subscribes by topic; sources of one topic are loaded in the plan's order
+    nodes: dict[str, list[Source]] = {}
+    for node in plan.nodes.values():
+        if isinstance(node, Source):
+            nodes.setdefault(node.topic, []).append(node)
+
+    def load(reader: Any, fmt: str | None, options: dict[str, str]) -> Any:
+        if fmt != "kafka":
+            return plain(reader, fmt, options)
+        topic = options.get("subscribe", "")
+        node = nodes[topic].pop(0) if nodes.get(topic) else None
+        return reader.format(EMPTY_FORMAT).options(
+            schema=KAFKA_SCHEMA, node=node.id if node else "", topic=topic,
+            partitions=str(node.partitions if node else 0)).load()
+
+    job: dict[str, Any] = {"__name__": f"theseus_dryrun_{plan.query}"}
+    exec(compile(to_pyspark(plan), f"{plan.file} as a PySpark job", "exec"), job)
+    return writer_of(job, spark, load)
+
+
 def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None = None,
-                   timeout: float = 300.0, conf: dict[str, str] | None = None) -> Checkpoint:
+                   timeout: float = 300.0, conf: dict[str, str] | None = None,
+                   form: str = "theseus") -> Checkpoint:
     """A checkpoint of one empty micro-batch of ``plan``: its operators (ids, names, state
     stores, partition counts, key and value schemas) as Spark plans them, and its sources
     in Spark's order (``offsets[i]["theseus_empty"]`` is the node id of source ``i``).
@@ -124,15 +155,23 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
     ``shuffle_partitions``: the count the query would run with (a restart on a checkpoint
     keeps the checkpoint's, whatever the plan says).  ``conf``: the SQL confs a checkpoint's
     offset log pins (state format versions, the state store provider...), which a restart
-    restores over the session's: the dry run plans with them too."""
+    restores over the session's: the dry run plans with them too.  ``form``: ``theseus``
+    (the builders of ``theseus run``) or ``job`` (the PySpark job of the plan, on Spark's
+    Kafka connector's columns)."""
     from migrate.run import DEFAULT_STATE_PARTITIONS, spark_session
 
     parts = shuffle_partitions or plan.state_partitions or DEFAULT_STATE_PARTITIONS
     if spark is None:
         spark = spark_session("local[2]", parts)
     _register(spark)
-    builder = _empty_builder(spark, plan)
-    df = builder.dataframe()
+    # the job sets the session's shuffle partitions when it is built: restored below
+    before: dict[str, str | None] = {
+        "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions", None)}
+    if form == "job":
+        writer = _empty_job(spark, plan)
+    else:
+        writer = _empty_builder(spark, plan).dataframe().writeStream.outputMode(
+            "append" if plan.info[plan.sink_id].changelog else plan.sink.mode)
     scratch = tempfile.mkdtemp(prefix="theseus-dryrun-")
     pinned = {**(conf or {}), "spark.sql.shuffle.partitions": str(parts)}
     if plan.info[plan.sink_id].changelog:
@@ -141,18 +180,16 @@ def plan_operators(plan: Plan, spark: Any = None, shuffle_partitions: int | None
         from migrate.build.core import ROCKSDB
 
         pinned.setdefault("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    before: dict[str, str | None] = {}
     for k, v in pinned.items():
         try:
-            before[k] = spark.conf.get(k, None)
+            before.setdefault(k, spark.conf.get(k, None))
             spark.conf.set(k, v)
         except Exception:  # a conf this Spark does not know, or a static one: Spark's own
             before.pop(k, None)
     try:
         # The noop sink consumes every partition (a foreachBatch that drops its DataFrame
         # fails Spark 4's state store commit validation); the sink holds no state.
-        q = (df.writeStream.queryName(f"theseus_dryrun_{plan.query}")
-             .outputMode("append" if plan.info[plan.sink_id].changelog else plan.sink.mode)
+        q = (writer.queryName(f"theseus_dryrun_{plan.query}")
              .format("noop")
              .option("checkpointLocation", scratch).trigger(availableNow=True).start())
         error = None

@@ -742,7 +742,8 @@ def test_stateless_checkpoint_through_the_cli(tmp_path, monkeypatch):
     assert not (ck / "state").exists() and (ck / "commits" / "1").exists()
     seen = []
 
-    def dry_run(plan, spark=None, shuffle_partitions=None, timeout=300.0, conf=None):
+    def dry_run(plan, spark=None, shuffle_partitions=None, timeout=300.0, conf=None,
+                form="theseus"):
         seen.append((plan.query, shuffle_partitions))
         return _new_ops([] if not any(plan.info[n].stateful for n in plan.nodes)
                         else read_checkpoint(CK).operators)

@@ -92,9 +92,11 @@ class FakeRuntime:
         else:
             ck.mkdir(parents=True)
             st = {"offsets": {}, "state": {}, "sig": sig, "filters": filters, "runs": 0}
+        src = next(n for n in plan.nodes.values() if n.step == "source")
+        if st["runs"] == 0 and src.starting_offsets == "latest":
+            st["offsets"][src.topic] = len(self.topics[src.topic])  # as Spark's first start
         if self.keep_old_filter:
             filters = st["filters"]
-        src = next(n for n in plan.nodes.values() if n.step == "source")
         rows = self.topics[src.topic][st["offsets"].get(src.topic, 0):]
         st["offsets"][src.topic] = len(self.topics[src.topic])
         rows = [json.loads(v) for _, v in rows]
@@ -598,3 +600,83 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
     line = next(ln for ln in md.splitlines() if ln.startswith("| upgrades/filter_changed_st"))
     assert "starts_wrong; **FALSE GREEN**" in line
     assert "## Disagreements" in md and "filter_changed_stream (theseus)" in md
+    # a migrate pair Spark restarts correctly is counted and listed as conservative, not
+    # as a disagreement to fix
+    kept = truth.row("upgrades/scaling_state_partitions_stateful", FakeRuntime(), 60)
+    md = truth.markdown([kept], "a test")
+    assert "0 false greens, 1 conservative" in md
+    assert "## Conservative verdicts" in md and "## Disagreements" not in md
+    assert "- upgrades/scaling_state_partitions_stateful (theseus): migrate" in md
+
+
+def test_a_job_file_is_run_as_itself_on_the_runs_topics(tmp_path):
+    """--runtime spark on fixtures/pyspark/upgrades: the job file itself runs (not its
+    export), reading the run's topics; a JSON plan has no job file."""
+    old = FIXTURES / "pyspark" / "upgrades" / "filter_changed" / "old.py"
+    # the job's import, as the loader gives it (old.json beside it), without a JVM here
+    plan = replace(load_plan(str(old.with_suffix(".json"))), file=str(old))
+    mine = P._rewrite(plan, {"orders": "theseus-prove-x-orders"}, tmp_path / "old.json")
+    job, topics = P.job_file(mine)
+    assert job.read_text() == old.read_text() and topics == {"orders": "theseus-prove-x-orders"}
+    assert mine.nodes[next(iter(mine.nodes))].topic == "theseus-prove-x-orders"
+    as_json = P._rewrite(load_plan(pair("filter_changed_before_aggregate")[0]),
+                         {"orders": "o"}, tmp_path / "j.json")
+    assert P.job_file(as_json) is None
+
+
+def test_truth_slices_add_up_for_the_same_code_seed_and_records(tmp_path):
+    """bench/truth.py appends each row; --skip-done skips a pair the same code proved with
+    the same seed and records, and proves it again otherwise; the last row wins."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("truth", FIXTURES.parent / "bench" /
+                                                  "truth.py")
+    truth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(truth)
+    commit, code = truth.code_id()
+    assert truth.code_id() == (commit, code) and code != "unknown"
+    r = truth.row("upgrades/filter_changed_before_aggregate", FakeRuntime(), 60, 0,
+                  (commit, code))
+    assert (r["code"], r["seed"], r["records"]) == (code, 0, 60)
+    assert truth.done(r, code, 0, 60)
+    assert not truth.done(r, "other", 0, 60) and not truth.done(r, code, 1, 60)
+    assert not truth.done(r, code, 0, 120) and not truth.done(None, code, 0, 60)
+    out = tmp_path / "t.jsonl"
+    out.write_text(json.dumps(r | {"agrees": False}) + "\n" + json.dumps(r) + "\n")
+    last = {(x["pair"], x["runtime"]): x for x in truth.load(out)}
+    assert list(last.values()) == [r]
+
+
+def test_latest_starting_offsets_start_the_reference_before_any_input():
+    """source_starting_offsets_changed (identical: starting offsets apply to a fresh
+    checkpoint only) under runtime spark was a false green of prove itself: the reference,
+    first started after part 1's first chunk was produced, skipped it with ``latest``, and
+    the correct restart looked wrong.  OLD and the reference run as if started before any
+    input; the restart keeps the new plan's ``latest`` (the change under test)."""
+    rt = FakeRuntime()
+    proof, _ = fake_prove("source_starting_offsets_changed", rt)
+    doc = proof.to_json()
+    assert doc["verdict"] == "identical" and doc["outcome"] == "starts_correct", doc
+    assert doc["agrees"] and doc["judged"]["compared"] > 0, doc
+
+
+def test_a_classless_failure_agrees_with_a_classless_prediction():
+    """upgrades/union_inputs_reordered under runtime spark: the checker predicts the
+    restart fails on a source without offsets for its topic (no Spark error class), and
+    Spark's Kafka connector fails with STREAM_FAILED, 'Some data may have been lost'."""
+    text = ("[STREAM_FAILED] Query [id = ebfe14f4, runId = f493e1c5] terminated with "
+            "exception: Some data may have been lost because they are not available in "
+            "Kafka any more;\n either the data was aged out")
+    cls = P.error_class(text)
+    assert cls.startswith("Some data may have been lost") and "ebfe14f4" not in cls
+    from compat.checkpoint_check import CONNECTOR_ERROR
+
+    said = {"outcome": "fails",
+            "error_class": CONNECTOR_ERROR["checkpoint-source-topic-changed"]}
+    assert P.agreement("migrate", "fails", cls, said)["agrees"]
+    # a class Spark names must be the predicted one
+    assert not P.agreement("migrate", "fails", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+                           said)["prediction_agrees"]
+    assert not P.agreement("migrate", "fails", cls, {
+        "outcome": "fails", "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"})[
+        "prediction_agrees"]

@@ -20,11 +20,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from compat import expr as E
 from compat import types as T
-from compat.demand import Demand, columns, moves_filter, own, reads, refs
+from compat.demand import Demand, columns, demanded, moves_filter, own, reads, refs
 from compat.errors import ExpressionError
 from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
@@ -72,6 +72,23 @@ class Aggregate(Node):
     def traits(self) -> frozenset[str]:
         return frozenset({"windowed"}) if self.window else frozenset()
 
+    def kept_state(self, plan: Plan) -> Any:
+        return kept_aggregates(self, plan)
+
+
+def kept_aggregates(node: Aggregate, plan: Plan) -> tuple[int, ...] | None:
+    """The positions of the aggregates Spark keeps in a streaming aggregate's state: its
+    optimizer drops an aggregate nothing above reads (ColumnPruning), so its buffer is not
+    in the state's value.  None where the step holds no Spark aggregate state (a table
+    aggregate over a changelog is Theseus' own operator and keeps every aggregate)."""
+    info = plan.info[node.id]
+    if not info.stateful or info.changelog:
+        return None
+    # (not demand_at: a filter Spark moves below an aggregate reads grouping keys only,
+    # which the state keeps anyway)
+    demand = demanded(plan)[node.id]
+    return tuple(i for i, a in enumerate(node.aggregates) if demand.get(a.name.lower()))
+
 
 #: the first version whose changelog operator is the row-based ``transformWithState``
 ROWS_VERSION = 2
@@ -86,6 +103,7 @@ register_codes({
     "aggregate-key-renamed": ("in_place", "info", "schema_evolution", RESTART),
     "aggregate-function-changed": ("migrate", "error", "schema_evolution", MIGRATE),
     "aggregate-added": ("migrate", "error", "schema_evolution", MIGRATE),
+    "aggregate-state-columns-changed": ("migrate", "error", "schema_evolution", MIGRATE),
     "aggregate-removed": ("migrate", "error", "schema_evolution", MIGRATE),
     "aggregate-renamed": ("in_place", "info", "schema_evolution", RESTART),
     "aggregate-arg-type-changed": ("migrate", "error", "schema_evolution", MIGRATE),
@@ -314,6 +332,20 @@ def _compare(old: Aggregate, new: Aggregate, ctx: RuleContext) -> list[Finding]:
                          f"now computes {_show(b)} instead of {_show(a)}; the state keeps "
                          "its layout, but history stays computed the old way", old, new,
                          f"aggregates/{i}/args", history=True))
+    ko, kn = kept_aggregates(old, ctx.old), kept_aggregates(new, ctx.new)
+    if ko is not None and kn is not None:
+        both = min(n_o, n_n)
+        read = [new.aggregates[i].name for i in range(both) if i in kn and i not in ko]
+        unread = [old.aggregates[i].name for i in range(both) if i in ko and i not in kn]
+        if read or unread:
+            what = "; ".join(x for x in (
+                f"{', '.join(read)} now read above it" if read else "",
+                f"{', '.join(unread)} no longer read" if unread else "") if x)
+            out.append(f("aggregate-state-columns-changed", f"aggregate '{new.id}': {what}. "
+                         "Spark keeps in state only the aggregates read above the step "
+                         "(its optimizer drops the others), so the state's value changes "
+                         "and the old state does not fit "
+                         "(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)", old, new, "aggregates"))
     for i in range(n_n, n_o):
         a = old.aggregates[i]
         out.append(f("aggregate-removed", f"aggregate '{a.name}' ({_show(a)}) of "

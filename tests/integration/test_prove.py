@@ -8,6 +8,12 @@ fixture pairs that covers each verdict and both runtimes, one Spark session for 
 | filter_changed_before_aggregate | in_place, history | spark | starts correct over the fresh keys |
 | aggregate_function_added | migrate | theseus | fails: STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE |
 | aggregate_function_removed | unsupported | theseus | fails: the same error class |
+| join_stream_stream_source_column_added_unread | in_place | spark, theseus | starts correct |
+
+The last pair is issue 28 item 3: one checkpoint of each kind (Spark's Kafka connector,
+the gated source) for a stream-stream join, whose state rows differ between the two; the
+prediction of ``check --checkpoint`` must be Spark's on both (it dry-runs the form that
+wrote the checkpoint: tests/test_checkpoint_kinds.py).
 
 The whole corpus is ``make truth`` (bench/truth.py, bench/results/truth.md).
 """
@@ -37,6 +43,10 @@ CASES = [
      "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", None),
     ("aggregate_function_removed", "theseus", "unsupported", "fails",
      "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", None),
+    ("join_stream_stream_source_column_added_unread", "spark", "in_place", "starts_correct",
+     None, "part2"),
+    ("join_stream_stream_source_column_added_unread", "theseus", "in_place",
+     "starts_correct", None, "part2"),
 ]
 
 
@@ -56,6 +66,8 @@ def test_prove_agrees_with_spark(request, spark, kafka, tmp_path, name, runtime,
     # agrees: the verdict and the checker's prediction on OLD's real checkpoint
     assert doc["agrees"] and doc["prediction_agrees"] and proof.exit_code == 0, doc
     assert doc["counts"]["old_output"] > 0, doc  # OLD really wrote over part 1
+    assert doc["predicted"]["written_by"] == {"spark": "kafka-connector",
+                                              "theseus": "gated"}[runtime], doc
     if rule is not None:
         assert doc["judged"]["rule"] == rule
         # something was compared: a vacuous proof would pass anything
