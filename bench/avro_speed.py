@@ -50,6 +50,7 @@ def produce(bs: str, topic: str, n: int, client) -> int:
     import fastavro
     from confluent_kafka import Producer
 
+    from bench.feed import put
     from gates.avro import frame
 
     sid = client.register(f"{topic}-value", json.dumps(WRITER))
@@ -63,12 +64,7 @@ def produce(bs: str, topic: str, n: int, client) -> int:
         kept += doc["region"] != "test" and doc["amount"] > 10
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, schema, doc)
-        while True:
-            try:
-                p.produce(topic, frame(sid, buf.getvalue()), partition=i % 3)
-                break
-            except BufferError:
-                p.poll(0.05)
+        put(p, topic, frame(sid, buf.getvalue()), partition=i % 3)
         if i % 50_000 == 0:
             p.poll(0)
     p.flush(60)

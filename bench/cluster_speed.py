@@ -111,25 +111,13 @@ def last_line(args: list[str], env: dict) -> str:
 
 
 def produce(bs: str, topic: str, parts: int, n: int) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bench.feed import produce_orders
 
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic(topic, parts, -1)])[topic].result(30)
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1_000_000,
-                  "compression.type": "lz4", "acks": "all",
-                  "queue.buffering.max.messages": 1_000_000})
-    regions = ["eu", "us", "apac", "latam", "test"]
-    for i in range(n):
-        v = json.dumps({"order_id": f"o{i}", "amount": (i % 1000) / 3.0, "qty": i % 7,
-                        "region": regions[i % 5], "ts": "2026-01-01T00:00:00Z"})
-        while True:
-            try:
-                p.produce(topic, v.encode(), partition=i % parts)
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(120)
+    produce_orders(bs, topic, n, parts, acks="all")
 
 
 def out_topic(bs: str, parts: int) -> str:

@@ -116,23 +116,9 @@ def make_topics(bs: str, names: list[str], parts: int = PARTITIONS) -> None:
 
 
 def produce(bs: str, topic: str, n: int) -> None:
-    from confluent_kafka import Producer
+    from bench.feed import produce_orders
 
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1_000_000,
-                  "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
-    regions = ["eu", "us", "apac", "latam", "test"]
-    for i in range(n):
-        v = json.dumps({"order_id": f"o{i}", "amount": (i % 1000) / 3.0, "qty": i % 7,
-                        "region": regions[i % 5], "ts": "2026-01-01T00:00:00Z"})
-        while True:
-            try:
-                p.produce(topic, v.encode(), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 50_000 == 0:
-            p.poll(0)
-    p.flush(60)
+    produce_orders(bs, topic, n, PARTITIONS)
 
 
 def offsets(bs: str, topic: str) -> int:

@@ -82,15 +82,12 @@ def topics(bs: str, tag: str) -> tuple[str, str]:
 def history(bs: str, src: str) -> None:
     from confluent_kafka import Producer
 
+    from bench.feed import put
+
     p = Producer({"bootstrap.servers": bs, "linger.ms": 50, "enable.idempotence": True})
     for i in range(KEYS):
         k = f"k{i:06d}"
-        while True:
-            try:
-                p.produce(src, json.dumps({"k": k, "x": 1}), key=k)
-                break
-            except BufferError:
-                p.poll(0.05)
+        put(p, src, json.dumps({"k": k, "x": 1}), key=k)
     p.flush(120)
 
 

@@ -80,16 +80,13 @@ def forest(n: int, depth: int, rng: random.Random) -> list[tuple[str, str]]:
 def produce(bs: str, topic: str, edges: list[tuple[str, str]]) -> None:
     from confluent_kafka import Producer
 
+    from bench.feed import put
+
     p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 1_000_000})
     for i, (c, par) in enumerate(edges):
         v = json.dumps({"child": c, "parent": par}).encode()
-        while True:
-            try:
-                p.produce(topic, v, partition=i % 2)
-                break
-            except BufferError:
-                p.poll(0.05)
+        put(p, topic, v, partition=i % 2)
     p.flush(120)
 
 

@@ -63,16 +63,13 @@ def make_topic(bs: str, name: str, parts: int = 3) -> str:
 
 
 def send(p, topic: str, records) -> int:
+    from bench.feed import put
+
     n = 0
     for key, value in records:
         k = json.dumps({"user_id": key}).encode()
         v = None if value is None else json.dumps(value).encode()
-        while True:
-            try:
-                p.produce(topic, v, key=k)
-                break
-            except BufferError:
-                p.poll(0.05)
+        put(p, topic, v, key=k)
         n += 1
         if n % 50_000 == 0:
             p.poll(0)
