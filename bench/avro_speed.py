@@ -72,26 +72,17 @@ def produce(bs: str, topic: str, n: int, client) -> int:
 
 
 def plan_doc(src: str, out: str, delivery: str) -> dict:
-    return {
-        "format": "theseus.plan/1", "query": f"bench_{uuid.uuid4().hex[:6]}",
-        "config": {"state_partitions": 2},
-        "nodes": [
-            {"id": "orders", "step": "source", "version": 1, "topic": src, "partitions": 3,
-             "format": "avro", "avro": {"schema": json.dumps(WRITER)}, "role": "stream",
-             "schema": [{"name": "order_id", "type": "string", "nullable": False},
-                        {"name": "amount", "type": "double", "nullable": False},
-                        {"name": "qty", "type": "int", "nullable": False},
-                        {"name": "region", "type": "string", "nullable": False}]},
-            {"id": "f", "step": "filter", "version": 1, "inputs": ["orders"],
-             "predicate": PREDICATE},
-            {"id": "p", "step": "project", "version": 1, "inputs": ["f"],
-             "columns": [{"name": "order_id", "expr": "order_id"},
-                         {"name": "total", "expr": "amount * qty"},
-                         {"name": "region", "expr": "upper(region)"}]},
-            {"id": "out", "step": "sink", "version": 1, "inputs": ["p"], "topic": out,
-             "format": "avro", "avro": {"record": "bench.Out"}, "key_columns": [],
-             "mode": "append", "delivery": delivery},
-        ]}
+    """run_speed's plan (the same filter and projection) on Avro: the source reads the
+    writer's four fields, the sink writes an Avro record."""
+    from bench.run_speed import plan_doc as json_plan
+
+    doc = json_plan(src, out, delivery)
+    source, *_, sink = doc["nodes"]
+    source.update(format="avro", avro={"schema": json.dumps(WRITER)},
+                  schema=[{"name": f["name"], "type": f["type"], "nullable": False}
+                          for f in WRITER["fields"]])
+    sink.update(format="avro", avro={"record": "bench.Out"})
+    return doc
 
 
 def out_schema(src: str) -> str:
