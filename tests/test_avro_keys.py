@@ -121,3 +121,22 @@ def test_a_table_reads_its_key_columns_from_avro_keys_of_any_record_name(registr
     with pytest.raises(SourceError, match="not in the schema registry's wire format") as e:
         _key_of(opts, Bad(), None)
     assert "offset 42" in str(e.value)
+
+
+@pytest.mark.parametrize("written", [None, "prove.q.out"])
+def test_the_sink_registers_under_the_subject_of_the_topic_it_really_writes(
+        registry, monkeypatch, written):  # noqa: F811
+    # theseus prove writes the new plan's output to a topic of its own: registering its
+    # schema under the plan's topic would put an undeployed schema on the production subject
+    from compat.infer import analyze
+    from migrate.build.core import Builder, BuildOptions
+
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", registry)
+    plan = _keyed_plan()
+    analyze(plan)
+    b = Builder.__new__(Builder)  # no Spark: only the encoders are made
+    b.plan, b.opts = plan, BuildOptions("127.0.0.1:1", output_topic=written)
+    b._avro_encode()
+    b._avro_encode(key=True)
+    topic = written or plan.sink.topic
+    assert sorted(FakeRegistry.subjects) == [f"{topic}-key", f"{topic}-value"]

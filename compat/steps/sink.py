@@ -125,10 +125,11 @@ def avro_record(node: Sink) -> str:
     return avro_spec(node).record or A.record_name(node.topic)
 
 
-def avro_subject(node: Sink, info: NodeInfo) -> str:
-    """The registry subject the sink's values are written under."""
+def avro_subject(node: Sink, info: NodeInfo, topic: str | None = None) -> str:
+    """The registry subject the sink's values are written under (``topic``: the topic
+    really written, where a run writes elsewhere than the plan's)."""
     spec = avro_spec(node)
-    return A.subject_name(spec.subject, node.topic, avro_schema(node, info)["name"])
+    return A.subject_name(spec.subject, topic or node.topic, avro_schema(node, info)["name"])
 
 
 def avro_schema(node: Sink, info: NodeInfo) -> A.Schema:
@@ -151,9 +152,9 @@ def avro_key_schema(node: Sink, info: NodeInfo) -> A.Schema:
                             None, writing=True)
 
 
-def avro_key_subject(node: Sink, info: NodeInfo) -> str:
+def avro_key_subject(node: Sink, info: NodeInfo, topic: str | None = None) -> str:
     """The registry subject of the sink's Avro record keys."""
-    return A.subject_name(avro_spec(node).subject, node.topic,
+    return A.subject_name(avro_spec(node).subject, topic or node.topic,
                           avro_key_schema(node, info)["name"], key=True)
 
 

@@ -189,7 +189,10 @@ class Builder:
                                  pointer=self.plan.pointer(sink.id, "format"),
                                  expected="SCHEMA_REGISTRY_URL, or schema.registry.url in "
                                  "--kafka-config", found="neither")
-        subject = (avro_key_subject if key else avro_subject)(sink, info)
+        # the subject of the topic really written: a comparison run (theseus prove) must
+        # not register the new plan's schema under the production topic's subject
+        subject = (avro_key_subject if key else avro_subject)(
+            sink, info, self.opts.output_topic or sink.topic)
         schema = (avro_key_schema if key else avro_schema)(sink, info)
         try:
             return JsonToAvro(subject, A.canonical(schema), client)
