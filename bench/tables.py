@@ -15,7 +15,10 @@ output is checked against plain Python over the final tables.
 
 Each invocation appends its figures and the load average at its start to
 ``bench/results/tables.json`` (``BENCH_OUT`` elsewhere); ``BENCH_RESET=1`` starts the list
-afresh.  Run: ``make bench-tables`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
+afresh.  ``BENCH_QUERIES`` (a comma list of ``NAMES``, e.g.
+``table_aggregate.rows,table_table_join.rows``) runs only those changelog queries, with the
+baseline always (the ratios are over it), so that a run of many keys fits its time.  Run:
+``make bench-tables`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
 """
 
 from __future__ import annotations
@@ -44,6 +47,19 @@ BASELINE = "baseline_stream_aggregate"
 #: every query of a run: the baseline, then each changelog query per versions
 NAMES = [BASELINE] + [f"{q}.{v}" for q in ("table_aggregate", "table_table_join")
                       for v in VERSIONS]
+
+
+def selected(text: str | None) -> list[str]:
+    """The queries of a run: ``NAMES`` in their order, or the baseline and those of the comma
+    list ``text``; a name not in ``NAMES`` is refused (a typo would silently measure less)."""
+    if not text:
+        return list(NAMES)
+    asked = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(asked - set(NAMES))
+    if unknown:
+        raise SystemExit(f"BENCH_QUERIES: unknown {', '.join(unknown)}; expected a comma list "
+                         f"of {', '.join(NAMES)}")
+    return [n for n in NAMES if n == BASELINE or n in asked]
 
 
 def producer(bs: str):
@@ -179,13 +195,13 @@ def main() -> int:
     from bench.run_speed import bootstrap
     from migrate.run import spark_session
 
+    names = selected(os.environ.get("BENCH_QUERIES"))
     bs = bootstrap()
     started = {"load_average_1m": load_average(), "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     spark = spark_session("local[2]", 2)
     rng = random.Random(100)
     tag = uuid.uuid4().hex[:8]
     topics = {t: make_topic(bs, f"bench-tbl-{t}-{tag}") for t in ("users", "profiles")}
-    names = NAMES
     out = {n: make_topic(bs, f"bench-tbl-out-{n}-{tag}") for n in names}
     p = producer(bs)
     table = {f"u{i}": user(rng, i) for i in range(KEYS)}
