@@ -50,3 +50,44 @@ def test_scaling_is_the_medians_ratio_per_query():
     assert a["executors_2"]["keys_per_s_median"] == 1900
     assert a["two_over_one"] == 1.9
     assert "two_over_one" not in j  # one executor count alone: no ratio
+
+
+class _Value:
+    """A value state in memory, as ``migrate.build.changelog._State`` is used."""
+
+    def __init__(self):
+        self.v = None
+
+    def value(self):
+        return self.v
+
+    def update(self, v):
+        self.v = tuple(v)
+
+    def remove(self):
+        self.v = None
+
+
+def test_bucketed_normalisation_emits_what_the_per_key_one_does():
+    from bench import table_buckets
+    from migrate.build.changelog import _normalise_group
+
+    rng = __import__("random").Random(5)
+    bucket, per_key = _Value(), {}
+    offset = 0
+    for _batch in range(30):
+        changes = []
+        for _ in range(rng.randrange(1, 12)):
+            offset += 1
+            k = f"k{rng.randrange(6)}"
+            deleted = rng.random() < 0.25
+            changes.append((k, offset, deleted, None if deleted else f'{{"v":{rng.randrange(3)}}}'))
+        rng.shuffle(changes)  # a batch's rows come in any order: the offset decides
+        got = table_buckets.normalise_bucket(("b0",), iter(changes), bucket)
+        want = []
+        for k in sorted({c[0] for c in changes}):
+            want += _normalise_group((k,), [c[1:] for c in changes if c[0] == k],
+                                     per_key.setdefault(k, _Value()))
+        assert sorted(got) == sorted(want)
+        rows = {k: s.v[0] for k, s in per_key.items() if s.v is not None}
+        assert (json.loads(bucket.v[0]) if bucket.v else {}) == rows
