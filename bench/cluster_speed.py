@@ -33,7 +33,8 @@ table in the same session; every timed run's output is checked against plain Pyt
 the table, and the load average is recorded at the start of the part and of each run.
 
 Results: bench/results/cluster_speed.json: the gated part's keys at the top level, the
-tables part's under ``tables``; a run rewrites only the keys of the parts it ran.  Env:
+tables part's under ``tables`` (its earlier sessions under ``tables_earlier``); a run
+rewrites only the keys of the parts it ran.  Env:
 BENCH_PARTS (``gated,tables``: the parts to run), BENCH_ROWS (200000), BENCH_REPEATS (3),
 BENCH_TABLE_KEYS (50000), BENCH_TABLE_REPEATS (1), BENCH_TABLE_QUERIES
 (``table_aggregate.rows,table_table_join.rows``), BENCH_BATCH (the table queries' offsets
@@ -373,8 +374,12 @@ def chosen_parts(text: str | None) -> list[str]:
 
 def write_results(path: Path, found: dict) -> dict:
     """``found`` (a part's keys) over the file's document: the keys of the parts that did
-    not run are kept, so that running one part never drops another's figures."""
+    not run are kept, so that running one part never drops another's figures.  A tables
+    part's earlier session moves to ``tables_earlier`` (every run is kept: one session of
+    it is a single run per configuration)."""
     doc = json.loads(path.read_text()) if path.exists() else {}
+    if "tables" in found and "tables" in doc:
+        doc["tables_earlier"] = doc.get("tables_earlier", []) + [doc["tables"]]
     doc.update(found)
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")

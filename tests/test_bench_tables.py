@@ -35,10 +35,14 @@ def test_a_part_rewrites_only_its_keys(tmp_path):
                                 "tables": {"keys": 1}}))
     cluster_speed.write_results(path, {"tables": {"keys": 50000}})
     assert json.loads(path.read_text()) == {"rows": 200000, "runs": [{"path": "x"}],
-                                            "tables": {"keys": 50000}}
+                                            "tables": {"keys": 50000},
+                                            "tables_earlier": [{"keys": 1}]}
     cluster_speed.write_results(path, {"rows": 100000, "runs": []})
     assert json.loads(path.read_text()) == {"rows": 100000, "runs": [],
-                                            "tables": {"keys": 50000}}
+                                            "tables": {"keys": 50000},
+                                            "tables_earlier": [{"keys": 1}]}
+    cluster_speed.write_results(path, {"tables": {"keys": 20000}})
+    assert json.loads(path.read_text())["tables_earlier"] == [{"keys": 1}, {"keys": 50000}]
 
 
 def test_scaling_is_the_medians_ratio_per_query():
