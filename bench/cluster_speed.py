@@ -24,12 +24,25 @@ Every session first runs each path once, untimed, on a small topic (class loadin
 connector's first metadata requests, our producers' start), then each configuration
 ``BENCH_REPEATS`` times, the paths interleaved; it reports every run and the median.
 
-Results: bench/results/cluster_speed.json.  Env: BENCH_ROWS (200000), BENCH_REPEATS (3),
-SPARK_MASTER (default: start scripts/spark_cluster.sh, stopped at the end),
-CLUSTER_BOOTSTRAP (default: start the three-node cluster of ``make kafka BROKERS=3``,
-stopped at the end; never $KAFKA_BOOTSTRAP, the one-broker default of the other
-benchmarks).  ``--quick``: 100000 rows, one repeat, and the gated exactly-once sink against
-the connector only (no at-least-once runs).
+The **tables** part (issue 31): the initial load of a table read as a changelog — the
+table aggregate and the table-table join of ``bench/tables.py``, on their row-based step
+versions — with one and two executors: ``BENCH_TABLE_KEYS`` keys (and as many profiles for
+the join) loaded, each query run available-now once on a fresh checkpoint, keys per second
+and the two executors' rate over the one's.  Each query first runs untimed on a small
+table in the same session; every timed run's output is checked against plain Python over
+the table, and the load average is recorded at the start of the part and of each run.
+
+Results: bench/results/cluster_speed.json: the gated part's keys at the top level, the
+tables part's under ``tables`` (its earlier sessions under ``tables_earlier``); a run
+rewrites only the keys of the parts it ran.  Env:
+BENCH_PARTS (``gated,tables``: the parts to run), BENCH_ROWS (200000), BENCH_REPEATS (3),
+BENCH_TABLE_KEYS (50000), BENCH_TABLE_REPEATS (1), BENCH_TABLE_QUERIES
+(``table_aggregate.rows,table_table_join.rows``), BENCH_BATCH (the table queries' offsets
+per micro-batch, 25000), SPARK_MASTER (default: start scripts/spark_cluster.sh, stopped at
+the end), CLUSTER_BOOTSTRAP (default: start the three-node cluster of ``make kafka
+BROKERS=3``, stopped at the end; never $KAFKA_BOOTSTRAP, the one-broker default of the
+other benchmarks).  ``--quick``: 100000 rows, one repeat, and the gated exactly-once sink
+against the connector only (no at-least-once runs); 20000 table keys.
 """
 
 from __future__ import annotations
@@ -49,6 +62,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 QUICK = "--quick" in sys.argv[1:]
 ROWS = int(os.environ.get("BENCH_ROWS", "100000" if QUICK else "200000"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "1" if QUICK else "3"))
+#: the parts of a run, in the order they run
+PARTS = ("gated", "tables")
+TABLE_KEYS = int(os.environ.get("BENCH_TABLE_KEYS", "20000" if QUICK else "50000"))
+TABLE_REPEATS = int(os.environ.get("BENCH_TABLE_REPEATS", "1"))
+TABLE_QUERIES = os.environ.get("BENCH_TABLE_QUERIES",
+                               "table_aggregate.rows,table_table_join.rows")
+OUT = ROOT / "bench" / "results" / "cluster_speed.json"
 
 from run_speed import connector_query, plan_doc  # noqa: E402
 
@@ -88,9 +108,9 @@ def record_sink_stats() -> None:
     call, encode = sink.KafkaSink.__call__, sink.encode_batch
     marks: dict = {}
 
-    def encode_marked(df, key_columns):
+    def encode_marked(df, *args, **kwargs):
         marks.setdefault("before", last_job(df.sparkSession))
-        return encode(df, key_columns)
+        return encode(df, *args, **kwargs)
 
     def measured(self, df, batch_id):
         marks.clear()
@@ -258,8 +278,10 @@ def main() -> int:
     from migrate.adopt.jars import connector_jars
     from migrate.run import spark_env
 
+    parts = chosen_parts(os.environ.get("BENCH_PARTS"))
     spark_env()
-    record_sink_stats()
+    if "gated" in parts:
+        record_sink_stats()
     started = []
     try:
         master = os.environ.get("SPARK_MASTER")
@@ -270,7 +292,15 @@ def main() -> int:
         if not bs:
             started.append((["bash", "scripts/kafka.sh", "stop"], KAFKA3))
             bs = last_line(["bash", "scripts/kafka.sh", "start"], KAFKA3)
-        return measure(master, bs, connector_jars())
+        jars = connector_jars()
+        found: dict = {}
+        if "gated" in parts:
+            found.update(measure(master, bs, jars))
+        if "tables" in parts:
+            found["tables"] = measure_tables(master, bs, jars)
+        write_results(OUT, found)
+        print(f"wrote {OUT}")
+        return 0
     finally:
         for args, env in reversed(started):
             subprocess.run(args, cwd=ROOT, env={**os.environ, "KAFKA_BOOTSTRAP": "", **env},
@@ -326,11 +356,120 @@ def measure(master: str, bs: str, jars: list[str]) -> int:
     result["summary"] = summary(result["configurations"])
     for line in result["summary"]:
         print(line)
-    out = ROOT / "bench" / "results" / "cluster_speed.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
-    return 0
+    return result
+
+
+def chosen_parts(text: str | None) -> list[str]:
+    """The parts of ``PARTS`` that the comma list ``text`` names (all when it is empty); an
+    unknown name is refused, not skipped (a typo would silently measure nothing)."""
+    if not text:
+        return list(PARTS)
+    asked = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(asked - set(PARTS))
+    if unknown or not asked:
+        raise SystemExit(f"BENCH_PARTS: unknown {', '.join(unknown) or repr(text)}; expected "
+                         f"a comma list of {', '.join(PARTS)}")
+    return [p for p in PARTS if p in asked]
+
+
+def write_results(path: Path, found: dict) -> dict:
+    """``found`` (a part's keys) over the file's document: the keys of the parts that did
+    not run are kept, so that running one part never drops another's figures.  A tables
+    part's earlier session moves to ``tables_earlier`` (every run is kept: one session of
+    it is a single run per configuration)."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    if "tables" in found and "tables" in doc:
+        doc["tables_earlier"] = doc.get("tables_earlier", []) + [doc["tables"]]
+    doc.update(found)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def table_run(spark, bs: str, name: str, topics: dict[str, str], tmp: Path) -> tuple[float, str]:
+    """One initial load of the changelog query ``name`` (``bench/tables.py``'s) over
+    ``topics`` on a fresh checkpoint: the seconds it took and its output topic."""
+    import tables
+
+    out = {name: out_topic(bs, 3)}
+    doc = tables.plans(topics, out)[name]
+    return tables.run(spark, doc, bs, tmp / doc["query"]), out[name]
+
+
+def table_scaling(runs: list[dict]) -> list[dict]:
+    """Per query: each executor count's keys/s (median, every run's) and the two executors'
+    median over the one's."""
+    out = []
+    for name in sorted({r["query"] for r in runs}):
+        entry: dict = {"query": name}
+        for cores in (1, 2):
+            mine = [r["keys_per_s"] for r in runs if r["query"] == name
+                    and r["executors"] == cores]
+            if mine:
+                entry[f"executors_{cores}"] = {"keys_per_s_median": round(median(mine)),
+                                               "keys_per_s_all": mine}
+        if "executors_1" in entry and "executors_2" in entry:
+            entry["two_over_one"] = round(entry["executors_2"]["keys_per_s_median"]
+                                          / entry["executors_1"]["keys_per_s_median"], 2)
+        out.append(entry)
+    return out
+
+
+def measure_tables(master: str, bs: str, jars: list[str]) -> dict:
+    """The tables part: the initial load of each of ``TABLE_QUERIES`` with one and two
+    executors (see the module's docstring)."""
+    import random
+
+    import tables
+
+    queries = [n for n in tables.selected(TABLE_QUERIES) if n != tables.BASELINE
+               or tables.BASELINE in TABLE_QUERIES]
+    started = {"load_average_1m": load_average(), "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    rng = random.Random(31)
+    tag = uuid.uuid4().hex[:6]
+    tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-cl-tables-"))
+    p = tables.producer(bs)
+    sets = {}
+    for label, n in (("warm", 2_000), ("timed", TABLE_KEYS)):
+        topics = {t: tables.make_topic(bs, f"bench-cl-tbl-{t}-{label}-{tag}")
+                  for t in ("users", "profiles")}
+        users = {f"u{i}": tables.user(rng, i) for i in range(n)}
+        profiles = {f"u{i}": {"user_id": f"u{i}", "tier": rng.choice("abc")}
+                    for i in range(n)}
+        tables.send(p, topics["users"], users.items())
+        tables.send(p, topics["profiles"], profiles.items())
+        sets[label] = (topics, users, profiles)
+    result: dict = {**started, "master": master, "bootstrap": bs, "keys": TABLE_KEYS,
+                    "repeats": TABLE_REPEATS, "batch_offsets": tables.BATCH,
+                    "state_partitions": 2, "versions": tables.VERSIONS["rows"], "runs": []}
+    t_all = time.perf_counter()
+    for cores in (1, 2):
+        spark = session(master, cores, jars)
+        try:
+            for name in queries:  # warm-up, untimed: class loading, Python workers, RocksDB
+                table_run(spark, bs, name, sets["warm"][0], tmp)
+            topics, users, profiles = sets["timed"]
+            for rep in range(TABLE_REPEATS):
+                for name in queries:
+                    at = load_average()
+                    secs, topic = table_run(spark, bs, name, topics, tmp)
+                    equal = tables.verify(bs, {name: topic}, users, profiles).get(name)
+                    row = {"query": name, "executors": cores, "repeat": rep,
+                           "load_average_1m_at_start": at, "seconds": round(secs, 2),
+                           "keys_per_s": round(TABLE_KEYS / secs), "output_equal": equal}
+                    result["runs"].append(row)
+                    print(json.dumps(row), flush=True)
+        finally:
+            spark.stop()
+    result["measured_seconds"] = round(time.perf_counter() - t_all)
+    result["scaling"] = table_scaling(result["runs"])
+    for entry in result["scaling"]:
+        print(json.dumps(entry), flush=True)
+    return result
 
 
 if __name__ == "__main__":
