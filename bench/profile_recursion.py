@@ -44,8 +44,8 @@ OUT = Path(os.environ.get("PROFILE_OUT",
                           ROOT / "bench" / "results" / "profile_recursion.json"))
 #: the driver-side calls reported (function names in pyspark/sql/... and the loop's own)
 CALLS = ("localCheckpoint", "isEmpty", "count", "parquet", "distinct", "subtract",
-         "unionByName", "_body", "_read", "_write", "_fixpoint", "batch", "writer",
-         "createDataFrame", "send_command", "__call__")
+         "unionByName", "_body", "_read", "_write", "_fixpoint", "_loop", "_recursive_sql",
+         "sql", "collect", "batch", "writer", "createDataFrame", "send_command", "__call__")
 
 
 def main() -> int:
@@ -99,11 +99,14 @@ def main() -> int:
     loop_id = str(chain.queries[0].id)
     loop_batches = {}
     for n in notes:
-        m = re.search(r"batch (\d+): (\d+) new rows in (\d+) iteration\(s\), (\d+) ms", n)
+        m = re.search(r"batch (\d+): (\d+) new rows in (\d+) iteration\(s\), (\d+) ms"
+                      r"(?: \((.*)\))?$", n)
         if m:
+            # how the batch ran: as WITH RECURSIVE queries, or by the DataFrame loop (why)
             loop_batches[int(m.group(1))] = {"new_rows": int(m.group(2)),
                                              "iterations": int(m.group(3)),
-                                             "loop_ms": int(m.group(4))}
+                                             "loop_ms": int(m.group(4)),
+                                             "path": m.group(5)}
     spark.createDataFrame(edges, "child string, parent string").createOrReplaceTempView(
         "prof_edges")
     t1 = time.monotonic()

@@ -188,9 +188,9 @@ def stream_part(spark, bs: str, edges: list[tuple[str, str]], tag: str) -> dict:
     assert chain.exception() is None, chain.exception()
     total = time.monotonic() - t0
     loop_done = loop_done or total + t0
-    batches = [(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-               for m in (re.search(r"(\d+) new rows in (\d+) iteration\(s\), (\d+) ms", n)
-                         for n in notes) if m]
+    found = [m for m in (re.search(r"(\d+) new rows in (\d+) iteration\(s\), (\d+) ms"
+                                   r"(?: \((.*)\))?$", n) for n in notes) if m]
+    batches = [(int(m.group(1)), int(m.group(2)), int(m.group(3))) for m in found]
     last_ms = batches[-1][2] / 1000 if batches else 0.0
     output_s = t0 + total - loop_done
     streamed = read_table(bs, out)
@@ -233,6 +233,8 @@ def stream_part(spark, bs: str, edges: list[tuple[str, str]], tag: str) -> dict:
         if iteration_ms else None,
         "plain_micro_batch_ms_median": round(per_batch * 1000, 1),
         "iterations_per_batch": [b[1] for b in batches],
+        # how each loop batch ran: WITH RECURSIVE queries, or the DataFrame loop (and why)
+        "path_per_batch": [m.group(4) for m in found],
         # 3. The mechanism's comparison: a feedback topic advances one loop level per
         # micro-batch, so it needs (levels) micro-batches after the last edge, each at least
         # a plain micro-batch (a lower bound: a feedback batch also joins its new rows with
@@ -359,12 +361,12 @@ def late_part(spark, bs: str, edges: list[tuple[str, str]], tag: str,
     finally:
         chain.stop()
         tail.close()
-    runs = [(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-            for m in (re.search(r"(\d+) new rows in (\d+) iteration\(s\), (\d+) ms", n)
-                      for n in notes) if m]
+    runs = [(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4))
+            for m in (re.search(r"(\d+) new rows in (\d+) iteration\(s\), (\d+) ms"
+                                r"(?: \((.*)\))?$", n) for n in notes) if m]
     new_rows = [r for r in runs if r[0]]
     assert len(new_rows) == 1, f"the late edge should be one loop batch: {notes}"
-    rows, iterations, loop_ms = new_rows[0]
+    rows, iterations, loop_ms, path = new_rows[0]
     if per_batch is None:
         per_batch = _plain_batch_seconds(spark, bs, early, f"late-{tag}")
     trigger_s = _seconds(TRIGGER)
@@ -377,6 +379,7 @@ def late_part(spark, bs: str, edges: list[tuple[str, str]], tag: str,
         "late_edge_closure_rows": rows,
         "late_edge_loop_iterations": iterations,
         "late_edge_loop_batch_seconds": round(loop_ms / 1000, 2),
+        "late_edge_loop_path": path,
         "late_edge_produce_seconds": round(produced, 3),
         "late_edge_settle_seconds": round(settle, 2),
         "late_edge_forest_settled_seconds": round(forest_settled, 1),

@@ -27,6 +27,7 @@ them if they were already committed: exactly once, across a SIGKILL.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -45,10 +46,15 @@ from compat.steps import Recursive, Source
 from compat.steps.recursive import body_infos, body_order, body_paths
 from gates.deadline import Deadline
 from migrate.build.core import Builder, build_step, q, register_chain_start
+from migrate.build.recursive_sql import LVL, ROW, Query, side_inputs, why_not, with_recursive
 
 TAG = "__theseus_in"
 #: a row of the recursion as one struct column: the key of the set of rows known
-KEY = "__theseus_row"
+KEY = ROW
+#: the levels of a batch's first WITH RECURSIVE query at least (then twice the levels the
+#: batch before needed, and each further query twice as many as the one before)
+FIRST_LEVELS = 8
+log = logging.getLogger("theseus.recursive")
 
 
 @build_step.register
@@ -222,6 +228,9 @@ class Loop:
                                  expected="a stream", found="a table")
         self.names = {i: list(b.plan.info[nid].names) for i, nid in enumerate(rec.inputs)}
         self.schemas: dict[int, Any] = {}
+        #: why a batch's loop cannot be one WITH RECURSIVE query (None: it is)
+        self.sql_why = why_not(rec, self.infos)
+        self.last_levels = 0
 
     # -- the query ---------------------------------------------------------------------
     def start(self, writer: Any) -> Any:
@@ -259,10 +268,17 @@ class Loop:
         # without adaptive execution: it would run every shuffle and broadcast of an
         # iteration as a job of its own, and it does not trust the partitioning of the
         # checkpointed rows known, so every iteration would shuffle them all again (see
-        # _fixpoint).  The plan's other queries keep their own sessions' setting.
+        # _fixpoint).  Its WITH RECURSIVE queries bound their levels themselves, so Spark's
+        # bound on their rows (a million by default) is lifted, and a small level is not
+        # collected to the driver (Spark would compute it a second time to do so).  The
+        # plan's other queries keep their own sessions' settings.
         spark = df.sparkSession
         if not spark._jsparkSession.equals(self.fb.spark._jsparkSession):
-            spark.conf.set("spark.sql.adaptive.enabled", "false")
+            for key, value in (("spark.sql.adaptive.enabled", "false"),
+                               ("spark.sql.cteRecursionRowLimit", "-1"),
+                               ("spark.sql.cteRecursionAnchorRowsLimitToConvertToLocalRelation",
+                                "0")):
+                spark.conf.set(key, value)
         try:
             # Step 1.
             for d in [*state.glob(f"*/batch={batch_id}"), self.root / "tmp"]:
@@ -281,8 +297,8 @@ class Loop:
             full = {i: kept.keep(old[i].unionByName(new[i]))[0] for i in old}
             full.update(tables)
             # Step 3.
-            rows, n_rows, iterations, hit = self._fixpoint(spark, new[0], r_old, old, new,
-                                                           full, kept)
+            rows, n_rows, iterations, hit, how = self._fixpoint(spark, new[0], r_old, old,
+                                                                new, full, kept)
             # Step 4.
             counts = {}
             for i in self.streams:
@@ -308,26 +324,56 @@ class Loop:
             kept.release()
         self.chain.note(f"  recursive '{self.rec.id}' batch {batch_id}: "
                         f"{counts['R']} new rows in {iterations} iteration(s), "
-                        f"{int((time.monotonic() - t0) * 1000)} ms")
+                        f"{int((time.monotonic() - t0) * 1000)} ms ({how})")
 
-    def _fixpoint(self, spark: Any, base: Any, r_old: Any, old: dict[int, Any], new: dict[int, Any],
-                  full: dict[int, Any], kept: _Kept) -> tuple[Any, int, int, bool]:
-        """Semi-naive: D0 = new base rows; D1 = body(D0, all edges) ∪ body(old rows, new
-        edges); Dk+1 = body(Dk, all edges); with set semantics minus every row known.
-
-        Every Dk is kept in memory until the batch ends and its row count, taken by the job
-        that materialises it, is the fixpoint test.  With set semantics the rows known are
-        kept as one column (the row as a struct, whose equality is the null-safe equality
-        of ``subtract``), hash-partitioned and sorted on it once: the old rows once per
-        batch, each Dk when it is made.  So removing what is known from an iteration's
-        candidates shuffles the candidates only, never the rows known."""
+    def _fixpoint(self, spark: Any, base: Any, r_old: Any, old: dict[int, Any],
+                  new: dict[int, Any], full: dict[int, Any],
+                  kept: _Kept) -> tuple[Any, int, int, bool, str]:
+        """The batch's new rows, their count, the iterations, whether the limit was hit,
+        and how they were computed: as WITH RECURSIVE queries where the body allows it
+        (``_recursive_sql``), else by the DataFrame loop (``_loop``).  With set semantics
+        the rows known are first kept as one column (the row as a struct, whose equality
+        is the null-safe equality of ``subtract``), hash-partitioned and sorted on it, so
+        that removing them from new rows shuffles the new rows only."""
         parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        limit = self.rec.max_iterations
         known: list[Any] = []
         if self.set:
             known.append(kept.cut(self._as_key(r_old).repartition(parts, KEY)
                                   .sortWithinPartitions(KEY))[0])
             r_old = self._rows(known[0])
+        if self.sql_why is None:
+            done = self._recursive_sql(spark, base, r_old, old, new, full, list(known), kept)
+            if done is not None:
+                return done
+        return (*self._loop(base, r_old, old, new, full, known, parts, kept),
+                f"DataFrame loop: {self.sql_why}")
+
+    def _extended(self, r_old: Any, old: dict[int, Any], new: dict[int, Any],
+                  full: dict[int, Any]) -> list[Any]:
+        """The old rows extended by the batch's new stream rows, once (a linear body):
+        for each further stream k, the body over the old rows with the streams before k
+        as they were, k's new rows, the ones after k as they are now (each new derivation
+        counted once)."""
+        streams = sorted(old)
+        out = []
+        for m, k in enumerate(streams):
+            ins = dict(full)
+            ins.update({j: old[j] for j in streams[:m]})
+            ins[k] = new[k]
+            out.append(self._body(r_old, ins))
+        return out
+
+    def _loop(self, base: Any, r_old: Any, old: dict[int, Any], new: dict[int, Any],
+              full: dict[int, Any], known: list[Any], parts: int,
+              kept: _Kept) -> tuple[Any, int, int, bool]:
+        """Semi-naive: D0 = new base rows; D1 = body(D0, all edges) ∪ body(old rows, new
+        edges); Dk+1 = body(Dk, all edges); with set semantics minus every row known.
+
+        Every Dk is kept in memory until the batch ends and its row count, taken by the job
+        that materialises it, is the fixpoint test.  Each Dk is keyed, partitioned and
+        sorted as the old rows are when it is made, and appended to ``known``."""
+        limit = self.rec.max_iterations
+        if self.set:
             d, n = self._unknown(base, known, parts, kept)
         else:
             d, n = kept.cut(base)
@@ -338,14 +384,8 @@ class Loop:
             frontier = self._rows(d) if self.set else d
             if self.linear:
                 terms = [self._body(frontier, full)]
-                streams = sorted(old)
-                for m, k in enumerate(streams if i == 1 else []):
-                    # the old rows with: edges before k as they were, k's new ones, the
-                    # ones after k as they are now (each new derivation counted once)
-                    ins = dict(full)
-                    ins.update({j: old[j] for j in streams[:m]})
-                    ins[k] = new[k]
-                    terms.append(self._body(r_old, ins))
+                if i == 1:
+                    terms += self._extended(r_old, old, new, full)
                 nxt = _union(terms)
             else:
                 nxt = self._body(_union([self._rows(k) for k in known]), full)
@@ -360,10 +400,109 @@ class Loop:
         rows = _union([self._rows(k) for k in derived] if self.set else derived)
         return rows, total, i, bool(n) and i >= limit
 
-    def _as_key(self, rows: Any) -> Any:
+    def _recursive_sql(self, spark: Any, base: Any, r_old: Any, old: dict[int, Any],
+                       new: dict[int, Any], full: dict[int, Any], known: list[Any],
+                       kept: _Kept) -> tuple[Any, int, int, bool, str] | None:
+        """The batch's loop as Spark SQL ``WITH RECURSIVE`` queries (``recursive_sql``),
+        each running a chunk of levels: the first as many as twice the levels the batch
+        before needed (at least ``FIRST_LEVELS``), each further one twice the one before,
+        until a chunk's last level holds no new row or ``max_iterations`` is reached.  The
+        chunks bound what a cycle costs under set semantics: the CTE cannot see rows it
+        derived at earlier levels, so it goes round a cycle to the chunk's end, and the
+        next chunk starts from the rows of that last level that are new.
+
+        Returns None when Spark refuses the query (then the DataFrame loop runs, and runs
+        for the batches after: the body is the same)."""
+        from pyspark.errors import AnalysisException
+
+        F = self.fb.F
+        limit = self.rec.max_iterations
+        fields = self.schemas[0].fields
+        cols = [F.col(q(f.name)) for f in fields]
+        row = [(f.name, f.dataType.simpleString()) for f in fields]
+        views = _Views(spark, self.rec.id)
+        try:
+            sides = {sid: views.add(df) for sid, df in self._sides(full, kept).items()}
+            anchor = _union([base.select(*cols, F.lit(0).alias(LVL))]
+                            + [e.select(*cols, F.lit(1).alias(LVL))
+                               for e in self._extended(r_old, old, new, full)])
+            if self.set:
+                anchor = self._fresh(anchor, known)
+            start, stop = 0, min(limit, max(FIRST_LEVELS, 2 * self.last_levels))
+            pieces, levels, queries = [], {}, 0
+            while True:
+                text = with_recursive(self.rec, self.infos, row, Query(
+                    anchor=views.add(anchor), sides=sides,
+                    known=tuple(views.add(k) for k in known), start=start, stop=stop))
+                log.debug("recursive '%s': levels %d-%d as %s", self.rec.id, start, stop, text)
+                out = spark.sql(text)
+                queries += 1
+                if self.set:
+                    # a row reached again at a later level of the query: its first level
+                    out = self._as_key(out, LVL).groupBy(KEY).agg(F.min(LVL).alias(LVL))
+                if start:
+                    out = out.where(F.col(LVL) > start)  # the anchor: the chunk before's
+                if self.set:
+                    out = out.sortWithinPartitions(KEY)
+                out = kept.cut_lazy(out)
+                # the job that runs the query's levels and keeps their rows
+                got = {r[0]: r[1] for r in out.groupBy(LVL).count().collect()}
+                levels.update(got)
+                pieces.append(out)
+                if not got.get(stop) or stop >= limit:
+                    break
+                anchor = out.where(F.col(LVL) == stop)
+                if self.set:
+                    anchor = anchor.select(f"{KEY}.*", LVL)
+                    known.append(out)
+                start, stop = stop, min(limit, stop + 2 * (stop - start))
+        except AnalysisException as e:
+            self.sql_why = "Spark refuses its WITH RECURSIVE: " + str(e).splitlines()[0]
+            log.debug("recursive '%s': %s", self.rec.id, self.sql_why)
+            return None
+        except Exception as e:  # a bound of Spark's own (rows): this batch loops
+            if "RECURSION_" not in str(e):
+                raise
+            log.debug("recursive '%s': %s", self.rec.id, str(e).splitlines()[0])
+            return None
+        finally:
+            views.drop()
+        top = max((lv for lv, n in levels.items() if n), default=0)
+        self.last_levels = top
+        rows = _union([p.select(f"{KEY}.*") if self.set else p.drop(LVL) for p in pieces])
+        return (rows, sum(levels.values()), min(top + 1, limit), bool(levels.get(limit)),
+                f"WITH RECURSIVE: {queries} quer{'y' if queries == 1 else 'ies'}")
+
+    def _fresh(self, rows: Any, known: list[Any]) -> Any:
+        """``rows`` (with their level) once each, at their first level, minus the rows
+        known."""
+        F = self.fb.F
+        out = self._as_key(rows, LVL).groupBy(KEY).agg(F.min(LVL).alias(LVL))
+        for piece in known:
+            out = out.join(piece.select(KEY).hint("merge"), on=KEY, how="left_anti")
+        return out.select(f"{KEY}.*", LVL)
+
+    def _sides(self, full: dict[int, Any], kept: _Kept) -> dict[str, Any]:
+        """What the loop's chain reads besides the loop: further inputs as they are for
+        the batch, body steps over them built once and kept for the batch."""
+        frames = {fid: full[k] for k, fid in enumerate(self.rec.further_inputs, 1)}
+        body = {n.id: n for n in self.rec.body}
+        out = {}
+        for sid in side_inputs(self.rec):
+            if sid not in frames:
+                for bid in self.order:
+                    node = body[bid]
+                    if bid not in frames and all(i in frames for i in node.inputs):
+                        frames[bid] = build_step(node, self.bb, [frames[i] for i in node.inputs],
+                                                 self.infos[bid])
+                frames[sid] = kept.keep(frames[sid])[0]
+            out[sid] = frames[sid]
+        return out
+
+    def _as_key(self, rows: Any, *more: str) -> Any:
         F = self.fb.F
         return rows.select(F.struct(*[F.col(q(f.name)) for f in self.schemas[0].fields])
-                           .alias(KEY))
+                           .alias(KEY), *more)
 
     def _rows(self, keyed: Any) -> Any:
         return keyed.select(f"{KEY}.*")
@@ -429,6 +568,13 @@ class _Kept:
         self.frames.append(df)
         return df, df.count()
 
+    def cut_lazy(self, df: Any) -> Any:
+        """``df`` as a DataFrame over its rows, computed and kept by the first job that
+        reads it (as ``cut``, without the count)."""
+        df = df.localCheckpoint(eager=False)
+        self.rdds.append(df._jdf.queryExecution().analyzed().rdd())
+        return df
+
     def cut(self, df: Any) -> tuple[Any, int]:
         """``df`` computed once, as a DataFrame over its rows (its plan a leaf: each
         iteration's plan reads the ones before, so plans that kept their lineage would grow
@@ -447,6 +593,26 @@ class _Kept:
             rdd.unpersist(False)
         self.frames.clear()
         self.rdds.clear()
+
+
+class _Views:
+    """Temporary views of one batch's DataFrames, for its SQL, dropped when it is done."""
+
+    def __init__(self, spark: Any, step: str) -> None:
+        self.spark = spark
+        self.prefix = "__theseus_" + re.sub(r"[^A-Za-z0-9_]", "_", step)
+        self.names: list[str] = []
+
+    def add(self, df: Any) -> str:
+        name = f"{self.prefix}_{len(self.names)}"
+        df.createOrReplaceTempView(name)
+        self.names.append(name)
+        return name
+
+    def drop(self) -> None:
+        for name in self.names:
+            self.spark.catalog.dropTempView(name)
+        self.names.clear()
 
 
 def _union(frames: list[Any]) -> Any:

@@ -19,6 +19,7 @@ import pytest
 
 from compat.infer import analyze
 from compat.serde import from_doc
+from tests.recursion_util import reach_through_allowed
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCENDANTS = json.loads((ROOT / "fixtures" / "qtt" / "recursive_descendants" / "plan.json")
@@ -66,6 +67,13 @@ def finish(chain, timeout: float = 300) -> list[str]:
     notes = chain.notes()
     assert chain.exception() is None, chain.exception()
     return notes
+
+
+def ran_as_sql(notes: list[str]) -> bool:
+    """Whether every loop batch ran as WITH RECURSIVE queries (not the DataFrame loop):
+    the body of each test that says so fits them, and a fallback would pass unseen."""
+    batches = [n for n in notes if " new rows in " in n]
+    return bool(batches) and all("(WITH RECURSIVE: " in n for n in batches)
 
 
 def table(kafka, topic: str) -> dict:
@@ -117,18 +125,33 @@ def test_descendant_counts_of_a_random_forest_match_networkx(seed, kafka, spark,
                                 max_records=12)  # several micro-batches
     notes = finish(chain)
     assert sum("recursive 'closure' batch" in n for n in notes) >= 3, notes
+    assert ran_as_sql(notes), notes
     assert table(kafka, plan.sink.topic) == descendant_counts(g)
 
 
-def test_transitive_closure_of_a_graph_with_cycles_matches_networkx(kafka, spark, tmp_path):
+@pytest.mark.parametrize("linear", [True, False])
+def test_transitive_closure_of_a_graph_with_cycles_matches_networkx(linear, kafka, spark,
+                                                                   tmp_path):
+    """Set semantics over cycles, as WITH RECURSIVE queries (which go round a cycle until
+    their chunk of levels ends) and, for a body that also keeps the loop's rows (read along
+    two paths: not linear, so not SQL), by the DataFrame loop: the same closure."""
+    doc = copy.deepcopy(CLOSURE)
+    if not linear:
+        rec = _node(doc, "reach")
+        rec["body"].append({"id": "again", "step": "union", "version": 1,
+                            "inputs": ["further", "r"]})
+        rec["body_output"] = "again"
     rng = random.Random(14)
     g = nx.gnm_random_graph(18, 30, seed=14, directed=True)
     g = nx.relabel_nodes(g, {v: f"v{v}" for v in g.nodes})
     assert not nx.is_directed_acyclic_graph(g)  # cycles: set semantics must terminate
     edges = [{"src": a, "dst": b} for a, b in g.edges]
     rng.shuffle(edges)
-    chain, plan, _ = start(CLOSURE, kafka, spark, tmp_path, {"links": edges}, max_records=8)
-    finish(chain)
+    chain, plan, _ = start(doc, kafka, spark, tmp_path, {"links": edges}, max_records=8)
+    notes = finish(chain)
+    assert ran_as_sql(notes) if linear else \
+        all("(DataFrame loop: the body reads an input along several paths" in n
+            for n in notes if " new rows in " in n), notes
     got = Counter((r.json()["src"], r.json()["dst"]) for r in kafka.read_all(plan.sink.topic))
     # a node reaches itself when it lies on a cycle: its strongly connected component has
     # another node or a self-loop (networkx 3.6's transitive_closure(reflexive=None) misses
@@ -192,6 +215,7 @@ def test_on_limit_return_keeps_what_was_derived_and_warns(kafka, spark, tmp_path
     chain, plan, _ = start(_hops(4, "return", None), kafka, spark, tmp_path,
                            {"packages": [{"package_id": "p", "hops": 0}]})
     notes = finish(chain)
+    assert ran_as_sql(notes), notes
     assert _rows(kafka, plan) == Counter({("p", h): 1 for h in range(5)})
     assert any("warning" in n and "max_iterations=4" in n and "'route'" in n for n in notes)
 
@@ -379,47 +403,6 @@ def test_the_body_joins_a_table_read_as_of_each_batch(kafka, spark, tmp_path):
     assert set(got) == want and max(got.values()) == 1
 
 
-def _reach_through_allowed() -> dict:
-    """Reachability from asked nodes through allowed ones, over two kinds of edges: a row
-    of ``adj`` carries a node's out-neighbours as an array (exploded in the body), a row of
-    ``links`` one edge; the body unions the two, keeps the edges leaving an ``allowed`` node
-    (a left-semi join with that stream), and extends the loop's paths along them."""
-    def src(nid: str, schema: list[tuple[str, str]]) -> dict:
-        return {"id": nid, "step": "source", "version": 1, "topic": nid, "partitions": 1,
-                "format": "json", "role": "stream",
-                "schema": [{"name": n, "type": t} for n, t in schema]}
-
-    return {
-        "format": "theseus.plan/1", "query": "reach_allowed", "config": {"state_partitions": 2},
-        "nodes": [
-            src("starts", [("who", "string")]),
-            src("adj", [("node", "string"), ("nbrs", "array<string>")]),
-            src("links", [("src", "string"), ("dst", "string")]),
-            src("allowed", [("node", "string")]),
-            {"id": "seed", "step": "project", "version": 1, "inputs": ["starts"],
-             "columns": [{"name": "src", "expr": "who"}, {"name": "dst", "expr": "who"}]},
-            {"id": "reach", "step": "recursive", "version": 2,
-             "inputs": ["seed", "adj", "links", "allowed"],
-             "body_input": "r", "body_output": "further", "body": [
-                 {"id": "fanout", "step": "explode", "version": 1, "inputs": ["adj"],
-                  "expr": "nbrs", "as": "nbr"},
-                 {"id": "adj_edges", "step": "project", "version": 1, "inputs": ["fanout"],
-                  "columns": [{"name": "a", "expr": "node"}, {"name": "b", "expr": "nbr"}]},
-                 {"id": "link_edges", "step": "project", "version": 1, "inputs": ["links"],
-                  "columns": [{"name": "a", "expr": "src"}, {"name": "b", "expr": "dst"}]},
-                 {"id": "edges", "step": "union", "version": 1,
-                  "inputs": ["adj_edges", "link_edges"]},
-                 {"id": "open", "step": "join", "version": 1, "inputs": ["edges", "allowed"],
-                  "type": "left_semi", "left_keys": ["a"], "right_keys": ["node"]},
-                 {"id": "j", "step": "join", "version": 1, "inputs": ["r", "open"],
-                  "type": "inner", "left_keys": ["dst"], "right_keys": ["a"]},
-                 {"id": "further", "step": "project", "version": 1, "inputs": ["j"],
-                  "columns": [{"name": "src", "expr": "src"}, {"name": "dst", "expr": "b"}]}]},
-            {"id": "out", "step": "sink", "version": 1, "inputs": ["reach"],
-             "topic": "reached", "format": "json", "key_columns": ["src", "dst"],
-             "mode": "append", "delivery": "exactly_once"}]}
-
-
 def test_a_body_with_union_explode_and_a_left_semi_join_matches_networkx(kafka, spark,
                                                                         tmp_path):
     """Every node each asked node reaches along edges that leave allowed nodes only, over
@@ -445,10 +428,11 @@ def test_a_body_with_union_explode_and_a_left_semi_join_matches_networkx(kafka, 
     # the union and the semi join both matter here: paths use both kinds of edges, and
     # some edges leave a node that is not allowed
     assert adj and links and any(a not in allowed for a, _ in g.edges)
-    chain, plan, _ = start(_reach_through_allowed(), kafka, spark, tmp_path, inputs,
+    chain, plan, _ = start(reach_through_allowed(), kafka, spark, tmp_path, inputs,
                            max_records=4)
     notes = finish(chain)
     assert sum("recursive 'reach' batch" in n for n in notes) >= 3, notes
+    assert ran_as_sql(notes), notes
 
     def reached(edges) -> set:
         h = nx.DiGraph()
@@ -480,6 +464,7 @@ def test_rows_with_nulls_on_a_cycle_are_each_known_once(kafka, spark, tmp_path):
     chain, plan, _ = start(doc, kafka, spark, tmp_path, {"links": rows}, max_records=4)
     notes = finish(chain)
     assert sum("recursive 'reach' batch" in n for n in notes) >= 3, notes
+    assert ran_as_sql(notes), notes
     want = set(links)
     while True:  # the closure in plain Python: a join key that is null matches nothing
         more = {(s, d2) for s, d in want for s2, d2 in links if d is not None and d == s2}
