@@ -40,9 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-TAG = os.environ.get("BENCH_PROFILE_TAG") or subprocess.run(
-    ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-    text=True).stdout.strip()
 TICK = os.sysconf("SC_CLK_TCK")
 BATCH = re.compile(r"^\s*batch (\d+): (\d+) rows in, .*? (\d+) ms \(from ([^)]+)\)(?: (\{.*\}))?$")
 
@@ -217,7 +214,10 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
         "migrator": sampler.cpu("migrator", t0, t1),
     }
     parts = {"old": old, "shadow": shadow}
-    prof: dict[str, Any] = {"tag": TAG, "started": round(t_start, 1),
+    tag = os.environ.get("BENCH_PROFILE_TAG") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        text=True).stdout.strip()
+    prof: dict[str, Any] = {"tag": tag, "started": round(t_start, 1),
                             "load_average_at_start": load}
     if alone:
         a0 = res["alone_started_at"]
