@@ -13,7 +13,8 @@ and writes ``bench/results/profile_backfill.json`` and ``.md``:
   walCommit, commitOffsets), the time between two batches beyond the batch itself (the
   trigger's wait);
 * the time before the first batch (Python, plan checks, JVM start, query start);
-* CPU seconds of each process tree in the window, against the 2 cores' wall time;
+* CPU seconds of each process tree in the window, and of the whole machine (the broker and
+  whatever else runs on it: the machine is shared), against the 2 cores' wall time;
 * the old query's batches in the same window.
 
 Run: ``python bench/profile_backfill.py`` (Kafka at ``KAFKA_BOOTSTRAP``, under the Spark lock).
@@ -100,6 +101,10 @@ class Sampler(threading.Thread):
                 seen += 1
             if p in roots:
                 totals[roots[p]] = totals.get(roots[p], 0.0) + cpu
+        with open("/proc/stat") as f:  # the machine's busy time, all cores
+            fields = [int(x) for x in f.readline().split()[1:]]
+        # user nice system (idle iowait) irq softirq steal
+        totals["machine"] = (sum(fields[:3]) + sum(fields[5:8])) / TICK
         self.samples.append((time.time(), totals))
 
     def run(self) -> None:
@@ -212,6 +217,7 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
         "old_query": sampler.cpu("old", t0, t1),
         "shadow": sampler.cpu("shadow", t0, t1),
         "migrator": sampler.cpu("migrator", t0, t1),
+        "machine": sampler.cpu("machine", t0, t1),  # every process, the broker's too
     }
     parts = {"old": old, "shadow": shadow}
     tag = os.environ.get("BENCH_PROFILE_TAG") or subprocess.run(
@@ -223,7 +229,8 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
         a0 = res["alone_started_at"]
         a1 = a0 + res["alone_seconds"]
         parts["alone"] = summary(batches(work / "alone.log"), a0, a1, trig)
-        cpu.update(alone_window_s=round(a1 - a0, 2), alone=sampler.cpu("alone", a0, a1))
+        cpu.update(alone_window_s=round(a1 - a0, 2), alone=sampler.cpu("alone", a0, a1),
+                   alone_machine=sampler.cpu("machine", a0, a1))
         res.update(cpu_accounted(res, cpu))
     prof.update({"result": {k: v for k, v in res.items() if k != "phases"},
                  "phases": res["phases"], "cpu_seconds": cpu,
