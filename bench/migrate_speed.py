@@ -7,7 +7,9 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
   ``BENCH_MIGRATIONS`` migrations (each a fresh story), with their median and maximum;
 * **shadow backfill rate** — input rows per second the shadow consumes from offset 0 until
   it is close to the head (JVM start included), against the same plan run alone with
-  ``theseus run --available-now`` over the same history (JVM start included);
+  ``theseus run --available-now`` over the same history (JVM start included); also with
+  the old query's CPU taken out (``bench/profile_backfill.py``, which profiles every
+  migration into ``bench/results/profile_backfill.json``);
 * **reconciliation** (``bench/reconcile_stall.py``) — the stall at the cutover of an
   aggregate over ``BENCH_RECONCILE_KEYS`` keys (100000) with ``--reconcile on`` and ``off``
   (target: reconciliation adds at most one trigger interval), and its oracle;
@@ -127,10 +129,12 @@ def migration_part(bs: str, work: Path, alone: bool = True) -> dict:
                                   str(work / "alone-state"), "--available-now"],
                        cwd=ROOT, capture_output=True, text=True)
     alone_s = time.time() - t0
+    (work / "alone.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         raise SystemExit("the plan alone failed:\n" + r.stderr[-2000:])
     out.update({
-        "alone_rows": rows_alone, "alone_seconds": round(alone_s, 2),
+        "alone_rows": rows_alone, "alone_started_at": round(t0, 3),
+        "alone_seconds": round(alone_s, 2),
         "alone_rows_per_s": round(rows_alone / alone_s),
         "backfill_over_alone": round((backfilled / backfill_s) / (rows_alone / alone_s), 2),
     })
@@ -225,10 +229,16 @@ def main() -> int:
 
 
 def migrations(bs: str, result: dict) -> bool:
+    from profile_backfill import profiled_migration, save
+
     runs = []
     for i in range(MIGRATIONS):  # the stall is one moment per migration: take several
         work = ROOT / ".cache" / "bench" / f"migrate-{time.strftime('%H%M%S')}-{i}"
-        runs.append(migration_part(bs, work, alone=i == 0))
+        # profiled (each batch's duration split, the CPU of each process tree): the
+        # backfill's figures are read with the old query's share of the cores beside them
+        res, prof = profiled_migration(bs, work, alone=i == 0)
+        save(prof)
+        runs.append(res)
         print(json.dumps(runs[-1], indent=2), flush=True)
     stalls = [r["stall_trigger_intervals"] for r in runs]
     result["migration"] = dict(runs[0], **{
@@ -237,6 +247,7 @@ def migrations(bs: str, result: dict) -> bool:
         "stall_trigger_intervals_median": round(statistics.median(stalls), 2),
         "stall_trigger_intervals_max": max(stalls),
         "oracle_problems_each": [r["oracle"]["problems"] for r in runs],
+        "shadow_backfill_rows_per_s_each": [r["shadow_backfill_rows_per_s"] for r in runs],
     })
     result["migration"].pop("stall_seconds")
     result["migration"].pop("stall_trigger_intervals")

@@ -136,8 +136,9 @@ _CONTROL_KEY = CONTROL_HEADER
 _CHUNK = 16384  # rows per yielded RecordBatch
 _CHUNK_BYTES = 32 * 1024 * 1024  # or fewer rows when their values are this large
 #: the fewest offsets a batch of a shadow's backfill reads (``backfillBatches``): a batch
-#: costs at least a trigger whatever it reads, and below a few thousand records that cost
-#: is all there is; a smaller backfill is read in fewer batches
+#: costs a fixed part whatever it reads (bench/results/profile_backfill.md), and below a
+#: few thousand records that part is all there is; a smaller backfill is read in fewer
+#: batches
 BACKFILL_FLOOR = 2000
 
 

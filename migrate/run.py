@@ -37,8 +37,12 @@ from migrate.store import DirectoryStore, open_store
 
 DEFAULT_STATE_PARTITIONS = 4
 #: a migration's shadow (``--gated-start``) reads its history in about this many batches, so
-#: that its progress shows while it reads (``gates.source``'s ``backfillBatches``)
-BACKFILL_BATCHES = 10
+#: that its progress shows while it reads (``gates.source``'s ``backfillBatches``).  Few:
+#: a micro-batch of the ship-load plan costs about 0.75 s whatever it reads (1.7 s beside
+#: the old query), and 11,000 records add about 0.4 s to that
+#: (bench/results/profile_backfill.md); ten made a backfill of 120,000 records twelve
+#: batches against the plan alone's two.  Four still move the bar three times.
+BACKFILL_BATCHES = 4
 #: seconds between two heartbeats of a host in its status (``heartbeat_at``): how another
 #: host tells that the process is alive (``theseus status``)
 HEARTBEAT_EVERY = 5.0
