@@ -40,7 +40,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -185,6 +185,22 @@ def literals(plans: Iterable[Plan]) -> tuple[list[str], list[float]]:
     return sorted(strings), sorted(numbers)
 
 
+_EQUALS = re.compile(r"`?([A-Za-z_]\w*)`?\s*(?:=|==)\s*'((?:[^'\\]|\\.|'')*)'")
+
+
+def compared_literals(plans: Iterable[Plan]) -> dict[str, list[str]]:
+    """The string literals the plans' predicates compare a column with (``region =
+    'eu'``), per column name."""
+    out: dict[str, set[str]] = {}
+    for plan in plans:
+        for node in json.loads(dumps(plan))["nodes"]:
+            for k, v in node.items():
+                if isinstance(v, str) and k not in _NOT_EXPRESSIONS:
+                    for m in _EQUALS.finditer(v):
+                        out.setdefault(m.group(1), set()).add(m.group(2).replace("''", "'"))
+    return {c: sorted(v) for c, v in out.items()}
+
+
 def pools(strings: Sequence[str], numbers: Sequence[float]) -> dict[str, list[Any]]:
     """One small pool per kind of type: values repeat, so groups, joins and duplicates
     occur; the literals and their neighbours are in, so filters cut both ways."""
@@ -300,14 +316,18 @@ def _distinct(typ: str, v: Any, serial: int) -> Any:
 
 def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
              numbers: Sequence[float], *, seed: int = 0, records: int = 120,
-             distinct: frozenset[str] = frozenset()) -> Input:
+             distinct: frozenset[str] = frozenset(),
+             compared: Mapping[str, Sequence[str]] | None = None) -> Input:
     """``records`` records per topic, reproducible from ``seed``.  Two thirds go to part 1
     (in CHUNKS chunks), the rest to part 2.  Records of all topics are interleaved on one
     rising clock (TICK seconds apart): no record is late for any watermark.  About one
     record in ten repeats the one before it (a deduplication drops it).  In part 2 about
     one record in three is fresh: its string columns and arrays of strings (its integer
     ones, when it has none) draw from a small pool of values never seen before, so that
-    fresh keys group and join among themselves.  A column of ``distinct`` never repeats a value
+    fresh keys group and join among themselves; a string column of a fresh record holds a
+    plan's string literal half the time when a predicate compares that column with it
+    (``compared``: :func:`compared_literals`), so that a filter on it keeps fresh rows
+    too.  A column of ``distinct`` never repeats a value
     (:func:`distinct_columns`), duplicates aside."""
     if records < 2 * CHUNKS:
         raise TheseusError("too few records to prove anything",
@@ -315,6 +335,7 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
                            found=str(records))
     rng = random.Random(seed)
     pool = pools(strings, numbers)
+    compared = dict(compared or {})
     n1 = records * 2 // 3
     rows: list[list[tuple[str, str | None, dict[str, Any]]]] = [[] for _ in range(records)]
     now = T0
@@ -331,8 +352,15 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
                     kinds = {_element(t) for _, t in spec.columns}
                     marked = ("string",) if "string" in kinds else _INTS
                     for c, t in spec.columns:
-                        if _element(t) in marked:
-                            rec[c] = value(t, rng, pool, now, rng.randrange(4))
+                        if _element(t) not in marked:
+                            continue
+                        if c in compared and rng.random() < 0.5:
+                            # a fresh row that `region = 'eu'` keeps: its other columns
+                            # still make fresh keys (measured: filter_added_before_aggregate
+                            # compared none when every string column was fresh)
+                            rec[c] = rng.choice(compared[c])
+                            continue
+                        rec[c] = value(t, rng, pool, now, rng.randrange(4))
                 serial = i * len(topics) + sorted(topics).index(name)
                 for c, t in spec.columns:
                     if c in distinct:
@@ -806,7 +834,8 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     specs = source_topics(old, new)
     strings, numbers = literals([old, new])
     data = generate(specs, strings, numbers, seed=seed, records=records,
-                    distinct=distinct_columns([old, new]))
+                    distinct=distinct_columns([old, new]),
+                    compared=compared_literals([old, new]))
     timings["check_and_generate"] = round(time.monotonic() - started, 2)
     own = tempfile.mkdtemp(prefix="theseus-prove-") if workdir is None else None
     work = Path(workdir or own or ".")
@@ -822,6 +851,7 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
            seed: int, records: int, timings: dict[str, float], registry: Any = None
            ) -> Proof:
     # Step 3. Topics of the run's own.
+    t_topics = time.monotonic()
     rid = uuid.uuid4().hex[:8]
     names = {t: f"theseus-prove-{rid}-{t}" for t in data.topics}
     # The reference has always run with the new plan's partition count: where that is not
@@ -835,6 +865,7 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     outs = {k: f"theseus-prove-{rid}-out-{k}" for k in ("old", "restart", "reference")}
     for o in outs.values():
         runtime.create_topic(o, 2)
+    timings["topics"] = round(time.monotonic() - t_topics, 2)
     old_r = _rewrite(old, names, work / "old.json", first_start=True)
     new_r = _rewrite(new, names, work / "new.json")
     latest = any(getattr(n, "starting_offsets", None) == "latest" for n in new.nodes.values())
@@ -894,7 +925,12 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
         timings["part1"] = round(time.monotonic() - t, 2)
 
         def read(topic: str) -> list[Out]:
-            return readable(runtime.read(topic), registry)
+            t = time.monotonic()
+            try:
+                return readable(runtime.read(topic), registry)
+            finally:
+                timings["reads"] = round(timings.get("reads", 0.0)
+                                         + time.monotonic() - t, 2)
 
         ref_before = {(r.partition, r.offset) for r in read(outs["reference"])}
         old_out = read(outs["old"])
