@@ -929,8 +929,8 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
             try:
                 return readable(runtime.read(topic), registry)
             finally:
-                timings["reads"] = round(timings.get("reads", 0.0)
-                                         + time.monotonic() - t, 2)
+                spent = time.monotonic() - t
+                timings["reads"] = round(timings.get("reads", 0.0) + spent, 2)
 
         ref_before = {(r.partition, r.offset) for r in read(outs["reference"])}
         old_out = read(outs["old"])
