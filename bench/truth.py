@@ -106,6 +106,7 @@ def row(pair: str, rt: prove.Runtime, records: int, seed: int = 0,
             "prediction_agrees": doc["prediction_agrees"], "judged": doc["judged"],
             "findings": [f["code"] for f in doc["findings"]],
             "differences": doc["differences"], "error": doc["error"],
+            "timings": doc["timings"], "old_batches": doc["counts"].get("old_batches"),
             "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -214,6 +215,18 @@ def done(r: dict | None, code: str, seed: int, records: int) -> bool:
         (code, seed, records)
 
 
+def todo(pairs: list[str], runtimes: list[str], rows: dict[tuple[str, str], dict],
+         code: str, seed: int, records: int, skip_done: bool) -> list[tuple[str, str]]:
+    """The (pair, runtime) proofs to run, in order.  With ``skip_done``, those the same
+    code proved with the same seed and records are left out, and those never proven come
+    before those proven by other code: a budgeted slice first runs what the corpus lacks."""
+    every = [(p, n) for p in pairs for n in runtimes]
+    if not skip_done:
+        return every
+    left = [k for k in every if not done(rows.get(k), code, seed, records)]
+    return sorted(left, key=lambda k: k in rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("pairs", nargs="*")
@@ -254,20 +267,17 @@ def main() -> int:
     rts = {name: prove.RUNTIMES[name](bootstrap, spark=spark) for name in runtimes}
     code = code_id()
     started = time.monotonic()
-    for pair in pairs:
-        for name in runtimes:
-            if args.skip_done and done(rows.get((pair, name)), code[1], args.seed,
-                                       args.records):
-                continue
-            if args.budget is not None and time.monotonic() - started > args.budget:
-                break
-            r = row(pair, rts[name], args.records, args.seed, code)
-            rows[(pair, name)] = r
-            with jsonl.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(r) + "\n")
-            print(f"{pair:58} {name:8} {r.get('verdict', '-'):11} "
-                  f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
-                  f"{_mark(r)} {r['seconds']} s", flush=True)
+    for pair, name in todo(pairs, runtimes, rows, code[1], args.seed, args.records,
+                           args.skip_done):
+        if args.budget is not None and time.monotonic() - started > args.budget:
+            break
+        r = row(pair, rts[name], args.records, args.seed, code)
+        rows[(pair, name)] = r
+        with jsonl.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(r) + "\n")
+        print(f"{pair:58} {name:8} {r.get('verdict', '-'):11} "
+              f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
+              f"{_mark(r)} {r['seconds']} s", flush=True)
     print(f"truth: {time.monotonic() - started:.0f} s", flush=True)
     write_report(md, rows, args.note)
     return 0

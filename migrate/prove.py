@@ -11,12 +11,16 @@ generated input and says whether Spark agrees.
    brings fresh key values too.
 3. Give every source topic and every output a topic of its own (a run never reads another
    run's records).
-4. For each of the three chunks of part 1: produce it, run OLD availableNow on its
-   checkpoint, and NEW on the reference's checkpoint (the reference sees the same
-   micro-batch boundaries, so the watermark moves the same way in both).
+4. Start OLD on its checkpoint and NEW on the reference's, once each.  For each of the
+   three chunks of part 1: produce it in one Kafka transaction (both read committed
+   records only, so a micro-batch never holds part of a chunk), then wait until both
+   queries have processed everything (``processAllAvailable``): three micro-batches (and
+   the no-data batches a moved watermark asks for) in one query start, with the same
+   boundaries in both, so the watermark moves the same way.  Stop OLD.
 5. Copy OLD's checkpoint; ask the checker what a restart of NEW on it does
    (``migrate.ckcheck``).
-6. Produce part 2; restart NEW on the copy, and run the reference over part 2.
+6. Produce part 2; restart NEW on the copy, let the reference, still running, process
+   part 2 beside it, and stop both.
 7. Judge (:func:`judge`): ``fails`` (Spark's error class), ``starts_correct`` or
    ``starts_wrong`` by the verdict's promise, and whether that agrees with the verdict and
    with the predicted restart (:func:`agreement`).
@@ -36,21 +40,28 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compat.check import Report, check_plans, load_plan
 from compat.errors import Refused, RuntimeFailure, TheseusError
 from compat.model import Plan
 from compat.serde import dumps
 
+if TYPE_CHECKING:
+    from migrate.jobsession import Load
+
 #: the exit code of a proof that Spark disagrees with (``compat.exits``)
 DISAGREES_EXIT = 7
 
 #: the records of part 1 go to OLD in this many micro-batches
 CHUNKS = 3
+#: the trigger of prove's running queries: short, since each chunk waits for the next
+#: trigger (and the no-data batch after it for the one after); not 0, which polls the
+#: broker every 10 ms while a query waits for its next chunk
+TRIGGER = "200 milliseconds"
 #: the first event time of the generated input, and the time between two records
 T0 = 1_704_067_200  # 2024-01-01T00:00:00Z
 TICK = 7
@@ -174,6 +185,22 @@ def literals(plans: Iterable[Plan]) -> tuple[list[str], list[float]]:
     return sorted(strings), sorted(numbers)
 
 
+_EQUALS = re.compile(r"`?([A-Za-z_]\w*)`?\s*(?:=|==)\s*'((?:[^'\\]|\\.|'')*)'")
+
+
+def compared_literals(plans: Iterable[Plan]) -> dict[str, list[str]]:
+    """The string literals the plans' predicates compare a column with (``region =
+    'eu'``), per column name."""
+    out: dict[str, set[str]] = {}
+    for plan in plans:
+        for node in json.loads(dumps(plan))["nodes"]:
+            for k, v in node.items():
+                if isinstance(v, str) and k not in _NOT_EXPRESSIONS:
+                    for m in _EQUALS.finditer(v):
+                        out.setdefault(m.group(1), set()).add(m.group(2).replace("''", "'"))
+    return {c: sorted(v) for c, v in out.items()}
+
+
 def pools(strings: Sequence[str], numbers: Sequence[float]) -> dict[str, list[Any]]:
     """One small pool per kind of type: values repeat, so groups, joins and duplicates
     occur; the literals and their neighbours are in, so filters cut both ways."""
@@ -289,14 +316,18 @@ def _distinct(typ: str, v: Any, serial: int) -> Any:
 
 def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
              numbers: Sequence[float], *, seed: int = 0, records: int = 120,
-             distinct: frozenset[str] = frozenset()) -> Input:
+             distinct: frozenset[str] = frozenset(),
+             compared: Mapping[str, Sequence[str]] | None = None) -> Input:
     """``records`` records per topic, reproducible from ``seed``.  Two thirds go to part 1
     (in CHUNKS chunks), the rest to part 2.  Records of all topics are interleaved on one
     rising clock (TICK seconds apart): no record is late for any watermark.  About one
     record in ten repeats the one before it (a deduplication drops it).  In part 2 about
     one record in three is fresh: its string columns and arrays of strings (its integer
     ones, when it has none) draw from a small pool of values never seen before, so that
-    fresh keys group and join among themselves.  A column of ``distinct`` never repeats a value
+    fresh keys group and join among themselves; a string column of a fresh record holds a
+    plan's string literal half the time when a predicate compares that column with it
+    (``compared``: :func:`compared_literals`), so that a filter on it keeps fresh rows
+    too.  A column of ``distinct`` never repeats a value
     (:func:`distinct_columns`), duplicates aside."""
     if records < 2 * CHUNKS:
         raise TheseusError("too few records to prove anything",
@@ -304,6 +335,7 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
                            found=str(records))
     rng = random.Random(seed)
     pool = pools(strings, numbers)
+    compared = dict(compared or {})
     n1 = records * 2 // 3
     rows: list[list[tuple[str, str | None, dict[str, Any]]]] = [[] for _ in range(records)]
     now = T0
@@ -320,8 +352,15 @@ def generate(topics: dict[str, TopicSpec], strings: Sequence[str],
                     kinds = {_element(t) for _, t in spec.columns}
                     marked = ("string",) if "string" in kinds else _INTS
                     for c, t in spec.columns:
-                        if _element(t) in marked:
-                            rec[c] = value(t, rng, pool, now, rng.randrange(4))
+                        if _element(t) not in marked:
+                            continue
+                        if c in compared and rng.random() < 0.5:
+                            # a fresh row that `region = 'eu'` keeps: its other columns
+                            # still make fresh keys (measured: filter_added_before_aggregate
+                            # compared none when every string column was fresh)
+                            rec[c] = rng.choice(compared[c])
+                            continue
+                        rec[c] = value(t, rng, pool, now, rng.randrange(4))
                 serial = i * len(topics) + sorted(topics).index(name)
                 for c, t in spec.columns:
                     if c in distinct:
@@ -542,6 +581,9 @@ def agreement(verdict: str, outcome: str, error_cls: str | None,
 
 # -- the runtime ----------------------------------------------------------------------------
 
+#: a topic's records (key JSON or None, value) and the partitions it is produced over
+Batch = tuple[str, Sequence[tuple[str | None, str | bytes]], int]
+
 class Runtime(Protocol):
     """Where the plans run: :class:`SparkRuntime` (``theseus run``'s builder),
     :class:`PySparkRuntime` (the plans as plain PySpark jobs on Spark's own Kafka
@@ -554,13 +596,19 @@ class Runtime(Protocol):
 
     def grow(self, name: str, partitions: int) -> None: ...
 
-    def produce(self, topic: str, records: Sequence[tuple[str | None, str | bytes]],
-                partitions: int) -> None: ...
+    def produce_all(self, batches: Sequence[Batch]) -> None:
+        """Produce every topic's records of ``batches`` as one unit: a query that reads
+        committed records sees all of them or none."""
 
-    def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None: ...
+    def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
+        """Start ``plan`` on ``checkpoint``, running until stopped: the query, or Spark's
+        error text when it could not start (a refusal at start is an outcome here)."""
 
-    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
-                         ) -> list[str | None]: ...
+    def drain(self, queries: Sequence[Any]) -> list[str | None]:
+        """Wait until each query has processed everything produced so far: None, or
+        Spark's error text (the query failed; an error text from start stays)."""
+
+    def stop(self, query: Any) -> None: ...
 
     def read(self, topic: str) -> list[Out]: ...
 
@@ -786,7 +834,8 @@ def prove(old_path: str, new_path: str, runtime: Runtime, *, seed: int = 0,
     specs = source_topics(old, new)
     strings, numbers = literals([old, new])
     data = generate(specs, strings, numbers, seed=seed, records=records,
-                    distinct=distinct_columns([old, new]))
+                    distinct=distinct_columns([old, new]),
+                    compared=compared_literals([old, new]))
     timings["check_and_generate"] = round(time.monotonic() - started, 2)
     own = tempfile.mkdtemp(prefix="theseus-prove-") if workdir is None else None
     work = Path(workdir or own or ".")
@@ -802,6 +851,7 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
            seed: int, records: int, timings: dict[str, float], registry: Any = None
            ) -> Proof:
     # Step 3. Topics of the run's own.
+    t_topics = time.monotonic()
     rid = uuid.uuid4().hex[:8]
     names = {t: f"theseus-prove-{rid}-{t}" for t in data.topics}
     # The reference has always run with the new plan's partition count: where that is not
@@ -815,6 +865,7 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     outs = {k: f"theseus-prove-{rid}-out-{k}" for k in ("old", "restart", "reference")}
     for o in outs.values():
         runtime.create_topic(o, 2)
+    timings["topics"] = round(time.monotonic() - t_topics, 2)
     old_r = _rewrite(old, names, work / "old.json", first_start=True)
     new_r = _rewrite(new, names, work / "new.json")
     latest = any(getattr(n, "starting_offsets", None) == "latest" for n in new.nodes.values())
@@ -832,12 +883,13 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
         for t, k, v in rows:
             by_topic.setdefault(t, []).append(
                 (k, encoders[t](v) if t in encoders else json.dumps(v, separators=(",", ":"))))
+        batches: list[Batch] = []
         for t, recs in by_topic.items():
             spec = data.topics[t]
-            runtime.produce(names[t], recs,
-                            spec.new_partitions if grown else spec.partitions)
+            batches.append((names[t], recs, spec.new_partitions if grown else spec.partitions))
             if ref_names[t] != names[t]:
-                runtime.produce(ref_names[t], recs, spec.new_partitions)
+                batches.append((ref_names[t], recs, spec.new_partitions))
+        runtime.produce_all(batches)
 
     def must(err: str | None, what: str, plan: Plan) -> None:
         if err is not None:
@@ -846,36 +898,59 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
                                  file=plan.file,
                                  hint="prove needs both plans to run from scratch")
 
-    # Step 4. OLD and the reference over part 1, chunk by chunk.
-    t = time.monotonic()
-    for chunk in data.chunks:
-        produce(chunk, False)
-        old_err, ref_err = runtime.run_side_by_side([
-            (old_r, ck_old, outs["old"], f"prove-{rid}-old"),
-            (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
-        must(old_err, "the old plan", old)
-        must(ref_err, "the new plan", new)
-    timings["part1"] = round(time.monotonic() - t, 2)
-    def read(topic: str) -> list[Out]:
-        return readable(runtime.read(topic), registry)
+    running: list[Any] = []
 
-    ref_before = {(r.partition, r.offset) for r in read(outs["reference"])}
-    old_out = read(outs["old"])
-    # Step 5. The checker's prediction, on the untouched checkpoint.
-    shutil.copytree(ck_old, ck_new)
-    t = time.monotonic()
-    predicted = runtime.predict(ck_old, str(work / "new.json"))
-    timings["predict"] = round(time.monotonic() - t, 2)
-    # Step 6. Part 2: the restart, and the reference.
-    for tn, spec in data.topics.items():
-        if spec.new_partitions > spec.partitions:
-            runtime.grow(names[tn], spec.new_partitions)
-    produce(data.part2, True)
-    t = time.monotonic()
-    err, ref_err = runtime.run_side_by_side([
-        (new_r, ck_new, outs["restart"], f"prove-{rid}-restart"),
-        (ref_r, ck_ref, outs["reference"], f"prove-{rid}-ref")])
-    timings["restart_and_reference"] = round(time.monotonic() - t, 2)
+    def start(plan: Plan, ck: Path, out: str, who: str) -> Any:
+        q = runtime.start(plan, ck, out, f"prove-{rid}-{who}")
+        running.append(q)
+        return q
+
+    def stop(q: Any) -> None:
+        running.remove(q)
+        runtime.stop(q)
+
+    try:
+        # Step 4. OLD and the reference over part 1, chunk by chunk, each query started once.
+        t = time.monotonic()
+        produce(data.chunks[0], False)
+        q_old = start(old_r, ck_old, outs["old"], "old")
+        q_ref = start(ref_r, ck_ref, outs["reference"], "ref")
+        for i, chunk in enumerate(data.chunks):
+            if i:
+                produce(chunk, False)
+            old_err, ref_err = runtime.drain([q_old, q_ref])
+            must(old_err, "the old plan", old)
+            must(ref_err, "the new plan", new)
+        stop(q_old)
+        timings["part1"] = round(time.monotonic() - t, 2)
+
+        def read(topic: str) -> list[Out]:
+            t = time.monotonic()
+            try:
+                return readable(runtime.read(topic), registry)
+            finally:
+                spent = time.monotonic() - t
+                timings["reads"] = round(timings.get("reads", 0.0) + spent, 2)
+
+        ref_before = {(r.partition, r.offset) for r in read(outs["reference"])}
+        old_out = read(outs["old"])
+        # Step 5. The checker's prediction, on the untouched checkpoint.
+        shutil.copytree(ck_old, ck_new)
+        t = time.monotonic()
+        predicted = runtime.predict(ck_old, str(work / "new.json"))
+        timings["predict"] = round(time.monotonic() - t, 2)
+        # Step 6. Part 2: the restart, and the reference.
+        for tn, spec in data.topics.items():
+            if spec.new_partitions > spec.partitions:
+                runtime.grow(names[tn], spec.new_partitions)
+        produce(data.part2, True)
+        t = time.monotonic()
+        q_new = start(new_r, ck_new, outs["restart"], "restart")
+        err, ref_err = runtime.drain([q_new, q_ref])
+        timings["restart_and_reference"] = round(time.monotonic() - t, 2)
+    finally:
+        for q in list(running):
+            stop(q)
     must(ref_err, "the new plan", new)
     restarted = read(outs["restart"]) if err is None else []
     ref_all = read(outs["reference"])
@@ -885,6 +960,9 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
               [r for r in ref_all if (r.partition, r.offset) in ref_before])
     agree = agreement(report.verdict, j.outcome, j.error_class, predicted)
     counts = {"input_part1": sum(len(c) for c in data.chunks),
+              # the micro-batches OLD committed to its checkpoint, no-data batches too
+              "old_batches": sum(1 for f in (ck_old / "commits").glob("*")
+                                 if f.name.isdigit()),
               "input_part2": len(data.part2), "old_output": len(old_out),
               "restart_output": len(restarted), "reference_output_part2": len(reference)}
     timings["total"] = round(sum(v for k, v in timings.items() if k != "total"), 2)
@@ -961,6 +1039,9 @@ class SparkRuntime:
         self.bootstrap = bootstrap
         self.timeout = timeout
         self._spark = spark
+        self._producer: Any = None
+        #: the committed end offsets of every topic produced to, {topic: {partition: end}}
+        self.ends: dict[str, dict[int, int]] = {}
 
     @property
     def spark(self) -> Any:
@@ -984,44 +1065,67 @@ class SparkRuntime:
         admin.create_partitions([NewPartitions(name, partitions)])[name].result(30)
         time.sleep(2)  # the new partitions' metadata reaches every client
 
-    def produce(self, topic: str, records: Sequence[tuple[str | None, str | bytes]],
-                partitions: int) -> None:
-        from confluent_kafka import Producer
+    def produce_all(self, batches: Sequence[Batch]) -> None:
+        # One transaction: the queries read committed records only (the gated source by
+        # default, Spark's connector by :func:`read_committed_kafka`), so a running query's
+        # micro-batch never takes part of a chunk, whose later records would then come
+        # after the watermark had moved past the earlier ones' times.
+        from confluent_kafka import KafkaException
 
-        from gates.broker import client_conf
-
-        p = Producer(client_conf(self.bootstrap, **{"enable.idempotence": True,
-                                                    "acks": "all", "linger.ms": 5}))
+        p = self._transactional()
+        p.begin_transaction()
         failed: list[Any] = []
-        for i, (k, v) in enumerate(records):
-            # by key when keyed (a key's records stay in order), else round robin:
-            # deterministic, so two runs of one seed read the same partitions
-            part = zlib.crc32(k.encode()) % partitions if k is not None else i % partitions
-            p.produce(topic, value=v if isinstance(v, bytes) else v.encode(),
-                      key=None if k is None else k.encode(),
-                      partition=part,
-                      on_delivery=lambda err, msg: failed.append(err) if err else None)
-        left = p.flush(30)
-        if left or failed:
+        try:
+            for topic, records, partitions in batches:
+                for i, (k, v) in enumerate(records):
+                    # by key when keyed (a key's records stay in order), else round
+                    # robin: deterministic, so two runs of one seed read the same
+                    # partitions
+                    part = (zlib.crc32(k.encode()) % partitions if k is not None
+                            else i % partitions)
+                    p.produce(topic, value=v if isinstance(v, bytes) else v.encode(),
+                              key=None if k is None else k.encode(), partition=part,
+                              on_delivery=lambda err, msg: failed.append(err) if err
+                              else None)
+                    p.poll(0)
+            p.commit_transaction(60)
+        except KafkaException as e:
+            failed.append(e)
+        if failed:
             from compat.errors import BrokerError
 
-            raise BrokerError("cannot produce the generated input", topic=topic,
-                              expected="every record delivered",
-                              found=f"{left} left, errors {failed[:3]}")
+            self._producer = None  # a failed transaction leaves the producer unusable
+            raise BrokerError("cannot produce the generated input",
+                              topic=", ".join(t for t, _, _ in batches),
+                              expected="every record delivered in one transaction",
+                              found=f"errors {failed[:3]}")
+        # the commit returns before its markers move the last stable offsets: what the
+        # queries must have read once drained is known when they have moved
+        self.ends.update(stable_ends(self.bootstrap, [t for t, _, _ in batches]))
+
+    def _transactional(self) -> Any:
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            from gates.broker import client_conf
+
+            self._producer = Producer(client_conf(self.bootstrap, **{
+                "transactional.id": f"theseus-prove-{uuid.uuid4().hex}",
+                "linger.ms": 5}))
+            self._producer.init_transactions(60)
+        return self._producer
 
     def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
-        """The started query, or Spark's error text (``start_available_now``)."""
-        return start_available_now(self.spark, plan, self.bootstrap, checkpoint, output, name)
+        """The started query, or Spark's error text (``start_query``)."""
+        return start_query(self.spark, plan, self.bootstrap, checkpoint, output, name)
 
-    def run(self, plan: Plan, checkpoint: Path, output: str, name: str) -> str | None:
-        return await_outcome(self.start(plan, checkpoint, output, name), self.timeout)
+    def drain(self, queries: Sequence[Any]) -> list[str | None]:
+        # The queries run side by side; each is waited for in turn.
+        return [process_available(q, self.ends, self.timeout) for q in queries]
 
-    def run_side_by_side(self, runs: Sequence[tuple[Plan, Path, str, str]]
-                         ) -> list[str | None]:
-        # Every query is started before any is awaited: OLD and the reference read other
-        # topics' offsets and checkpoints, and on two cores they take the time of one.
-        started = [self.start(*r) for r in runs]
-        return [await_outcome(q, self.timeout) for q in started]
+    def stop(self, query: Any) -> None:
+        if not isinstance(query, str):
+            query.stop()
 
     def read(self, topic: str) -> list[Out]:
         return read_committed(self.bootstrap, topic)
@@ -1042,7 +1146,8 @@ class PySparkRuntime(SparkRuntime):
     their jobs and use Theseus only as the CI gate do: each plan is written by ``plan export
     --pyspark`` (a job file is run itself, its Kafka reads redirected to the run's topics and
     broker: ``migrate.jobsession``) and its ``build(spark)`` started with the run's
-    checkpoint, output topic and an availableNow trigger.  The checkpoint is then
+    checkpoint, output topic and a processing-time trigger (reading committed records
+    only: :func:`read_committed_kafka`).  The checkpoint is then
     Spark's Kafka source's, not the gated source's: the checker's prediction is judged on
     that kind of checkpoint too."""
 
@@ -1064,13 +1169,14 @@ class PySparkRuntime(SparkRuntime):
         return self._spark
 
     def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
-        from migrate.jobsession import redirected, writer_of
+        from migrate.jobsession import plain, redirected, writer_of
 
         spark = self.spark
         mine = job_file(plan)
         try:
             if mine is None:
-                writer = pyspark_job(plan, self.bootstrap, checkpoint)["build"](spark)
+                writer = writer_of(pyspark_job(plan, self.bootstrap, checkpoint), spark,
+                                   read_committed_kafka(plain))
             else:
                 # the user's job as written, its reads redirected to the run's topics
                 path, topics = mine
@@ -1079,11 +1185,12 @@ class PySparkRuntime(SparkRuntime):
                 exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), job)
                 # spark-submit's conf or the job's caller sets the sink's broker
                 # and checkpoint: a job file need not
-                writer = (writer_of(job, spark, redirected(self.bootstrap, topics))
+                writer = (writer_of(job, spark, read_committed_kafka(
+                    redirected(self.bootstrap, topics)))
                           .option("kafka.bootstrap.servers", self.bootstrap)
                           .option("checkpointLocation", str(checkpoint)))
             return (writer.option("topic", output).queryName(name)
-                    .trigger(availableNow=True).start())
+                    .trigger(processingTime=TRIGGER).start())
         except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
             return str(e)
 
@@ -1115,25 +1222,163 @@ def runtime(bootstrap: str, name: str = "theseus") -> Runtime:
     return RUNTIMES[name](bootstrap)
 
 
-def start_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path,
-                        output: str, name: str) -> Any:
-    """Start ``plan`` availableNow on ``checkpoint`` into ``output``: the running query, or
-    Spark's error text when it could not start (a refusal at start is an outcome here)."""
+def read_committed_kafka(load: Load) -> Load:
+    """``load`` with Spark's Kafka source reading committed records only: prove produces
+    each chunk in one transaction, and under read_committed the connector lists the last
+    stable offsets too, so a micro-batch holds whole chunks (a user's job keeps its own
+    isolation level; the checkpoint does not record it)."""
+
+    def committed(reader: Any, fmt: str | None, options: dict[str, str]) -> Any:
+        if fmt == "kafka":
+            options["kafka.isolation.level"] = "read_committed"
+        return load(reader, fmt, options)
+
+    return committed
+
+
+def start_query(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path, output: str,
+                name: str, *, available_now: bool = False) -> Any:
+    """Start ``plan`` on ``checkpoint`` into ``output``, on a processing-time trigger (or
+    availableNow): the running query, or Spark's error text when it could not start (a
+    refusal at start is an outcome here)."""
     from migrate.build import Builder, BuildOptions
 
     # a streaming query copies the session's conf when it starts: the next start may change it
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.state_partitions or 4))
     try:
-        return Builder(spark, plan, BuildOptions(bootstrap=bootstrap, available_now=True,
+        return Builder(spark, plan, BuildOptions(bootstrap=bootstrap,
+                                                 available_now=available_now,
+                                                 trigger_interval=TRIGGER,
                                                  checkpoint=str(checkpoint),
                                                  output_topic=output, query=name)).start()
     except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
         return str(e)
 
 
+def start_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path,
+                        output: str, name: str) -> Any:
+    """Start ``plan`` availableNow on ``checkpoint`` into ``output`` (``start_query``)."""
+    return start_query(spark, plan, bootstrap, checkpoint, output, name, available_now=True)
+
+
+def process_available(q: Any, ends: dict[str, dict[int, int]] | None = None,
+                      timeout: float = 180.0) -> str | None:
+    """None once the running query ``start_query`` gave has processed everything
+    available (``processAllAvailable``: the no-data batches a moved watermark asks for
+    too) up to ``ends`` (:func:`caught_up`), else Spark's error text; a query still busy
+    after ``timeout`` is stopped."""
+    if isinstance(q, str):
+        return q
+    from gates.deadline import Deadline
+
+    deadline = Deadline(timeout)
+    while True:
+        failed = _process_all_available(q, max(deadline.remaining(), 0.1))
+        if isinstance(failed, _Busy):
+            q.stop()
+            return f"did not finish within {timeout:.0f} s"
+        if failed is not None:
+            return failed
+        exc = q.exception()
+        if exc is not None:
+            return str(exc)
+        # processAllAvailable also returns when a trigger that listed the offsets before
+        # the last chunk was visible ends after the call: wait again until the query read
+        # to the ends
+        if caught_up(q.lastProgress, ends or {}):
+            return None
+        if deadline.expired():
+            return f"did not read the input to its end within {timeout:.0f} s"
+        time.sleep(0.05)
+
+
+class _Busy:
+    """processAllAvailable still waiting."""
+
+
+_BUSY = _Busy()
+
+
+def _process_all_available(q: Any, timeout: float) -> str | _Busy | None:
+    """``q.processAllAvailable()``: None, the query's error text, or ``_BUSY`` still
+    waiting after ``timeout`` (it has no timeout of its own; stopping the query ends it)."""
+    import threading
+
+    failed: list[str] = []
+
+    def wait() -> None:
+        try:
+            q.processAllAvailable()
+        except Exception as e:  # noqa: BLE001 - the query's failure is the outcome
+            failed.append(str(e))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if waiter.is_alive():
+        return _BUSY
+    return failed[0] if failed else None
+
+
+def caught_up(progress: Any, ends: dict[str, dict[int, int]]) -> bool:
+    """Whether the end offsets of the micro-batch ``progress`` reports reach ``ends`` on
+    every topic it reads that ``ends`` names (its sources' ``endOffset``: the gated
+    source's and Spark's Kafka source's are both ``{topic: {partition: offset}}``)."""
+    if progress is None:
+        return not ends
+    for src in progress["sources"]:
+        end = src["endOffset"]
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if not isinstance(end, dict):
+            continue
+        for topic, want in ends.items():
+            got = end.get(topic)
+            if not isinstance(got, dict):
+                continue
+            if any(int(got.get(str(p), got.get(p, -1))) < n for p, n in want.items()
+                   if n > 0):
+                return False
+    return True
+
+
+def stable_ends(bootstrap: str, topics: Sequence[str], timeout: float = 30.0
+                ) -> dict[str, dict[int, int]]:
+    """The end offsets of ``topics`` once no transaction is open on them (the last stable
+    offsets equal the high watermarks), or as they are after ``timeout``."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    from gates.broker import client_conf
+    from gates.deadline import Deadline
+
+    admin = AdminClient(client_conf(bootstrap))
+    meta = admin.list_topics(timeout=timeout).topics
+    req = {TopicPartition(t, p): OffsetSpec.latest() for t in dict.fromkeys(topics)
+           for p in meta[t].partitions}
+
+    def ends(level: Any) -> dict[tuple[str, int], int]:
+        futs = admin.list_offsets(req, isolation_level=level, request_timeout=timeout)
+        return {(tp.topic, tp.partition): f.result(timeout=timeout).offset
+                for tp, f in futs.items()}
+
+    settle = Deadline(timeout)
+    while True:
+        end = ends(IsolationLevel.READ_COMMITTED)
+        if end == ends(IsolationLevel.READ_UNCOMMITTED) or settle.expired():
+            break
+        time.sleep(0.02)
+    out: dict[str, dict[int, int]] = {}
+    for (t, p), n in end.items():
+        out.setdefault(t, {})[p] = n
+    return out
+
+
 def await_outcome(q: Any, timeout: float = 180.0) -> str | None:
-    """None when the query ``start_available_now`` gave finished, else Spark's error text.
-    Queries started side by side are awaited one after the other."""
+    """None when the query ``start_available_now`` gave finished, else Spark's error text."""
     if isinstance(q, str):
         return q
     try:
@@ -1145,14 +1390,6 @@ def await_outcome(q: Any, timeout: float = 180.0) -> str | None:
         return f"did not finish within {timeout:.0f} s"
     exc = q.exception()
     return None if exc is None else str(exc)
-
-
-def run_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path, output: str,
-                      name: str, timeout: float = 180.0) -> str | None:
-    """Run ``plan`` availableNow on ``checkpoint`` into ``output``: None when it finished,
-    else Spark's error text (an error at start and a failed query are both outcomes)."""
-    return await_outcome(start_available_now(spark, plan, bootstrap, checkpoint, output, name),
-                         timeout)
 
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Out]:

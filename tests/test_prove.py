@@ -61,6 +61,11 @@ class FakeRuntime:
     def produce(self, topic, records, partitions):
         self.topics[topic].extend(records)
 
+    def produce_all(self, batches):
+        self.calls.append(("produce", len(batches)))
+        for topic, records, partitions in batches:
+            self.produce(topic, records, partitions)
+
     def predict(self, checkpoint, new_path):
         self.calls.append(("predict", Path(checkpoint).name,
                            json.loads((Path(checkpoint) / "state.json").read_text())["runs"]))
@@ -71,10 +76,20 @@ class FakeRuntime:
                       None if v is None else v.encode())
                 for i, (k, v) in enumerate(self.topics[topic])]
 
-    def run_side_by_side(self, runs):
-        return [self.run(*r) for r in runs]
+    def start(self, plan, checkpoint, output, name):
+        """A started query: what each drain runs over the input not yet read."""
+        self.calls.append(("start", Path(checkpoint).name))
+        return (plan, checkpoint, output, name)
+
+    def drain(self, queries):
+        return [self.run(*q) for q in queries]
+
+    def stop(self, query):
+        self.calls.append(("stop", Path(query[1]).name))
 
     def run(self, plan, checkpoint, output, name):
+        """One micro-batch over what the checkpoint has not read, committed as Spark
+        does (commits/<n>)."""
         self.calls.append(("run", Path(checkpoint).name, output.rsplit("-", 1)[-1]))
         self.read_from = getattr(self, "read_from", {})
         self.read_from.setdefault(Path(checkpoint).name, set()).update(
@@ -119,6 +134,8 @@ class FakeRuntime:
                                      for i, a in enumerate(agg.aggregates)}}
                 key = json.dumps({c: doc[c] for c in sink.key_columns})
                 self.topics[output].append((key, json.dumps(doc)))
+        (ck / "commits").mkdir(exist_ok=True)
+        (ck / "commits" / str(st["runs"])).write_text("v1")
         st["runs"] += 1
         f.write_text(json.dumps(st))
         return None
@@ -379,6 +396,44 @@ def test_old_runs_three_batches_then_the_restart_and_the_reference():
     assert rt.calls.index(("predict", "ck-old", 3)) < rt.calls.index(runs[6])
     assert runs[6:] == [("run", "ck-restart", "restart"), ("run", "ck-reference", "reference")]
     assert proof.counts["input_part1"] == 80 and proof.counts["input_part2"] == 40
+    assert proof.counts["old_batches"] == 3
+
+
+def test_each_query_starts_once_and_each_chunk_is_produced_before_it_is_drained():
+    """OLD's three micro-batches come from one query start (the slow part of a proof was
+    three availableNow starts of OLD and three of the reference); the reference keeps
+    running through part 2; every query is stopped, OLD before its checkpoint is read.
+    Each chunk is produced as one unit (one Kafka transaction), before the drain that
+    reads it."""
+    _, rt = fake_prove("filter_changed_before_aggregate")
+    starts = [c for c in rt.calls if c[0] == "start"]
+    assert starts == [("start", "ck-old"), ("start", "ck-reference"),
+                      ("start", "ck-restart")]
+    stops = [c for c in rt.calls if c[0] == "stop"]
+    assert sorted(stops) == sorted(("stop", s[1]) for s in starts)
+    assert rt.calls.index(("stop", "ck-old")) < rt.calls.index(("predict", "ck-old", 3))
+    kinds = [c[0] for c in rt.calls if c[0] in ("produce", "run", "start")]
+    # chunk 1 before the starts; then per chunk: produce, OLD, reference; part 2 before
+    # the restart's start
+    assert kinds == ["produce", "start", "start", "run", "run",
+                     "produce", "run", "run", "produce", "run", "run",
+                     "produce", "start", "run", "run"]
+
+
+def test_a_failed_old_plan_stops_every_query_it_started():
+    """A plan that fails before the restart is invalid for prove (RuntimeFailure), and
+    leaves no query running in the session that proves the next pair."""
+    class Failing(FakeRuntime):
+        def run(self, plan, checkpoint, output, name):
+            if Path(checkpoint).name == "ck-old":
+                return "[STREAM_FAILED] boom"
+            return super().run(plan, checkpoint, output, name)
+
+    rt = Failing()
+    with pytest.raises(P.RuntimeFailure, match="the old plan failed"):
+        fake_prove("filter_changed_before_aggregate", rt)
+    assert sorted(c for c in rt.calls if c[0] == "stop") == [("stop", "ck-old"),
+                                                            ("stop", "ck-reference")]
 
 
 def test_more_source_partitions_the_reference_reads_a_topic_of_its_own():
@@ -680,3 +735,95 @@ def test_a_classless_failure_agrees_with_a_classless_prediction():
     assert not P.agreement("migrate", "fails", cls, {
         "outcome": "fails", "error_class": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"})[
         "prediction_agrees"]
+
+
+def test_a_drain_waits_until_the_query_read_to_the_chunks_end():
+    """processAllAvailable returns when a trigger that listed the offsets before the last
+    chunk was committed ends after the call; the drain then waits again, until the
+    batch's end offsets (the gated source's and Spark's Kafka source's alike) reach what
+    was produced.  Topics the query does not read are not waited for."""
+    ends = {"t-orders": {0: 41, 1: 40}, "t-other": {0: 9}}
+    behind = {"sources": [{"endOffset": '{"t-orders":{"0":41,"1":27}}'}]}
+    there = {"sources": [{"endOffset": {"t-orders": {"0": 41, "1": 40}}}]}
+    assert not P.caught_up(behind, ends)
+    assert P.caught_up(there, ends)
+    assert P.caught_up(there, {"t-orders": {0: 41, 1: 40, 2: 0}})  # an empty partition
+    assert P.caught_up({"sources": []}, ends) and P.caught_up(None, {})
+    assert not P.caught_up(None, ends)
+
+    class Query:
+        """processAllAvailable returns early once, then after the last batch."""
+
+        def __init__(self):
+            self.progress = [behind, there]
+            self.calls = 0
+
+        def processAllAvailable(self):  # noqa: N802 - Spark's name
+            self.calls += 1
+
+        def exception(self):
+            return None
+
+        @property
+        def lastProgress(self):  # noqa: N802 - Spark's name
+            return self.progress[min(self.calls, 2) - 1]
+
+    q = Query()
+    assert P.process_available(q, ends, timeout=5) is None and q.calls == 2
+    assert P.process_available("[X_Y_Z_ERROR] at start", ends) == "[X_Y_Z_ERROR] at start"
+
+
+def test_spark_kafka_reads_committed_records_only():
+    """--runtime spark: every Kafka read of a job (exported or the user's, redirected) is
+    read_committed, so that a chunk produced in one transaction is read whole; other
+    sources are left as the job wrote them."""
+    seen = []
+
+    def load(reader, fmt, options):
+        seen.append((fmt, options))
+        return "df"
+
+    committed = P.read_committed_kafka(load)
+    assert committed(None, "kafka", {"subscribe": "t"}) == "df"
+    assert committed(None, "parquet", {"path": "p"}) == "df"
+    assert seen == [("kafka", {"subscribe": "t", "kafka.isolation.level": "read_committed"}),
+                    ("parquet", {"path": "p"})]
+
+
+def test_fresh_rows_keep_a_filters_literal_too():
+    """filter_added_before_aggregate (a filter `region = 'eu'` added before a sum per
+    customer) compared no row: every string column of a fresh record was fresh, so the new
+    filter dropped every fresh row.  Some fresh records hold the literal in one column and
+    fresh values in the others: fresh customers in region 'eu'."""
+    old, new = (load_plan(p) for p in pair("filter_added_before_aggregate"))
+    assert P.compared_literals([old, new]) == {"region": ["eu"]}
+
+    def kept(seed: int) -> list[dict]:
+        data = P.generate(P.source_topics(old, new), *P.literals([old, new]), seed=seed,
+                          records=60, compared=P.compared_literals([old, new]))
+        return [r for _, _, r in data.part2
+                if r["region"] == "eu" and P.is_fresh(r["customer_id"])]
+
+    # make truth's seed and records; over a few seeds, about one fresh record in four
+    assert kept(0) and sum(len(kept(s)) for s in range(5)) >= 5
+    data = _input("filter_added_before_aggregate")
+    # still fresh keys whose every column is fresh
+    assert any(P.is_fresh(r["region"]) and P.is_fresh(r["customer_id"])
+               for _, _, r in data.part2)
+
+
+def test_truth_slices_run_what_the_corpus_lacks_first():
+    """--skip-done: a pair never proven runs before a pair proven by other code; a pair
+    the same code proved is left out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("truth", FIXTURES.parent / "bench" /
+                                                  "truth.py")
+    truth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(truth)
+    rows = {("a", "spark"): {"code": "old", "seed": 0, "records": 60},
+            ("b", "spark"): {"code": "new", "seed": 0, "records": 60}}
+    assert truth.todo(["a", "b", "c"], ["spark"], rows, "new", 0, 60, True) == \
+        [("c", "spark"), ("a", "spark")]
+    assert truth.todo(["a", "b"], ["spark", "theseus"], rows, "new", 0, 60, False) == \
+        [("a", "spark"), ("a", "theseus"), ("b", "spark"), ("b", "theseus")]

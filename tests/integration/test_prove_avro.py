@@ -23,9 +23,10 @@ class Recording(prove.SparkRuntime):
         super().__init__(*a, **kw)
         self.produced: dict[str, list] = {}
 
-    def produce(self, topic, records, partitions) -> None:
-        self.produced.setdefault(topic, []).extend(v for _, v in records)
-        super().produce(topic, records, partitions)
+    def produce_all(self, batches) -> None:
+        for topic, records, _ in batches:
+            self.produced.setdefault(topic, []).extend(v for _, v in records)
+        super().produce_all(batches)
 
 
 def test_prove_runs_an_avro_pair_on_wire_format_input(spark, kafka, schema_registry,  # noqa: F811,E501
