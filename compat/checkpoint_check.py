@@ -89,13 +89,15 @@ ERROR_CLASS = {
                                   "of sources)",
     # the gated source raises its SourceError inside a Python data source
     "checkpoint-source-topic-changed": "PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR",
+    # Spark 4 refuses stateful operators on a checkpoint that has committed batches and no
+    # state directory (truth corpus: upgrades/stateful_dedup_added under runtime theseus)
+    "checkpoint-state-missing": "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY",
     "checkpoint-recursive-inputs-changed": "(the loop query's: an IllegalStateException on "
                                            "the number of sources, or the gated source's "
                                            "SourceError)",
 }
 #: codes after which Spark starts but with state that is not the new plan's
-WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-missing",
-               "checkpoint-state-renamed", "checkpoint-recursive-state-missing",
+WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-renamed", "checkpoint-recursive-state-missing",
                "checkpoint-recursive-state-changed", "checkpoint-recursive-state-orphaned")
 
 
@@ -321,9 +323,11 @@ def _operators(ck: Checkpoint, new_ops: Checkpoint, ctx: _Ctx) -> list[Finding]:
         if new:
             return [finding("checkpoint-state-missing",
                             f"the checkpoint holds no state (its query was stateless), the "
-                            f"new plan has {len(new)} stateful operator(s): Spark starts "
-                            "them with empty state, so they compute only from the input "
-                            "after the restart", **ctx.at(min(new)))]
+                            f"new plan has {len(new)} stateful operator(s): Spark refuses "
+                            "to restart (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"
+                            "): it will not start stateful operators without their state "
+                            "on a checkpoint with committed batches",
+                            **ctx.at(min(new)))]
         if ck.loops:
             return [finding("checkpoint-stateless", "the output query's checkpoint holds no "
                             "Spark state, nor does the new plan's output query: its sources "

@@ -221,12 +221,17 @@ def test_sources_and_partitions():
     assert predict(fs).outcome == "starts"
 
 
-def test_stateless_checkpoint_and_stateful_plan_is_wrong_state():
+def test_stateless_checkpoint_and_stateful_plan_fails_as_spark_4_does():
+    # the truth corpus's upgrades/stateful_dedup_added (a dropDuplicates added to a stateless
+    # query): Spark 4.3 refused the restart with this error class, where the rule had said
+    # "starts with empty state"
     ck = read_checkpoint(CK)
     ck.operators = []
     fs = compare(ck, _new_ops(), _plan())
     assert _codes(fs) == ["checkpoint-state-missing"]
-    assert predict(fs).outcome == "wrong_state"
+    p = predict(fs)
+    assert (p.outcome, p.error_class) == \
+        ("fails", "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY")
 
 
 def test_drift_names_the_differences():
@@ -771,7 +776,8 @@ def test_stateless_checkpoint_through_the_cli(tmp_path, monkeypatch):
     r = _check("--checkpoint", str(ck), str(CK / "plan.json"))
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert "[checkpoint-state-missing]" in r.output
-    assert "Spark starts with wrong state" in r.output
+    assert "Spark refuses to start (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY)" \
+        in r.output
 
 
 def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):
