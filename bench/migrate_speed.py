@@ -24,8 +24,9 @@ Measures, on real Kafka and Spark (results: bench/results/migrate_speed.json):
 The migration's output is also checked by the oracle of scripts/ship_story.py.
 
 Run: ``make bench-migrate`` (starts the local broker if KAFKA_BOOTSTRAP is not set).
-Knobs: BENCH_PARTS (migration,reconcile,cascade,overhead: the parts to run; the others keep their
-last figures in the results file), BENCH_RATE (input records/s, 200), BENCH_HISTORY
+Knobs: BENCH_PARTS (migration,reconcile,cascade,overhead: the parts to run; the others keep
+their last figures in the results file; ``profile``: one migration profiled with Spark's event
+logs into bench/results/profile_backfill.json), BENCH_RATE (input records/s, 200), BENCH_HISTORY
 (records before v1 starts, 100000), BENCH_MIGRATIONS (3), BENCH_OVERHEAD_ROWS (300000),
 BENCH_REPEATS (3), BENCH_RECONCILE_KEYS (100000), BENCH_CASCADE_KEYS (10000).
 """
@@ -221,6 +222,8 @@ def main() -> int:
     if "migration" in parts:
         problems |= migrations(bs, result)
         out.write_text(json.dumps(result, indent=2) + "\n")
+    if "profile" in parts:
+        profile_part(bs)
     if "overhead" in parts:
         result["gates_overhead"] = overhead_part(bs)
         out.write_text(json.dumps(result, indent=2) + "\n")
@@ -236,7 +239,8 @@ def migrations(bs: str, result: dict) -> bool:
         work = ROOT / ".cache" / "bench" / f"migrate-{time.strftime('%H%M%S')}-{i}"
         # profiled (each batch's duration split, the CPU of each process tree): the
         # backfill's figures are read with the old query's share of the cores beside them
-        res, prof = profiled_migration(bs, work, alone=i == 0)
+        res, prof = profiled_migration(
+            lambda w=work, a=i == 0: migration_part(bs, w, alone=a), TRIGGER_S, work)
         save(prof)
         runs.append(res)
         print(json.dumps(runs[-1], indent=2), flush=True)
@@ -252,6 +256,19 @@ def migrations(bs: str, result: dict) -> bool:
     result["migration"].pop("stall_seconds")
     result["migration"].pop("stall_trigger_intervals")
     return any(r["oracle"]["problems"] for r in runs)
+
+
+def profile_part(bs: str) -> None:
+    """One migration profiled with Spark's event logs (its jobs per batch), appended to
+    bench/results/profile_backfill.json (``bench/profile_backfill.py``)."""
+    from profile_backfill import brief, profiled_migration, save
+
+    print("load average at start:", Path("/proc/loadavg").read_text().strip(), flush=True)
+    work = ROOT / ".cache" / "bench" / f"profile-backfill-{time.strftime('%H%M%S')}"
+    _, run = profiled_migration(lambda: migration_part(bs, work, alone=True), TRIGGER_S,
+                                work, eventlog=True)
+    save(run)
+    print(json.dumps(brief(run), indent=1))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ and writes ``bench/results/profile_backfill.json`` and ``.md``:
   whatever else runs on it: the machine is shared), against the 2 cores' wall time;
 * the old query's batches in the same window.
 
-Run: ``python bench/profile_backfill.py`` (Kafka at ``KAFKA_BOOTSTRAP``, under the Spark lock).
+Run: ``BENCH_PARTS=profile python bench/migrate_speed.py`` (Kafka at ``KAFKA_BOOTSTRAP``, under
+the Spark lock): one migration profiled, with Spark's event logs.
 ``BENCH_PROFILE_TAG`` (default: the commit's short hash) names the run in the results (every
 run is appended).  ``bench/migrate_speed.py`` profiles each of its migrations the same way
 (without the event logs).
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -179,12 +181,11 @@ def summary(bs: list[dict], t0: float, t1: float, trigger_s: float) -> dict[str,
 
 # ------------------------------------------------------------------ the run
 
-def profiled_migration(bs: str, work: Path, alone: bool = True,
+def profiled_migration(run: Callable[[], dict[str, Any]], trigger_s: float, work: Path,
                        eventlog: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One migration of ``bench/migrate_speed.py`` (and the plan alone), profiled: its
-    result, and the profile (the module's docstring)."""
-    import migrate_speed
-
+    """One migration (``run``: ``bench/migrate_speed.py``'s, in ``work``, with its trigger
+    interval ``trigger_s``), profiled: its result, and the profile (the module's
+    docstring)."""
     os.environ["THESEUS_PROGRESS_DETAIL"] = "1"
     evdir = work / "eventlog"
     if eventlog:
@@ -198,7 +199,7 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
     sampler.start()
     t_start = time.time()
     try:
-        res = migrate_speed.migration_part(bs, work, alone=alone)
+        res = run()
     finally:
         sampler.halt.set()
         sampler.join(5)
@@ -207,7 +208,7 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
     marks = dict((k, v) for k, v in res["phases"])
     t0, t1 = marks["shadow"], marks["caught_up"]
     shadow_log = next(iter((work / "state" / "logs").glob("*.g*.log")), None)
-    trig = migrate_speed.TRIGGER_S
+    trig = trigger_s
     shadow = summary(in_window(batches(shadow_log), t0, t1) if shadow_log else [], t0, t1,
                      trig)
     old = summary(in_window(batches(work / "v1.log"), t0, t1), t0, t1, trig)
@@ -225,7 +226,7 @@ def profiled_migration(bs: str, work: Path, alone: bool = True,
         text=True).stdout.strip()
     prof: dict[str, Any] = {"tag": tag, "started": round(t_start, 1),
                             "load_average_at_start": load}
-    if alone:
+    if "alone_started_at" in res:  # the run also ran the plan alone
         a0 = res["alone_started_at"]
         a1 = a0 + res["alone_seconds"]
         parts["alone"] = summary(batches(work / "alone.log"), a0, a1, trig)
@@ -286,23 +287,15 @@ def spark_jobs(evdir: Path, parts: dict[str, dict]) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
-    from migrate.run import spark_env
-    from scripts.ship_story import bootstrap
-
-    print("load average at start:", Path("/proc/loadavg").read_text().strip(), flush=True)
-    spark_env()
-    work = ROOT / ".cache" / "bench" / f"profile-backfill-{time.strftime('%H%M%S')}"
-    _, run = profiled_migration(bootstrap(), work, alone=True, eventlog=True)
-    save(run)
-    brief = {k: run[k] for k in ("tag", "load_average_at_start", "cpu_seconds")}
+def brief(run: dict[str, Any]) -> dict[str, Any]:
+    """What a profiled run prints: its figures without each batch's."""
+    out = {k: run[k] for k in ("tag", "load_average_at_start", "cpu_seconds")}
     for part in ("shadow_backfill", "old_query_in_backfill", "alone"):
-        brief[part] = {k: v for k, v in (run[part] or {}).items() if k != "each"}
-    brief["spark_jobs"] = {k: {x: y for x, y in v.items() if x != "each"}
-                           for k, v in run.get("spark_jobs", {}).items()}
-    brief["result"] = run["result"]
-    print(json.dumps(brief, indent=1))
-    return 0
+        out[part] = {k: v for k, v in (run[part] or {}).items() if k != "each"}
+    out["spark_jobs"] = {k: {x: y for x, y in v.items() if x != "each"}
+                         for k, v in run.get("spark_jobs", {}).items()}
+    out["result"] = run["result"]
+    return out
 
 
 def save(run: dict[str, Any]) -> None:
@@ -312,6 +305,3 @@ def save(run: dict[str, Any]) -> None:
     doc["runs"].append(run)
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -97,8 +97,9 @@ ERROR_CLASS = {
                                            "SourceError)",
 }
 #: codes after which Spark starts but with state that is not the new plan's
-WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-renamed", "checkpoint-recursive-state-missing",
-               "checkpoint-recursive-state-changed", "checkpoint-recursive-state-orphaned")
+WRONG_STATE = ("checkpoint-state-reinterpreted", "checkpoint-state-renamed",
+               "checkpoint-recursive-state-missing", "checkpoint-recursive-state-changed",
+               "checkpoint-recursive-state-orphaned")
 
 
 @dataclass(frozen=True)
