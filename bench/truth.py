@@ -2,7 +2,8 @@
 under both runtimes, one Spark session and one broker for all of them.
 
     python bench/truth.py [PAIR...] [--runtime theseus,spark] [--records N]
-                          [--skip-done] [--budget SECONDS] [--out bench/results/truth]
+                          [--skip-done] [--budget SECONDS] [--jobs N]
+                          [--out bench/results/truth]
 
 PAIR is ``upgrades/<case>`` (a folder of fixtures/upgrades, JSON plans) or
 ``pyspark/<case>`` (a folder of fixtures/pyspark/upgrades, job files), or a bare case name
@@ -17,8 +18,10 @@ nondeterminism, a plan no PySpark job can say under ``--runtime spark``).  Rows 
 appended as each proof ends; the last row of a (pair, runtime) wins.  So the corpus runs in
 slices that add up: ``--skip-done --budget 480`` skips what was proven by the same code
 with the same seed and records, and starts no proof after 480 s.  ``<out>.md`` is written
-from the last rows each time.  Needs ``KAFKA_BOOTSTRAP`` (``make kafka``) and runs Spark:
-run it under the machine's lock.
+from the last rows each time.  ``--jobs 2`` (the default) proves two pairs side by side
+on the one session: a proof's queries wait on triggers, Kafka and the driver much of the
+time, so a second one uses cores the first leaves idle.  Needs ``KAFKA_BOOTSTRAP`` (``make
+kafka``) and runs Spark: run it under the machine's lock.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,6 +232,36 @@ def todo(pairs: list[str], runtimes: list[str], rows: dict[tuple[str, str], dict
     return sorted(left, key=lambda k: k in rows)
 
 
+def run_side_by_side(queue: list[tuple[str, str]],
+                     runtimes: Callable[[], dict[str, prove.Runtime]],
+                     record: Callable[[dict], None], *, jobs: int, budget: float | None,
+                     records: int, seed: int, code: tuple[str, str]) -> None:
+    """Prove every (pair, runtime) of ``queue`` in order, ``jobs`` proofs at a time, and
+    ``record`` each row as it ends; start none after ``budget`` seconds.  Each worker has
+    runtimes of its own (``runtimes()``: a runtime keeps its transactional producer and
+    the end offsets of what it produced); they share the one Spark session, whose conf
+    prove sets under ``prove.SESSION``."""
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def worker() -> None:
+        mine = runtimes()
+        while True:
+            with lock:
+                if not queue or (budget is not None and
+                                 time.monotonic() - started > budget):
+                    return
+                pair, name = queue.pop(0)
+            record(row(pair, mine[name], records, seed, code))
+
+    workers = [threading.Thread(target=worker, name=f"truth-{i}")
+               for i in range(max(1, jobs))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("pairs", nargs="*")
@@ -239,6 +274,8 @@ def main() -> int:
                          "seed and records")
     ap.add_argument("--budget", type=float, default=None,
                     help="start no proof after this many seconds")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="proofs run side by side on the one Spark session")
     ap.add_argument("--note", default="", help="a line for truth.md (what was run)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "truth"))
     ap.add_argument("--report-only", action="store_true",
@@ -264,21 +301,30 @@ def main() -> int:
 
     # one session for both runtimes: the connector's jars are on it from the start
     spark = spark_session(jars=connector_jars())
-    rts = {name: prove.RUNTIMES[name](bootstrap, spark=spark) for name in runtimes}
     code = code_id()
+    queue = todo(pairs, runtimes, rows, code[1], args.seed, args.records, args.skip_done)
+    jsonl_lock = threading.Lock()
     started = time.monotonic()
-    for pair, name in todo(pairs, runtimes, rows, code[1], args.seed, args.records,
-                           args.skip_done):
-        if args.budget is not None and time.monotonic() - started > args.budget:
-            break
-        r = row(pair, rts[name], args.records, args.seed, code)
-        rows[(pair, name)] = r
-        with jsonl.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(r) + "\n")
-        print(f"{pair:58} {name:8} {r.get('verdict', '-'):11} "
-              f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
-              f"{_mark(r)} {r['seconds']} s", flush=True)
-    print(f"truth: {time.monotonic() - started:.0f} s", flush=True)
+    ran: list[float] = []
+
+    def record(r: dict) -> None:
+        with jsonl_lock:
+            rows[(r["pair"], r["runtime"])] = r
+            ran.append(r["seconds"])
+            with jsonl.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(r) + "\n")
+            print(f"{r['pair']:58} {r['runtime']:8} {r.get('verdict', '-'):11} "
+                  f"{r.get('outcome') or 'not run':15} {r.get('error_class') or ''} "
+                  f"{_mark(r)} {r['seconds']} s", flush=True)
+
+    run_side_by_side(queue, lambda: {name: prove.RUNTIMES[name](bootstrap, spark=spark)
+                                     for name in runtimes},
+                     record, jobs=args.jobs, budget=args.budget, records=args.records,
+                     seed=args.seed, code=code)
+    wall = time.monotonic() - started
+    print(f"truth: {len(ran)} proofs in {wall:.0f} s with --jobs {max(1, args.jobs)} "
+          f"({sum(ran):.0f} s of proofs; load {os.getloadavg()[0]:.2f} at the end)",
+          flush=True)
     write_report(md, rows, args.note)
     return 0
 

@@ -36,6 +36,7 @@ import random
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 import zlib
@@ -62,6 +63,11 @@ CHUNKS = 3
 #: trigger (and the no-data batch after it for the one after); not 0, which polls the
 #: broker every 10 ms while a query waits for its next chunk
 TRIGGER = "200 milliseconds"
+#: Held by whatever sets the shared Spark session's conf and starts or plans on it: proofs
+#: may run side by side on one session (bench/truth.py --jobs), a streaming query copies the
+#: session's conf when it starts, and a start or a prediction sets confs of its own (the
+#: shuffle partitions, the state store provider, the state reader's).
+SESSION = threading.RLock()
 #: the first event time of the generated input, and the time between two records
 T0 = 1_704_067_200  # 2024-01-01T00:00:00Z
 TICK = 7
@@ -1133,7 +1139,8 @@ class SparkRuntime:
     def predict(self, checkpoint: Path, new_path: str) -> dict[str, Any]:
         from migrate.ckcheck import check_checkpoint
 
-        rep = check_checkpoint(str(checkpoint), new_path, spark=self.spark)
+        with SESSION:
+            rep = check_checkpoint(str(checkpoint), new_path, spark=self.spark)
         restart = dict((rep.checkpoint or {}).get("restart") or {})
         restart["verdict"] = rep.verdict
         # which source wrote OLD's checkpoint: the dry run planned that form of NEW
@@ -1169,10 +1176,15 @@ class PySparkRuntime(SparkRuntime):
         return self._spark
 
     def start(self, plan: Plan, checkpoint: Path, output: str, name: str) -> Any:
-        from migrate.jobsession import plain, redirected, writer_of
-
         spark = self.spark
         mine = job_file(plan)
+        with SESSION:
+            return self._start(spark, plan, mine, checkpoint, output, name)
+
+    def _start(self, spark: Any, plan: Plan, mine: tuple[Path, dict[str, str]] | None,
+               checkpoint: Path, output: str, name: str) -> Any:
+        from migrate.jobsession import plain, redirected, writer_of
+
         try:
             if mine is None:
                 writer = writer_of(pyspark_job(plan, self.bootstrap, checkpoint), spark,
@@ -1244,15 +1256,16 @@ def start_query(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path, output
     from migrate.build import Builder, BuildOptions
 
     # a streaming query copies the session's conf when it starts: the next start may change it
-    spark.conf.set("spark.sql.shuffle.partitions", str(plan.state_partitions or 4))
-    try:
-        return Builder(spark, plan, BuildOptions(bootstrap=bootstrap,
-                                                 available_now=available_now,
-                                                 trigger_interval=TRIGGER,
-                                                 checkpoint=str(checkpoint),
-                                                 output_topic=output, query=name)).start()
-    except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
-        return str(e)
+    with SESSION:
+        spark.conf.set("spark.sql.shuffle.partitions", str(plan.state_partitions or 4))
+        try:
+            return Builder(spark, plan, BuildOptions(bootstrap=bootstrap,
+                                                     available_now=available_now,
+                                                     trigger_interval=TRIGGER,
+                                                     checkpoint=str(checkpoint),
+                                                     output_topic=output, query=name)).start()
+        except Exception as e:  # noqa: BLE001 - a refusal at start is what is measured here
+            return str(e)
 
 
 def start_available_now(spark: Any, plan: Plan, bootstrap: str, checkpoint: Path,
@@ -1422,7 +1435,11 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Ou
     c = Consumer(client_conf(bootstrap, **{"group.id": f"theseus-prove-{uuid.uuid4().hex}",
                                            "enable.auto.commit": False,
                                            "isolation.level": "read_committed",
-                                           "enable.partition.eof": True}))
+                                           "enable.partition.eof": True,
+                                           # a transaction ends in a commit marker, never
+                                           # delivered: a partition's end is then its EOF,
+                                           # which an empty fetch reports (500 ms by default)
+                                           "fetch.wait.max.ms": 10}))
     out: list[Out] = []
     try:
         c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
@@ -1431,7 +1448,9 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Ou
             if deadline.expired():
                 raise RuntimeFailure(f"cannot read topic '{topic}' to its end within "
                                      f"{timeout:.0f} s")
-            for m in c.consume(1000, timeout=0.5):
+            # consume() returns when it has its count or its timeout is out: a short one,
+            # or every read of a small topic costs the whole timeout
+            for m in c.consume(1000, timeout=0.05):
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         if m.offset() >= end[m.partition()]:

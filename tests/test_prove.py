@@ -664,6 +664,44 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
     assert "- upgrades/scaling_state_partitions_stateful (theseus): migrate" in md
 
 
+def test_truth_runs_proofs_side_by_side_each_worker_with_its_own_runtimes():
+    """make truth's --jobs: two proofs at once on the shared session (each fake drain
+    waits at a barrier that only a second proof running at the same time lets through),
+    every queued proof recorded once, each worker with runtimes of its own (a runtime's
+    transactional producer and end offsets are not shared between threads)."""
+    import importlib.util
+    import threading
+
+    spec = importlib.util.spec_from_file_location("truth", FIXTURES.parent / "bench" /
+                                                  "truth.py")
+    truth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(truth)
+    barrier = threading.Barrier(2, timeout=20)
+    users: dict[int, set[str]] = {}
+
+    class Meeting(FakeRuntime):
+        def drain(self, queries):
+            users.setdefault(id(self), set()).add(threading.current_thread().name)
+            barrier.wait()
+            return super().drain(queries)
+
+    made: list[Meeting] = []
+
+    def runtimes():
+        made.append(Meeting())
+        return {"theseus": made[-1]}
+
+    queue = [(f"upgrades/{c}", "theseus") for c in
+             ("filter_changed_before_aggregate", "scaling_state_partitions_stateful",
+              "filter_changed_stream", "filter_added_before_aggregate")]
+    rows: list[dict] = []
+    truth.run_side_by_side(list(queue), runtimes, rows.append, jobs=2, budget=None,
+                           records=60, seed=0, code=("c", "k"))
+    assert sorted((r["pair"], r["runtime"]) for r in rows) == sorted(queue)
+    assert all(r["ran"] for r in rows), [r.get("why") for r in rows if not r["ran"]]
+    assert len(made) == 2 and all(len(who) == 1 for who in users.values()), users
+
+
 def test_a_job_file_is_run_as_itself_on_the_runs_topics(tmp_path):
     """--runtime spark on fixtures/pyspark/upgrades: the job file itself runs (not its
     export), reading the run's topics; a JSON plan has no job file."""

@@ -210,7 +210,11 @@ def test_the_backfill_bar_moves_and_never_goes_back(scene):
     assert len(totals) == 1 and totals.pop() >= BACKLOG  # one whole, fixed at step 2
     assert fractions == sorted(fractions), fractions  # never back, while input arrived
     inside = sorted({round(f, 6) for f in fractions if 0 < f < 1})
-    assert len(inside) >= 3, fractions  # it moved while the shadow read, not 0% then 100%
+    # it moved while the shadow read, not 0% then 100%: the shadow reads this history in
+    # four batches (migrate/run.py BACKFILL_BATCHES, three acknowledgements inside; the
+    # unit test tests/test_progress.py pins them), and a look every quarter second on a
+    # loaded machine may fall after two of them (CI of stop 37 saw 26% then 77%)
+    assert len(inside) >= 2, fractions
     assert any(arrived for *_, arrived in scene.samples)  # input arrived meanwhile
     took = scene.samples[-1][0] - scene.samples[0][0]
     print(f"backfill sampled {len(scene.samples)} times over {took:.1f} s: "
