@@ -999,7 +999,10 @@ _OUTCOME_TEXT = {
 def render_text(p: Proof) -> str:
     doc = p.to_json()
     lines = [f"verdict: {doc['verdict']} (theseus check); runtime: {doc['runtime']}",
-             f"restart: {doc['outcome']} — {_OUTCOME_TEXT[doc['outcome']]}"]
+             f"restart: {doc['outcome']} — "
+             + ("Spark restarts the new plan on the old checkpoint; no row was compared, so "
+                "nothing shows whether its output keeps the verdict's promise"
+                if doc["vacuous"] else _OUTCOME_TEXT[doc["outcome"]])]
     if doc["outcome"] == "fails":
         lines.append(f"  error class: {doc['error_class']}")
         lines += [f"  | {ln}" for ln in (doc["error"] or "").splitlines()]

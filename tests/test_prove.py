@@ -504,6 +504,7 @@ def test_a_vacuous_proof_exits_8_and_says_so(case, verdict):
     text = P.render_text(proof)
     assert "Vacuous: Spark restarts, but no row was compared" in text
     assert "agrees" not in text and "conservatively" not in text
+    assert "and its output keeps the verdict's promise" not in text
     # a prediction Spark contradicts stays a disagreement, compared rows or not
     proof, _ = fake_prove(case, FakeRuntime(write_nothing=True,
                                             predicted={"outcome": "fails"}))
