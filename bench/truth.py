@@ -108,6 +108,7 @@ def row(pair: str, rt: prove.Runtime, records: int, seed: int = 0,
             "outcome": doc["outcome"], "error_class": doc["error_class"],
             "agrees": doc["agrees"], "verdict_agrees": doc["verdict_agrees"],
             "false_green": doc["false_green"], "conservative": doc["conservative"],
+            "vacuous": doc["vacuous"],
             "prediction_agrees": doc["prediction_agrees"], "judged": doc["judged"],
             "findings": [f["code"] for f in doc["findings"]],
             "differences": doc["differences"], "error": doc["error"],
@@ -115,16 +116,30 @@ def row(pair: str, rt: prove.Runtime, records: int, seed: int = 0,
             "seconds": round(time.monotonic() - started, 1)}
 
 
+def classified(r: dict) -> dict:
+    """Row ``r`` as prove classifies it now: rows written before vacuous proofs had a class
+    of their own counted a correct start that compared no row as agreement (green verdict)
+    or conservative (migrate, unsupported)."""
+    if not r["ran"] or "vacuous" in r:
+        return r
+    pred = {"outcome": r["predicted"], "error_class": r["predicted_error"]} \
+        if r.get("predicted") else None
+    return {**r, **prove.agreement(r["verdict"], r["outcome"], r["error_class"], pred,
+                                   vacuous=bool(r["judged"].get("vacuous")))}
+
+
 def _mark(r: dict) -> str:
     if not r["ran"]:
         return "not run"
     if r["agrees"]:
-        return "yes (vacuous: no row compared)" if r["judged"].get("vacuous") else "yes"
+        return "yes"
+    if r["vacuous"] and r["prediction_agrees"] is not False:
+        return "vacuous: no row compared"
     if r["false_green"]:
         return "**FALSE GREEN**"
     if r["conservative"]:
         return "conservative"
-    return "prediction differs" if r["verdict_agrees"] else "no"
+    return "prediction differs" if r["verdict_agrees"] is not False else "no"
 
 
 def _spark(r: dict | None) -> str:
@@ -138,7 +153,7 @@ def _spark(r: dict | None) -> str:
 
 
 def summary(rows: list[dict], rt: str) -> list[str]:
-    mine = [r for r in rows if r["runtime"] == rt]
+    mine = [classified(r) for r in rows if r["runtime"] == rt]
     ran = [r for r in mine if r["ran"]]
     why = Counter(_refusal(r) for r in mine if not r["ran"])
     return [
@@ -147,9 +162,10 @@ def summary(rows: list[dict], rt: str) -> list[str]:
         f"{sum(r['agrees'] for r in ran)} agree, "
         f"{sum(r['false_green'] for r in ran)} false greens, "
         f"{sum(r['conservative'] for r in ran)} conservative, "
-        f"{sum(r['verdict_agrees'] and not r['agrees'] for r in ran)} where only the "
-        "predicted restart differs, "
-        f"{sum(bool(r['judged'].get('vacuous')) for r in ran)} vacuous (no row compared)."
+        f"{sum(r['verdict_agrees'] is True and not r['agrees'] for r in ran)} where only "
+        "the predicted restart differs, "
+        f"{sum(r['vacuous'] for r in ran)} vacuous (no row compared: neither agreement nor "
+        "disagreement)."
         + (" Not run: " + "; ".join(f"{n} {w}" for w, n in why.most_common()) + "."
            if why else ""),
     ]
@@ -167,6 +183,7 @@ def _refusal(r: dict) -> str:
 
 
 def markdown(rows: list[dict], note: str) -> str:
+    rows = [classified(r) for r in rows]
     by = {(r["pair"], r["runtime"]): r for r in rows}
     pairs = list(dict.fromkeys(r["pair"] for r in rows))
     out = ["# The truth corpus: `theseus prove` over the fixtures' upgrade pairs", "",
@@ -194,7 +211,15 @@ def markdown(rows: list[dict], note: str) -> str:
                 "promise of an in-place restart (README: which could be relaxed).", ""]
         out += [f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
                 f"{', '.join(r['findings']) or 'none'}" for r in kept]
-    wrong = [r for r in rows if r["ran"] and not r["agrees"] and not r["conservative"]]
+    empty = [r for r in rows if r["ran"] and r["vacuous"]]
+    if empty:
+        out += ["", "## Vacuous proofs", "",
+                "Spark restarts, but no row was compared (`prove` exits 8): these proofs say "
+                "nothing of the verdict, neither agreement nor a conservative verdict.", ""]
+        out += [f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
+                f"{', '.join(r['findings']) or 'none'}" for r in empty]
+    wrong = [r for r in rows if r["ran"] and not r["agrees"] and not r["conservative"]
+             and not (r["vacuous"] and r["prediction_agrees"] is not False)]
     if wrong:
         out += ["", "## Disagreements", ""]
         for r in wrong:

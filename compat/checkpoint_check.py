@@ -604,30 +604,27 @@ def checkpoint_report(ck: Checkpoint, new: Plan, new_ops: Checkpoint,
                   old_is_checkpoint=recorded is None)
 
 
-#: join types whose state is the same (both sides' rows, each with a matched flag)
-_OUTER_FAMILY = {"inner", "left", "right", "full"}
-
-
 def _join_type(f: Finding, ck: Checkpoint, old: Plan, new: Plan) -> Finding:
-    """The checkpoint knows better than the plan check about a join type change between
-    inner and outer joins: from join state format 2 on (Spark 3.0), both sides' rows are
-    kept with a ``matched`` flag whatever the type, and evicted by the same watermark
-    predicate, so the new type emits what it would have (the unmatched rows of an outer
-    join included) for every row still in state.  Measured by the truth test.  Rows evicted
-    before the restart stay computed the old way: an in-place change with history."""
-    if f.code != "join-type-changed":
+    """The checkpoint says which join state format the plan check's condition holds for.
+    A stream-stream join's change between inner and outer types is ``in_place`` in the plan
+    check on the condition that the join state is format 2 (Spark 3.0's default): both
+    sides' rows kept with a ``matched`` flag whatever the type.  Format 1 has no flag (and
+    a checkpoint that records no format is format 1 to Spark), so there the restart would
+    join rows in state without knowing which had matched: a migration."""
+    if f.code != "join-type-changed" or f.effect != "in_place":
         return f
-    o, n = old.nodes.get(f.old_node or ""), new.nodes.get(f.new_node or "")
+    n = new.nodes.get(f.new_node or "")
+    if n is None or not new.info[n.id].stateful or new.info[n.id].changelog:
+        return f  # a stream-table join keeps no state: the format does not matter
     version = ck.conf.get("spark.sql.streaming.join.stateFormatVersion", "")
-    if o is None or n is None or not version.isdigit() or int(version) < 2 or \
-            {getattr(o, "type", None), getattr(n, "type", None)} - _OUTER_FAMILY:
-        return f
-    return replace(f, effect="in_place", severity="warning", history=True,
-                   hint=EFFECT_HINTS["in_place"],
-                   message=f.message + f"; the checkpoint's join state (format v{version}) "
-                   "keeps every row with a matched flag, so Spark restarts and joins the new "
-                   "way from the rows still in state on (rows evicted before the restart "
-                   "stay joined the old way)")
+    if version.isdigit() and int(version) >= 2:
+        return replace(f, message=f.message + f"; the checkpoint's join state is format "
+                       f"v{version}: the condition holds")
+    return replace(f, effect="migrate", severity="error", history=False,
+                   hint=EFFECT_HINTS["migrate"],
+                   message=f.message + "; but the checkpoint's join state is format "
+                   f"v{version or '1 (none recorded)'}, which keeps no matched flag: "
+                   "migrate")
 
 
 def _matched(ck: Checkpoint, new_ops: Checkpoint, new: Plan) -> list[dict[str, Any]]:

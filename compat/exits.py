@@ -74,6 +74,10 @@ EXITS: tuple[Exit, ...] = (
     Exit(7, "Spark disagrees: the real restart contradicts the verdict (a false green, or "
             "a conservative migrate/unsupported) or the predicted restart", (
         "prove: an in_place verdict whose restart breaks its promise",)),
+    Exit(8, "inconclusive: Spark restarts, but the proof compared no row, so it neither "
+            "confirms nor contradicts the verdict (never a success, never a false green)", (
+        "prove: a restart whose generated input leaves no output to compare (a vacuous "
+        "proof)",)),
     Exit(130, "interrupted (Ctrl-C)", (
         "migrate start: interrupted",)),
 )

@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 
 #: the exit code of a proof that Spark disagrees with (``compat.exits``)
 DISAGREES_EXIT = 7
+#: the exit code of a vacuous proof: Spark started, but no row was compared, so nothing
+#: shows whether the verdict's promise holds (``compat.exits``)
+VACUOUS_EXIT = 8
 
 #: the records of part 1 go to OLD in this many micro-batches
 CHUNKS = 3
@@ -558,18 +561,25 @@ _PREDICTED = {"fails": "fails", "starts_correct": "starts", "starts_wrong": "wro
 
 
 def agreement(verdict: str, outcome: str, error_cls: str | None,
-              predicted: dict[str, Any] | None) -> dict[str, Any]:
+              predicted: dict[str, Any] | None, vacuous: bool = False) -> dict[str, Any]:
     """Does Spark agree?  ``identical``/``in_place`` promise a correct start; ``migrate`` and
     ``unsupported`` say an in-place restart is wrong, so Spark agrees when it fails or
     starts wrong (a correct start there is a disagreement, but a ``conservative`` one).
     The checker's predicted restart agrees when it names Spark's outcome (and, for a
-    failure, its error class)."""
+    failure, its error class).
+
+    A ``vacuous`` proof (Spark started, no row compared) says nothing of the promise: it
+    neither agrees nor disagrees with the verdict (``verdict_agrees`` None), so it is never
+    counted as agreement, as a false green or as a conservative verdict."""
     green = verdict in GREEN
-    verdict_agrees = (outcome == "starts_correct") == green
+    vacuous = vacuous and outcome == "starts_correct"
+    verdict_agrees = None if vacuous else (outcome == "starts_correct") == green
     out: dict[str, Any] = {"verdict_agrees": verdict_agrees,
-                           "false_green": green and not verdict_agrees,
-                           "conservative": not green and outcome == "starts_correct"}
-    if predicted is None:
+                           "false_green": green and verdict_agrees is False,
+                           "conservative": not green and verdict_agrees is False,
+                           "vacuous": vacuous}
+    if predicted is None or (vacuous and predicted.get("outcome") == "wrong_state"):
+        # with no row compared, a predicted wrong state is neither shown nor refuted
         out["prediction_agrees"] = None
     else:
         same = predicted.get("outcome") == _PREDICTED[outcome]
@@ -581,7 +591,7 @@ def agreement(verdict: str, outcome: str, error_cls: str | None,
             same = said == error_cls or (not has_error_class(said)
                                          and not has_error_class(error_cls))
         out["prediction_agrees"] = same
-    out["agrees"] = verdict_agrees and out["prediction_agrees"] is not False
+    out["agrees"] = bool(verdict_agrees) and out["prediction_agrees"] is not False
     return out
 
 
@@ -635,7 +645,12 @@ class Proof:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.agreement["agrees"] else DISAGREES_EXIT
+        a = self.agreement
+        if a["agrees"]:
+            return 0
+        # a contradicted prediction is a disagreement even where no row was compared
+        return VACUOUS_EXIT if a["vacuous"] and a["prediction_agrees"] is not False \
+            else DISAGREES_EXIT
 
     def to_json(self) -> dict[str, Any]:
         j = self.judgement
@@ -964,7 +979,8 @@ def _prove(report: Report, old: Plan, new: Plan, runtime: Runtime, data: Input, 
     # Step 7. The judgement.
     j = judge(report, err, restarted, reference, old_out,
               [r for r in ref_all if (r.partition, r.offset) in ref_before])
-    agree = agreement(report.verdict, j.outcome, j.error_class, predicted)
+    agree = agreement(report.verdict, j.outcome, j.error_class, predicted,
+                      vacuous=bool(j.judged.get("vacuous")))
     counts = {"input_part1": sum(len(c) for c in data.chunks),
               # the micro-batches OLD committed to its checkpoint, no-data batches too
               "old_batches": sum(1 for f in (ck_old / "commits").glob("*")
@@ -989,7 +1005,10 @@ _OUTCOME_TEXT = {
 def render_text(p: Proof) -> str:
     doc = p.to_json()
     lines = [f"verdict: {doc['verdict']} (theseus check); runtime: {doc['runtime']}",
-             f"restart: {doc['outcome']} — {_OUTCOME_TEXT[doc['outcome']]}"]
+             f"restart: {doc['outcome']} — "
+             + ("Spark restarts the new plan on the old checkpoint; no row was compared, so "
+                "nothing shows whether its output keeps the verdict's promise"
+                if doc["vacuous"] else _OUTCOME_TEXT[doc["outcome"]])]
     if doc["outcome"] == "fails":
         lines.append(f"  error class: {doc['error_class']}")
         lines += [f"  | {ln}" for ln in (doc["error"] or "").splitlines()]
@@ -1012,6 +1031,10 @@ def render_text(p: Proof) -> str:
                      + ("" if doc["prediction_agrees"] else " — not what Spark did"))
     if doc["agrees"]:
         lines.append(f"Spark agrees with the verdict (exit {p.exit_code})")
+    elif doc["vacuous"] and doc["prediction_agrees"] is not False:
+        lines.append(f"Vacuous: Spark restarts, but no row was compared, so the proof neither "
+                     f"confirms nor contradicts the verdict {doc['verdict']} "
+                     f"(exit {p.exit_code})")
     elif doc["false_green"]:
         lines.append(f"Spark DISAGREES: the verdict says {doc['verdict']}, but the restart "
                      f"{doc['outcome'].replace('_', ' ')} (a false green; exit "
@@ -1020,7 +1043,7 @@ def render_text(p: Proof) -> str:
         lines.append(f"Spark disagrees, conservatively: the verdict says {doc['verdict']}, "
                      f"yet the restart keeps the promise (exit {p.exit_code})")
     else:
-        what = "predicted restart" if doc["verdict_agrees"] else "verdict"
+        what = "predicted restart" if doc["verdict_agrees"] is not False else "verdict"
         lines.append(f"Spark disagrees with the {what} (exit {p.exit_code})")
     c = doc["counts"]
     lines.append(f"input: {c['input_part1']} records before the restart ({CHUNKS} batches), "

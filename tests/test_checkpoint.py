@@ -787,22 +787,33 @@ def test_corrupted_uncommitted_offsets_file_is_caught(ck_copy):
                      "corrupted offsets file", "offsets/2")
 
 
-@pytest.mark.parametrize("version,effect", [("2", "in_place"), ("1", "migrate")])
+@pytest.mark.parametrize("version,effect", [("2", "in_place"), ("1", "migrate"),
+                                            (None, "migrate")])
 def test_join_type_change_follows_the_join_state_format(version, effect):
-    """Join state format 2 keeps a matched flag per row whatever the join type: inner ->
-    left outer restarts right (measured in the truth test); format 1 does not."""
+    """join_stream_stream_type_changed: the plan check says in_place on the condition of
+    join state format 2 (a matched flag per row whatever the join type: inner -> left outer
+    restarts right, measured in the truth test and by prove); the checkpoint says whether
+    it holds.  Format 1, or none recorded (format 1 to Spark), keeps no flag: migrate."""
     from compat.check import check_plans
     from compat.checkpoint_check import _join_type
 
     case = FIXTURES / "upgrades" / "join_stream_stream_type_changed"
     old, new = load_plan(str(case / "old.json")), load_plan(str(case / "new.json"))
     (f,) = [f for f in check_plans(old, new).findings if f.code == "join-type-changed"]
+    assert (f.effect, f.history) == ("in_place", True)
     ck = read_checkpoint(CK)
-    ck.conf["spark.sql.streaming.join.stateFormatVersion"] = version
+    key = "spark.sql.streaming.join.stateFormatVersion"
+    if version is None:
+        ck.conf.pop(key, None)
+    else:
+        ck.conf[key] = version
     got = _join_type(f, ck, old, new)
     assert got.effect == effect
-    assert (got.history, "matched flag" in got.message) == \
-        ((True, True) if effect == "in_place" else (f.history, False))
+    if effect == "in_place":
+        assert got.history and "format v2: the condition holds" in got.message
+    else:
+        assert not got.history and "keeps no matched flag: migrate" in got.message
+        assert f"format v{version or '1 (none recorded)'}" in got.message
 
 
 @pytest.mark.parametrize("require,effect", [([], "in_place"), (["backfill"], "migrate")])

@@ -289,6 +289,8 @@ SCENARIOS: dict[str, Callable] = {
         prove_with({}, "filter_changed_before_aggregate"),
     "prove: an in_place verdict whose restart breaks its promise":
         prove_with({"keep_old_filter": True}, "filter_changed_stream"),
+    "prove: a restart whose generated input leaves no output to compare (a vacuous proof)":
+        prove_with({"write_nothing": True}, "filter_changed_stream"),
     "prove: a plan whose input prove cannot generate (a recursive step), or a "
     "nondeterministic new plan":
         prove_with({}, "recursive_body_changed"),

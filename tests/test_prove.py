@@ -41,15 +41,19 @@ class FakeRuntime:
     offsets read, the aggregate's state and its signature (the aggregates' names and
     functions): a restart with another signature fails as Spark does, with
     STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE.  ``keep_old_filter`` makes a restart keep
-    the filters recorded in the checkpoint (a runtime that breaks the promise)."""
+    the filters recorded in the checkpoint (a runtime that breaks the promise);
+    ``write_nothing`` makes every query's filters drop every record (a proof with no row to
+    compare)."""
 
     name = "theseus"
 
-    def __init__(self, keep_old_filter: bool = False, predicted: dict | None = None):
+    def __init__(self, keep_old_filter: bool = False, predicted: dict | None = None,
+                 write_nothing: bool = False):
         self.topics: dict[str, list[tuple[str | None, str]]] = {}
         self.calls: list[tuple[str, ...]] = []
         self.keep_old_filter = keep_old_filter
         self.predicted = predicted
+        self.write_nothing = write_nothing
 
     def create_topic(self, name, partitions):
         self.topics[name] = []
@@ -115,7 +119,8 @@ class FakeRuntime:
         rows = self.topics[src.topic][st["offsets"].get(src.topic, 0):]
         st["offsets"][src.topic] = len(self.topics[src.topic])
         rows = [json.loads(v) for _, v in rows]
-        rows = [r for r in rows if all(py_predicate(p)(r) for p in filters)]
+        rows = [r for r in rows if all(py_predicate(p)(r) for p in filters)
+                and not self.write_nothing]
         sink = plan.sink
         if agg is None:
             for r in rows:
@@ -373,6 +378,23 @@ def test_agreement_with_the_verdict(verdict, outcome, agrees, false_green, conse
         (agrees, false_green, conservative)
 
 
+@pytest.mark.parametrize("verdict", ["identical", "in_place", "migrate", "unsupported"])
+def test_a_vacuous_proof_is_neither_agreement_nor_conservative(verdict):
+    """No row compared (aggregate_session_gap_changed at seed 0): a migrate verdict is not
+    'conservative' and an in_place one not 'agreed' on a proof that tested nothing."""
+    a = P.agreement(verdict, "starts_correct", None, {"outcome": "starts"}, vacuous=True)
+    assert (a["vacuous"], a["agrees"], a["verdict_agrees"], a["false_green"],
+            a["conservative"]) == (True, False, None, False, False)
+    # a predicted failure is refuted by a start, compared rows or not; a predicted wrong
+    # state is neither shown nor refuted by a proof that compared nothing
+    said = {o: P.agreement(verdict, "starts_correct", None, {"outcome": o},
+                           vacuous=True)["prediction_agrees"]
+            for o in ("starts", "fails", "wrong_state")}
+    assert said == {"starts": True, "fails": False, "wrong_state": None}
+    # a wrong start or a failure compared something: vacuous only qualifies a correct start
+    assert not P.agreement(verdict, "fails", None, None, vacuous=True)["vacuous"]
+
+
 def test_agreement_with_the_predicted_restart():
     cls = "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
     assert P.agreement("migrate", "fails", cls,
@@ -469,6 +491,24 @@ def test_a_proof_that_compared_nothing_says_so():
     assert j.outcome == "starts_correct" and j.judged["vacuous"]
     assert not P.judge(report("filter_changed_stream"), None, [out(0, None, {"x": 1})],
                        []).judged["vacuous"]
+
+
+@pytest.mark.parametrize("case,verdict", [("filter_changed_stream", "in_place"),
+                                          ("scaling_state_partitions_stateful", "migrate")])
+def test_a_vacuous_proof_exits_8_and_says_so(case, verdict):
+    proof, _ = fake_prove(case, FakeRuntime(write_nothing=True))
+    doc = proof.to_json()
+    assert (doc["verdict"], doc["outcome"], doc["vacuous"]) == (verdict, "starts_correct", True)
+    assert (doc["agrees"], doc["false_green"], doc["conservative"]) == (False, False, False)
+    assert proof.exit_code == P.VACUOUS_EXIT == 8
+    text = P.render_text(proof)
+    assert "Vacuous: Spark restarts, but no row was compared" in text
+    assert "agrees" not in text and "conservatively" not in text
+    assert "and its output keeps the verdict's promise" not in text
+    # a prediction Spark contradicts stays a disagreement, compared rows or not
+    proof, _ = fake_prove(case, FakeRuntime(write_nothing=True,
+                                            predicted={"outcome": "fails"}))
+    assert proof.exit_code == P.DISAGREES_EXIT
 
 
 def test_a_refused_restart_agrees_with_migrate():
@@ -662,6 +702,20 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
     assert "0 false greens, 1 conservative" in md
     assert "## Conservative verdicts" in md and "## Disagreements" not in md
     assert "- upgrades/scaling_state_partitions_stateful (theseus): migrate" in md
+    # a proof that compared no row is counted and listed as vacuous, not as conservative
+    # nor as agreement; a row truth.jsonl kept from before says conservative, yet is vacuous
+    empty = truth.row("upgrades/scaling_state_partitions_stateful",
+                      FakeRuntime(write_nothing=True), 60)
+    old_row = {**empty, "conservative": True, "vacuous": None}
+    del old_row["vacuous"]
+    for r in (empty, old_row):
+        md = truth.markdown([r], "a test")
+        assert "0 agree, 0 false greens, 0 conservative" in md
+        assert "1 vacuous (no row compared:" in md
+        assert "## Conservative verdicts" not in md and "## Disagreements" not in md
+        assert "## Vacuous proofs" in md
+        line = next(ln for ln in md.splitlines() if ln.startswith("| upgrades/scaling"))
+        assert line.endswith("starts_correct; vacuous: no row compared |  |")
 
 
 def test_truth_runs_proofs_side_by_side_each_worker_with_its_own_runtimes():

@@ -323,10 +323,19 @@ def _compare(old: Aggregate, new: Aggregate, ctx: RuleContext) -> list[Finding]:
         argtypes_n = _arg_types(b.args, ctx, new, False)
         if not T.same_layout(ta, tb) or any(not T.same_layout(x, y)
                                            for x, y in zip(argtypes_o, argtypes_n)):
-            out.append(f("aggregate-arg-type-changed", f"aggregate '{b.name}' of "
-                         f"'{new.id}' now aggregates {', '.join(argtypes_n)} "
-                         f"(was {', '.join(argtypes_o)}), so its state changes type",
-                         old, new, f"aggregates/{i}/args"))
+            why = _same_buffer(fb, argtypes_o, argtypes_n) \
+                if T.same_layout(ta, tb) and not ctx.ni_input(new).changelog else None
+            if why:
+                out.append(f("aggregate-arg-type-changed", f"aggregate '{b.name}' of "
+                             f"'{new.id}' now aggregates {', '.join(argtypes_n)} "
+                             f"(was {', '.join(argtypes_o)}); {why}", old, new,
+                             f"aggregates/{i}/args", effect="in_place",
+                             severity="warning", hint=RESTART))
+            else:
+                out.append(f("aggregate-arg-type-changed", f"aggregate '{b.name}' of "
+                             f"'{new.id}' now aggregates {', '.join(argtypes_n)} "
+                             f"(was {', '.join(argtypes_o)}), so its state changes type",
+                             old, new, f"aggregates/{i}/args"))
         elif [_c(x) for x in a.args] != [_c(x) for x in b.args]:
             out.append(f("aggregate-arg-changed", f"aggregate '{b.name}' of '{new.id}' "
                          f"now computes {_show(b)} instead of {_show(a)}; the state keeps "
@@ -356,6 +365,30 @@ def _compare(old: Aggregate, new: Aggregate, ctx: RuleContext) -> list[Finding]:
                      f"'{new.id}': its history is not in the state", old, new, "aggregates",
                      f"aggregates/{i}"))
     return out
+
+
+def _same_buffer(fn: str, was: list[str], now: list[str]) -> str | None:
+    """Why Spark's buffer for ``fn`` keeps its types when its argument widens from ``was``
+    to ``now``, or None.  From Spark 4's DeclarativeAggregates (a streaming aggregate's
+    state is the grouping key and these buffers): ``count`` keeps a bigint count whatever
+    it counts; ``sum`` of any integral type keeps a bigint sum (plus an isEmpty flag for
+    try_sum, for every integral type alike); ``avg`` of a non-decimal number keeps a double
+    sum and a bigint count.  ``min``, ``max``, ``first``, ``last`` keep the input's own type,
+    decimals change precision, ``approx_count_distinct`` hashes the value's bytes (an int
+    and a bigint hash apart): those change the state."""
+    if len(was) != 1 or len(now) != 1 or not T.can_widen(was[0], now[0]):
+        return None
+    a, b = was[0], now[0]
+    if fn == "count":
+        return "count keeps a bigint count in state whatever it counts"
+    if fn == "sum" and a in T.INTEGRAL and b in T.INTEGRAL:
+        return ("Spark sums every integral type into a bigint buffer, so the state keeps its "
+                "types and Spark restarts on it")
+    plain = T.INTEGRAL + T.FRACTIONAL
+    if fn == "avg" and a in plain and b in plain:
+        return ("Spark averages a non-decimal number with a double sum and a bigint count, "
+                "so the state keeps its types and Spark restarts on it")
+    return None
 
 
 def _fn(name: str) -> str:

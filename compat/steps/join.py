@@ -38,7 +38,7 @@ from compat.demand import (
     reads,
     refs,
 )
-from compat.findings import MIGRATE, Finding, register_codes
+from compat.findings import MIGRATE, RESTART, Finding, register_codes
 from compat.infer import (
     INSERT,
     RETRACT,
@@ -101,6 +101,20 @@ register_codes({
     "join-state-schema-changed": ("migrate", "error", "schema_evolution", MIGRATE),
     "join-statefulness-changed": ("migrate", "error", "topology", MIGRATE),
 })
+
+
+#: stream-stream join types whose state Spark keeps alike (join state format 2): every row
+#: of both sides, each with a matched flag that every type keeps up to date
+#: (SymmetricHashJoinStateManager.getJoinedRows sets it whenever a row joins; the exec
+#: appends each input row with matched = whether it joined).  Left semi stores no left row
+#: that matched and skips matched right rows, so its state is not the others'.
+SAME_JOIN_STATE = frozenset({"inner", "left", "right", "full"})
+SAME_STATE_WHY = (
+    "Spark restarts it on the old checkpoint where its join state is format 2 (Spark's "
+    "default since 3.0; `check --checkpoint` reads the format): both sides' rows are kept "
+    "with a matched flag whatever the join type, so rows still in state are joined the new "
+    "way (an outer join emits the unmatched ones when the watermark evicts them); rows "
+    "evicted before the restart stay joined the old way")
 
 
 def paired_keys(node: Join) -> set[str]:
@@ -464,8 +478,15 @@ def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
     # A stateless join's changes select different rows from now on: a restart suffices.
     soft = {} if n_state else {"effect": "in_place", "severity": "warning"}
     if old.type != new.type:
-        out.append(f("join-type-changed", f"join '{new.id}' changes from {old.type} to "
-                     f"{new.type}", old, new, "type", **soft))
+        if n_state and not ctx.ni(new).changelog and \
+                {old.type, new.type} <= SAME_JOIN_STATE:
+            out.append(f("join-type-changed", f"join '{new.id}' changes from {old.type} to "
+                         f"{new.type}; {SAME_STATE_WHY}", old, new, "type",
+                         effect="in_place", severity="warning", history=True,
+                         hint=RESTART))
+        else:
+            out.append(f("join-type-changed", f"join '{new.id}' changes from {old.type} to "
+                         f"{new.type}", old, new, "type", **soft))
     if canon_list(old.left_keys) != canon_list(new.left_keys) or \
             canon_list(old.right_keys) != canon_list(new.right_keys):
         out.append(f("join-keys-changed", f"join '{new.id}' keys change from "
