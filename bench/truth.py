@@ -88,13 +88,15 @@ def files(pair: str) -> tuple[str, str]:
 
 
 def row(pair: str, rt: prove.Runtime, records: int, seed: int = 0,
-        code: tuple[str, str] = ("unknown", "unknown")) -> dict:
+        code: tuple[str, str] = ("unknown", "unknown"), state_partitions: int | None = None
+        ) -> dict:
     started = time.monotonic()
     base = {"pair": pair, "runtime": rt.name, "seed": seed, "records": records,
-            "commit": code[0], "code": code[1]}
+            "commit": code[0], "code": code[1], "state_partitions": state_partitions}
     old, new = files(pair)
     try:
-        p = prove.prove(old, new, rt, records=records, seed=seed)
+        p = prove.prove(old, new, rt, records=records, seed=seed,
+                        state_partitions=state_partitions)
     except TheseusError as e:
         return {**base, "ran": False, "why": e.render(), "exit": e.exit_code,
                 "seconds": round(time.monotonic() - started, 1)}
@@ -239,28 +241,34 @@ def load(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
 
 
-def done(r: dict | None, code: str, seed: int, records: int) -> bool:
-    """Whether row ``r`` is a proof the same code made with the same seed and records."""
-    return r is not None and (r.get("code"), r.get("seed"), r.get("records")) == \
-        (code, seed, records)
+def done(r: dict | None, code: str, seed: int, records: int,
+         state_partitions: int | None = None) -> bool:
+    """Whether row ``r`` is a proof the same code made with the same seed, records and
+    state partitions."""
+    return r is not None and (r.get("code"), r.get("seed"), r.get("records"),
+                              r.get("state_partitions")) == \
+        (code, seed, records, state_partitions)
 
 
 def todo(pairs: list[str], runtimes: list[str], rows: dict[tuple[str, str], dict],
-         code: str, seed: int, records: int, skip_done: bool) -> list[tuple[str, str]]:
+         code: str, seed: int, records: int, skip_done: bool,
+         state_partitions: int | None = None) -> list[tuple[str, str]]:
     """The (pair, runtime) proofs to run, in order.  With ``skip_done``, those the same
     code proved with the same seed and records are left out, and those never proven come
     before those proven by other code: a budgeted slice first runs what the corpus lacks."""
     every = [(p, n) for p in pairs for n in runtimes]
     if not skip_done:
         return every
-    left = [k for k in every if not done(rows.get(k), code, seed, records)]
+    left = [k for k in every
+            if not done(rows.get(k), code, seed, records, state_partitions)]
     return sorted(left, key=lambda k: k in rows)
 
 
 def run_side_by_side(queue: list[tuple[str, str]],
                      runtimes: Callable[[], dict[str, prove.Runtime]],
                      record: Callable[[dict], None], *, jobs: int, budget: float | None,
-                     records: int, seed: int, code: tuple[str, str]) -> None:
+                     records: int, seed: int, code: tuple[str, str],
+                     state_partitions: int | None = None) -> None:
     """Prove every (pair, runtime) of ``queue`` in order, ``jobs`` proofs at a time, and
     ``record`` each row as it ends; start none after ``budget`` seconds.  Each worker has
     runtimes of its own (``runtimes()``: a runtime keeps its transactional producer and
@@ -277,7 +285,7 @@ def run_side_by_side(queue: list[tuple[str, str]],
                                  time.monotonic() - started > budget):
                     return
                 pair, name = queue.pop(0)
-            record(row(pair, mine[name], records, seed, code))
+            record(row(pair, mine[name], records, seed, code, state_partitions))
 
     workers = [threading.Thread(target=worker, name=f"truth-{i}")
                for i in range(max(1, jobs))]
@@ -301,6 +309,9 @@ def main() -> int:
                     help="start no proof after this many seconds")
     ap.add_argument("--jobs", type=int, default=2,
                     help="proofs run side by side on the one Spark session")
+    ap.add_argument("--state-partitions", type=int, default=2,
+                    help="run both plans of a pair with this many state partitions where "
+                         "they ask for the same count (0: the plans' own)")
     ap.add_argument("--note", default="", help="a line for truth.md (what was run)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "truth"))
     ap.add_argument("--report-only", action="store_true",
@@ -327,7 +338,8 @@ def main() -> int:
     # one session for both runtimes: the connector's jars are on it from the start
     spark = spark_session(jars=connector_jars())
     code = code_id()
-    queue = todo(pairs, runtimes, rows, code[1], args.seed, args.records, args.skip_done)
+    queue = todo(pairs, runtimes, rows, code[1], args.seed, args.records, args.skip_done,
+                 args.state_partitions or None)
     jsonl_lock = threading.Lock()
     started = time.monotonic()
     ran: list[float] = []
@@ -345,7 +357,7 @@ def main() -> int:
     run_side_by_side(queue, lambda: {name: prove.RUNTIMES[name](bootstrap, spark=spark)
                                      for name in runtimes},
                      record, jobs=args.jobs, budget=args.budget, records=args.records,
-                     seed=args.seed, code=code)
+                     seed=args.seed, code=code, state_partitions=args.state_partitions or None)
     wall = time.monotonic() - started
     print(f"truth: {len(ran)} proofs in {wall:.0f} s with --jobs {max(1, args.jobs)} "
           f"({sum(ran):.0f} s of proofs; load {os.getloadavg()[0]:.2f} at the end)",

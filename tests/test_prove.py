@@ -718,6 +718,31 @@ def test_truth_report_counts_false_greens_and_refusals_per_runtime(monkeypatch):
         assert line.endswith("starts_correct; vacuous: no row compared |  |")
 
 
+def test_state_partitions_are_replaced_only_where_both_plans_ask_for_the_same_count():
+    """make truth runs pairs with 2 state partitions (eight RocksDB instances per operator
+    and batch cost most of a proof); a pair whose change is the count keeps its own."""
+
+    class Seen(FakeRuntime):
+        def start(self, plan, checkpoint, output, name):
+            self.counts = getattr(self, "counts", []) + [plan.state_partitions]
+            return super().start(plan, checkpoint, output, name)
+
+    same = load_plan(pair("filter_changed_before_aggregate")[0]).state_partitions
+    assert same not in (None, 2)
+    rt = Seen()
+    P.prove(*pair("filter_changed_before_aggregate"), rt, records=60, state_partitions=2)
+    assert rt.counts and set(rt.counts) == {2}, rt.counts
+    rt = Seen()
+    P.prove(*pair("filter_changed_before_aggregate"), rt, records=60)
+    assert set(rt.counts) == {same}, rt.counts
+    old, new = (load_plan(f).state_partitions for f in
+                pair("scaling_state_partitions_stateful"))
+    assert old != new
+    rt = Seen()
+    P.prove(*pair("scaling_state_partitions_stateful"), rt, records=60, state_partitions=2)
+    assert set(rt.counts) == {old, new}, rt.counts
+
+
 def test_truth_runs_proofs_side_by_side_each_worker_with_its_own_runtimes():
     """make truth's --jobs: two proofs at once on the shared session (each fake drain
     waits at a barrier that only a second proof running at the same time lets through),
