@@ -332,6 +332,12 @@ def main() -> int:
               file=sys.stderr)
         return 2
     pairs = [p if "/" in p else f"upgrades/{p}" for p in args.pairs] or corpus()
+    missing = [p for p in pairs if not all(Path(f).exists() for f in files(p))]
+    if missing:
+        print(f"truth: no such pair: {', '.join(missing)} (expected a folder of "
+              "fixtures/upgrades or fixtures/pyspark/upgrades with its old and new plan)",
+              file=sys.stderr)
+        return 2
     from migrate.adopt.jars import connector_jars
     from migrate.run import spark_session
 

@@ -1098,10 +1098,18 @@ class SparkRuntime:
         from confluent_kafka.admin import AdminClient, NewPartitions
 
         from gates.broker import client_conf
+        from gates.deadline import Deadline
 
         admin = AdminClient(client_conf(self.bootstrap))
         admin.create_partitions([NewPartitions(name, partitions)])[name].result(30)
-        time.sleep(2)  # the new partitions' metadata reaches every client
+        # the producer's own metadata must know the new partitions before part 2 is
+        # produced to them (a fixed 2 s wait was not enough with a second proof beside
+        # this one: "Unknown partition"); a metadata request of its own refreshes it
+        producer, deadline = self._transactional(), Deadline(30)
+        while len(producer.list_topics(name, timeout=10).topics[name].partitions) < \
+                partitions and not deadline.expired():
+            time.sleep(0.2)
+        time.sleep(1)  # the queries' consumers, which list the partitions at each batch
 
     def produce_all(self, batches: Sequence[Batch]) -> None:
         # One transaction: the queries read committed records only (the gated source by
