@@ -120,11 +120,14 @@ def _layout(report) -> list:
     ((4, None), (4, 16), "state_buckets", "(16 buckets) instead of one value per bucket of "
                                           "table keys (64 buckets)"),
     ((4, 16), (4, 17), "state_buckets", "(17 buckets) instead of"),
+    ((4, 16), (4, None), "version", "(64 buckets) instead of"),
 ])
 def test_a_changed_state_layout_is_a_migration(write_plan, old, new, pointer, says):
     report = check(write_plan, versioned(AGG, *old), versioned(AGG, *new))
     (f,) = _layout(report)
     assert (f.effect, f.new_node, f.new_pointer) == ("migrate", "users", f"/nodes/0/{pointer}")
+    assert f.old_pointer == ("/nodes/0/state_buckets" if old[1] and old[0] == new[0]
+                             else "/nodes/0/version")
     assert says in f.message, f.message
     assert report.verdict == "migrate"
 

@@ -370,10 +370,13 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
             state_buckets(old) != state_buckets(new):
         # versions 3 and 4 key their state by text (a table key's JSON, a bucket's number),
         # so Spark's schema check would not stop a restart reading one layout as the other
+        def where(n: Source) -> str:
+            # the count as written, else the version that sets the layout (or the default)
+            return "state_buckets" if old.version == new.version and \
+                n.state_buckets is not None else "version"
         out.append(f("source-state-layout-changed", f"table '{new.id}' keeps its "
                      f"normalisation's state as {layout(new)} instead of {layout(old)}",
-                     old, new, "state_buckets" if new.state_buckets is not None and
-                     old.version == new.version else "version"))
+                     old, new, where(old), where(new)))
     if old.starting_offsets != new.starting_offsets:
         out.append(f("source-starting-offsets-changed", f"source '{new.id}' starting offsets "
                      f"change to {new.starting_offsets}", old, new, "starting_offsets"))
