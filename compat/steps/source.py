@@ -161,10 +161,12 @@ register_codes({
                                    "restart on (its defaults fill the fields a writer "
                                    "lacks); rows read before keep the old one's values."),
     "source-state-layout-changed": ("migrate", "error", "scaling",
-                                    "Spark would read the old layout's state as the new "
-                                    "one's (a bucket's value as a key's, or another count's "
-                                    "buckets): migrate, so the new normalisation rebuilds "
-                                    "its state from the topic."),
+                                    "A restart on the checkpoint would start the "
+                                    "normalisation without its table (the state is named "
+                                    "after its layout), or, under one name, read one "
+                                    "layout as the other: deploy it with a live migration "
+                                    "(theseus migrate start), whose shadow rebuilds the "
+                                    "state from the topic."),
     "source-starting-offsets-changed": ("none", "info", "transparent",
                                         "Starting offsets apply only to a fresh checkpoint."),
 })
@@ -368,8 +370,9 @@ def _compare(old: Source, new: Source, ctx: RuleContext) -> list[Finding]:
                      "partitions"))
     if table_read(old) == table_read(new) == CHANGELOG and \
             state_buckets(old) != state_buckets(new):
-        # versions 3 and 4 key their state by text (a table key's JSON, a bucket's number),
-        # so Spark's schema check would not stop a restart reading one layout as the other
+        # versions 3 and 4 key their state by text (a table key's JSON, a bucket's number)
+        # and store text, so Spark's schema check would not stop a restart reading one
+        # layout as the other; the state's name (compat.tws_state) tells them apart
         def where(n: Source) -> str:
             # the count as written, else the version that sets the layout (or the default)
             return "state_buckets" if old.version == new.version and \
