@@ -11,8 +11,10 @@ bucket's keys in the micro-batch and the three round trips are per bucket and ba
 bucket's value is a JSON object of its keys' current rows, read once, changed in Python and
 written once.  The price is that a batch rewrites every bucket it touches in full (RocksDB
 writes its whole value), so the bucket count has to grow with the table, and it is part of
-the state's layout (a new step version's: this is a prototype, patched over
-``migrate.build.changelog.normalise`` for the run, not a step of the plan format).
+the state's layout (a new step version's: this is the prototype, patched over
+``migrate.build.changelog.normalise`` for the run; the plan format has it since as source
+version 4, ``state_buckets``, which ``make bench-tables`` measures as the ``.buckets``
+queries).
 
 Each query runs its initial load (``BENCH_KEYS`` keys) on a fresh checkpoint, then
 ``BENCH_UPDATES`` random upserts and deletes, in micro-batches of ``BENCH_BATCH`` offsets,

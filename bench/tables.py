@@ -1,7 +1,9 @@
 """Benchmark: tables read as changelogs — a table aggregation and a table-table (left) join —
 on the old step versions' operators (source 2, aggregate 1, join 1:
-``transformWithStateInPandas``) and the new ones' (source 3, aggregate 2, join 2: PySpark's
-row-based ``transformWithState``), against issue 31's baseline: **Spark's own update-mode
+``transformWithStateInPandas``), the new ones' (source 3, aggregate 2, join 2: PySpark's
+row-based ``transformWithState``) and the bucketed normalisation's (source 4: its state per
+bucket of table keys, ``BENCH_BUCKETS`` of them, else the plan format's default), against
+issue 31's baseline: **Spark's own update-mode
 aggregation over the same change records read as a plain stream** (a stream source on the
 same topic, ``groupBy(region).agg(...)``, an update-mode sink), through the same gated
 source and exactly-once sink, in the same run.
@@ -45,9 +47,13 @@ WARMUP = os.environ.get("BENCH_WARMUP", "1") != "0"
 REGIONS = [f"r{i}" for i in range(50)]
 #: the targets of issue 31 (ratios to the baseline; keys per second of the initial load)
 TARGETS = {"table_aggregate": 0.5, "table_table_join": 0.3, "initial_load_keys_per_s": 20000}
-#: (old, new) step versions of the changelog operators
+#: the step versions of the changelog operators: old (pandas), rows (row-based) and
+#: buckets (row-based, the normalisation's state per bucket of keys)
 VERSIONS = {"old": {"source": 2, "aggregate": 1, "join": 1},
-            "rows": {"source": 3, "aggregate": 2, "join": 2}}
+            "rows": {"source": 3, "aggregate": 2, "join": 2},
+            "buckets": {"source": 4, "aggregate": 2, "join": 2}}
+#: the bucketed sources' ``state_buckets`` (none: the plan format's default)
+BUCKETS = int(os.environ["BENCH_BUCKETS"]) if os.environ.get("BENCH_BUCKETS") else None
 BASELINE = "baseline_stream_aggregate"
 #: every query of a run: the baseline, then each changelog query per versions
 NAMES = [BASELINE] + [f"{q}.{v}" for q in ("table_aggregate", "table_table_join")
@@ -110,9 +116,12 @@ def updates(rng: random.Random, n: int):
 
 def source(id_: str, topic: str, schema: list[tuple[str, str]], role: str, version: int,
            key: list[str]) -> dict:
-    return {"id": id_, "step": "source", "version": version, "topic": topic,
-            "partitions": 3, "format": "json", "role": role, "key_columns": key,
-            "schema": [{"name": n, "type": t} for n, t in schema]}
+    doc = {"id": id_, "step": "source", "version": version, "topic": topic,
+           "partitions": 3, "format": "json", "role": role, "key_columns": key,
+           "schema": [{"name": n, "type": t} for n, t in schema]}
+    if version >= 4 and BUCKETS is not None:
+        doc["state_buckets"] = BUCKETS
+    return doc
 
 
 USER = [("user_id", "string"), ("region", "string"), ("score", "bigint")]
@@ -237,6 +246,10 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-tables-"))
     result: dict = {**started, "keys": KEYS, "updates": UPDATES, "batch_offsets": BATCH,
                     "spark": spark.version, "versions": VERSIONS, "queries": {}}
+    if any(n.endswith(".buckets") for n in names):
+        from compat.steps.source import DEFAULT_BUCKETS
+
+        result["state_buckets"] = BUCKETS or DEFAULT_BUCKETS
     if WARMUP:
         result["warm_up_seconds"] = warm_up(spark, bs, names)
     runs = result["queries"]

@@ -11,7 +11,9 @@ therefore named after what its state means: ``<kind>_<digest>``, the digest a sh
 of the step's *state descriptor*:
 
 * ``norm`` (a changelog source's normalisation): the table key columns as written (the
-  state key is their JSON object, names included) and their types;
+  state key is their JSON object, names included) and their types; from source version 4,
+  the bucket count (the state key is a bucket's number, its value the bucket's rows by
+  table key);
 * ``agg`` (an aggregate): the group keys (name as written, canonical expression, type),
   the window, and per aggregate its function, DISTINCT, canonical argument expressions
   and their types (the state keeps the running values by position: a changed argument
@@ -52,6 +54,7 @@ from compat import types as T
 from compat.infer import scope
 from compat.model import Node, Plan
 from compat.steps import Aggregate, Join, Source
+from compat.steps.source import state_buckets
 
 #: the one state variable's name before state names said what the state means
 LEGACY = "s"
@@ -85,8 +88,14 @@ def descriptor(node: Node, plan: Plan) -> dict[str, Any] | None:
 @descriptor.register
 def _source(node: Source, plan: Plan) -> dict[str, Any] | None:
     types = plan.info[node.id].types
-    return {"step": "source", "key": [[k, _type(types.get(k.lower(), T.UNKNOWN))]
-                                      for k in node.key_columns]}
+    desc: dict[str, Any] = {"step": "source", "key": [[k, _type(types.get(k.lower(), T.UNKNOWN))]
+                                                      for k in node.key_columns]}
+    buckets = state_buckets(node)
+    if buckets is not None:
+        # source version 4: a value per bucket of keys, the bucket a number modulo the
+        # count; versions 2 and 3 keep the descriptor (and so the name) they always had
+        desc["buckets"] = buckets
+    return desc
 
 
 @descriptor.register
@@ -134,7 +143,8 @@ def describe(plan: Plan, node_id: str) -> str:
     node = plan.nodes[node_id]
     d = descriptor(node, plan) or {}
     if d.get("step") == "source":
-        return "table key (" + ", ".join(f"{k} {t}" for k, t in d["key"]) + ")"
+        keys = "table key (" + ", ".join(f"{k} {t}" for k, t in d["key"]) + ")"
+        return keys + (f" in {d['buckets']} buckets" if "buckets" in d else "")
     if d.get("step") == "aggregate":
         keys = ", ".join(f"{e} {t}" for _n, e, t in d["group_by"])
         aggs = ", ".join(f"{fn}({'DISTINCT ' if dist else ''}{', '.join(args)})"

@@ -88,7 +88,7 @@ def _register(spark: Any) -> None:
 
 
 def _empty_builder(spark: Any, plan: Plan) -> Any:
-    from compat.steps.source import CHANGELOG, ROWS_VERSION, table_read
+    from compat.steps.source import CHANGELOG, ROWS_VERSION, state_buckets, table_read
     from migrate.build import Builder, BuildOptions
     from migrate.build.core import ddl
 
@@ -109,7 +109,8 @@ def _empty_builder(spark: Any, plan: Plan) -> Any:
                 df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()
                 return changelog.normalise(self, df, node.key_columns, info.names,
                                            info.columns, self.state_name(node.id),
-                                           node.version >= ROWS_VERSION)
+                                           node.version >= ROWS_VERSION,
+                                           buckets=state_buckets(node))
             if node.role == "table":
                 return self.spark.read.format(EMPTY_FORMAT).options(**opts).load()
             df = self.spark.readStream.format(EMPTY_FORMAT).options(**opts).load()

@@ -95,3 +95,21 @@ def test_bucketed_normalisation_emits_what_the_per_key_one_does():
         assert sorted(got) == sorted(want)
         rows = {k: s.v[0] for k, s in per_key.items() if s.v is not None}
         assert (json.loads(bucket.v[0]) if bucket.v else {}) == rows
+
+
+def test_the_bucketed_queries_are_valid_version_4_plans(monkeypatch):
+    from compat.infer import analyze
+    from compat.serde import from_doc
+    from compat.steps.source import state_buckets
+
+    topics = {"users": "u", "profiles": "p"}
+    for buckets, want in ((None, 64), (16, 16)):
+        monkeypatch.setattr(tables, "BUCKETS", buckets)
+        names = ["table_aggregate.buckets", "table_table_join.buckets"]
+        docs = tables.plans(topics, {n: "out" for n in names})
+        assert sorted(docs) == sorted(names)
+        for doc in docs.values():
+            plan = from_doc(doc)
+            analyze(plan)
+            srcs = [n for n in plan.nodes.values() if n.step == "source"]
+            assert srcs and {(n.version, state_buckets(n)) for n in srcs} == {(4, want)}

@@ -189,7 +189,7 @@ def _version_refused(write_plan, doc: dict, pointer: str, *needles: str) -> None
 
 @pytest.mark.parametrize("step,version,known", [("filter", 2, "expected version 1 of"),
                                                 ("aggregate", 7, "versions 1 to 2"),
-                                                ("source", 4, "versions 1 to 3"),
+                                                ("source", 5, "versions 1 to 4"),
                                                 ("sink", 3, "versions 1 to 2")])
 def test_a_step_version_above_the_highest_known_is_refused(write_plan, step, version, known):
     doc = json.loads((UPGRADES[0] / "old.json").read_text())
@@ -212,4 +212,4 @@ def test_every_known_version_loads():
         assert cls.max_version >= 1, name
     assert (STEPS["source"].max_version, STEPS["sink"].max_version,
             STEPS["recursive"].max_version, STEPS["aggregate"].max_version,
-            STEPS["join"].max_version) == (3, 2, 2, 2, 2)
+            STEPS["join"].max_version) == (4, 2, 2, 2, 2)

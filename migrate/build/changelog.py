@@ -14,7 +14,10 @@ carried as JSON text too (``from_json`` with the node's inferred schema reads th
 
 * **normalise** (the source): the previous value per table key in state; every record is
   the old row's retraction plus the new row, a tombstone the old row's retraction alone, a
-  record equal to the current row nothing (Flink's ``ChangelogNormalize``);
+  record equal to the current row nothing (Flink's ``ChangelogNormalize``).  From source
+  version 4 the state is kept per bucket of table keys (one JSON object of the bucket's
+  current rows, the operator keyed by the bucket's number): the same output, with one
+  state round trip per bucket and batch instead of per key;
 * **aggregate**: per group the number of rows and, per function, retraction-safe state
   (count; an exact sum and the non-null count for sum and avg — an int for integers,
   Shewchuk's partials for floats, so a retraction subtracts exactly what was added; a
@@ -56,6 +59,11 @@ SIDE = "_theseus_side"
 #: the join key of a left row whose key is null (join version 2): no JSON object's text,
 #: and a string, so that PySpark's state client keys its group as any other
 NULL_KEY = ""
+#: a bucketed normalisation's table key (source version 4; ``KEY`` is then the bucket)
+TABLE_KEY = "_theseus_tk"
+#: a bucketed normalisation's state: the bucket's rows by table key.  Its field is not
+#: version 3's ``row``, so that a checkpoint's value schema tells the layouts apart too.
+BUCKET_STATE = "rows string"
 #: how a stateful changelog operator's output is typed before ``from_json``
 OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
@@ -162,14 +170,27 @@ def _pack(b: Any, names: list[str] | tuple[str, ...]) -> Any:
 # -- the source: upserts -> retractions ------------------------------------------------------
 
 def normalise(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],
-              columns: tuple[tuple[str, str], ...], state_name: str, rows: bool = False
-              ) -> Any:
+              columns: tuple[tuple[str, str], ...], state_name: str, rows: bool = False,
+              buckets: int | None = None) -> Any:
     """A changelog source's rows (``gates.source`` role ``changelog``) as signed rows;
-    ``rows``: on the row-based operator (source version 3)."""
+    ``rows``: on the row-based operator (source version 3); ``buckets``: on the row-based
+    operator with the state kept per bucket of table keys, that many (source version 4)."""
     from gates.source import DELETED_COLUMN, OFFSET_COLUMN
 
     F = b.F
-    packed = df.select(_pack(b, list(key_columns)).alias(KEY), _pack(b, names).alias(ROW),
+    key = _pack(b, list(key_columns))
+    if buckets is not None:
+        # the bucket's number as text: the state key stays a string, as every changelog
+        # operator's is; xxhash64 is Spark's, seeded alike on every executor and release
+        packed = df.select(
+            F.pmod(F.xxhash64(key), F.lit(buckets)).cast("string").alias(KEY),
+            key.alias(TABLE_KEY), _pack(b, names).alias(ROW), F.col(DELETED_COLUMN),
+            F.col(OFFSET_COLUMN))
+        out = _stateful(packed, _normalise_bucket,
+                        (TABLE_KEY, OFFSET_COLUMN, DELETED_COLUMN, ROW), BUCKET_STATE,
+                        state_name, True)
+        return unpack(b, out, columns, names)
+    packed = df.select(key.alias(KEY), _pack(b, names).alias(ROW),
                        F.col(DELETED_COLUMN), F.col(OFFSET_COLUMN))
     out = _stateful(packed, _normalise_group, (OFFSET_COLUMN, DELETED_COLUMN, ROW),
                     "row string", state_name, rows)
@@ -194,6 +215,43 @@ def _normalise_group(key: tuple, changes: Iterable[tuple], state: Any
         state.update((cur,))
     else:
         state.remove()
+    return out
+
+
+def _normalise_bucket(key: tuple, changes: Iterable[tuple], state: Any
+                      ) -> list[tuple[str, int]]:
+    """``changes`` as (table key, offset, deleted, row) of one bucket's keys; the state one
+    JSON object of the bucket's current rows by table key (source version 4).  Per table
+    key, what ``_normalise_group`` does; the keys' outputs in the order of their last
+    changes' offsets (the table key breaking ties), whatever order Spark hands them in."""
+    last: dict[str, tuple] = {}
+    for c in changes:
+        seen = last.get(c[0])
+        if seen is None or c[1] > seen[1]:  # a key's last change in the order written
+            last[c[0]] = c
+    if not last:
+        return []
+    v = state.value()
+    current: dict[str, str] = json.loads(v[0]) if v is not None else {}
+    out = []
+    for tk, _off, deleted, row in sorted(last.values(), key=itemgetter(1, 0)):
+        old = current.get(tk)
+        cur = None if deleted else row
+        if cur == old:
+            continue
+        if old is not None:
+            out.append((old, -1))
+        if cur is not None:
+            out.append((cur, 1))
+            current[tk] = cur
+        else:
+            del current[tk]
+    if out:
+        # the whole bucket is written back: what makes a large bucket dear for few changes
+        if current:
+            state.update((_dumps(current),))
+        else:
+            state.remove()
     return out
 
 

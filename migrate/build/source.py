@@ -8,7 +8,7 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Source
-from compat.steps.source import CHANGELOG, ROWS_VERSION, table_read
+from compat.steps.source import CHANGELOG, ROWS_VERSION, state_buckets, table_read
 from migrate.build import changelog
 from migrate.build.core import SOURCE_FORMAT, Builder, build_step, ddl
 
@@ -65,7 +65,8 @@ def _build(node: Source, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
         opts["schema"] += f", {DELETED_COLUMN} BOOLEAN, {OFFSET_COLUMN} BIGINT"
         df = b.spark.readStream.format(SOURCE_FORMAT).options(**opts).load()
         return changelog.normalise(b, df, node.key_columns, info.names, info.columns,
-                                   b.state_name(node.id), node.version >= ROWS_VERSION)
+                                   b.state_name(node.id), node.version >= ROWS_VERSION,
+                                   buckets=state_buckets(node))
     if node.role == "table":
         # A table is read in full (latest value per key) at every micro-batch: Spark
         # re-plans the static side of a stream-static join each time.

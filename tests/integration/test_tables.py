@@ -11,8 +11,10 @@ record per key, a tombstone deleting it) and must equal it.
 The aggregate and the left joins run twice: on the old step versions' operators
 (``transformWithStateInPandas``) and on the new ones' (source 3, aggregate 2, join 2:
 PySpark's row-based ``transformWithState``, a left join's null-key rows padded by the join
-operator), under the same oracle.  Some orders have a null user_id: a foreign-key left join
-pads them, an inner one drops them.
+operator), under the same oracle; the aggregate and the users-profiles left join a third
+time with the tables' normalisation keeping its state per bucket of keys (source 4).
+Some orders have a null user_id: a foreign-key left join pads them, an inner one drops
+them.
 
 All plans share one Spark session and the same input topics; each query runs with
 ``availableNow`` through ``Builder.start`` (the gated source and the exactly-once sink).
@@ -57,6 +59,23 @@ def _rows(doc: dict) -> dict:
     doc["query"] += "_rows"
     for n in doc["nodes"]:
         n["version"] = ROWS.get(n["step"], n["version"])
+    return doc
+
+
+#: the step versions with the normalisation's state per bucket of table keys: few buckets,
+#: so that each holds hundreds of keys and a batch changes many keys of one bucket
+BUCKETS = {"source": 4, "aggregate": 2, "join": 2}
+STATE_BUCKETS = 4
+
+
+def _buckets(doc: dict) -> dict:
+    """The same plan on the bucketed normalisation (another query and checkpoint)."""
+    doc = json.loads(json.dumps(doc))
+    doc["query"] += "_buckets"
+    for n in doc["nodes"]:
+        n["version"] = BUCKETS.get(n["step"], n["version"])
+        if n["step"] == "source":
+            n["state_buckets"] = STATE_BUCKETS
     return doc
 
 
@@ -266,6 +285,9 @@ def _cases(topics):
     for name in ROW_CASES:
         doc, key, fn = cases[name.removesuffix("_rows")]
         cases[name] = (_rows(doc), key, fn)
+    for name in BUCKET_CASES:
+        doc, key, fn = cases[name.removesuffix("_buckets")]
+        cases[name] = (_buckets(doc), key, fn)
     return cases
 
 
@@ -315,8 +337,11 @@ def _same(got: dict, want: dict) -> None:
 
 #: the same queries on the new step versions
 ROW_CASES = ["aggregate_rows", "left_join_rows", "fk_left_join_rows"]
+#: on the bucketed normalisation (source 4): the aggregate, and a left join whose both
+#: sides are normalised so (they fill the last group of three side by side: cheap)
+BUCKET_CASES = ["aggregate_buckets", "left_join_buckets"]
 CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join",
-         "fk_left_join", *ROW_CASES]
+         "fk_left_join", *ROW_CASES, *BUCKET_CASES]
 
 
 @pytest.fixture(scope="module")
