@@ -55,35 +55,11 @@ TABLE_KEY = "_theseus_tk"
 
 
 def normalise_bucket(key: tuple, changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
-    """``changes`` as (table key, offset, deleted, row) of one bucket's keys; the state one
-    JSON object of the bucket's current rows by table key.  Per key, what source version 3's
-    ``_normalise_group`` does."""
-    v = state.value()
-    rows: dict[str, str] = json.loads(v[0]) if v is not None else {}
-    last: dict[str, tuple] = {}
-    for c in changes:
-        seen = last.get(c[0])
-        if seen is None or c[1] > seen[1]:  # a key's last change in the order written
-            last[c[0]] = c
-    out = []
-    for tk, (_tk, _off, deleted, row) in last.items():
-        old = rows.get(tk)
-        cur = None if deleted else row
-        if cur == old:
-            continue
-        if old is not None:
-            out.append((old, -1))
-        if cur is not None:
-            out.append((cur, 1))
-            rows[tk] = cur
-        else:
-            del rows[tk]
-    if out:
-        if rows:
-            state.update((json.dumps(rows, separators=(",", ":")),))
-        else:
-            state.remove()
-    return out
+    """The experiment's processor is source version 4's now: one bucket's changes as
+    (table key, offset, deleted, row), its state one JSON object of the bucket's rows."""
+    from migrate.build.changelog import _normalise_bucket
+
+    return _normalise_bucket(key, changes, state)
 
 
 def normalise_buckets(b: Any, df: Any, key_columns: tuple[str, ...], names: tuple[str, ...],

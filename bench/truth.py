@@ -206,20 +206,14 @@ def markdown(rows: list[dict], note: str) -> str:
     out += ["", "Rows per commit and code id (bench/truth.py `code_id`: the trees of "
             f"{', '.join(CODE)}): " + "; ".join(f"{c} (code {k}): {n}" for (c, k), n in
                                               sorted(codes.items()))]
-    kept = [r for r in rows if r["ran"] and r["conservative"]]
-    if kept:
-        out += ["", "## Conservative verdicts", "",
-                "A `migrate` or `unsupported` verdict where Spark restarts and keeps the "
-                "promise of an in-place restart (README: which could be relaxed).", ""]
-        out += [f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
-                f"{', '.join(r['findings']) or 'none'}" for r in kept]
-    empty = [r for r in rows if r["ran"] and r["vacuous"]]
-    if empty:
-        out += ["", "## Vacuous proofs", "",
-                "Spark restarts, but no row was compared (`prove` exits 8): these proofs say "
-                "nothing of the verdict, neither agreement nor a conservative verdict.", ""]
-        out += [f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
-                f"{', '.join(r['findings']) or 'none'}" for r in empty]
+    out += _listed("Conservative verdicts",
+                   "A `migrate` or `unsupported` verdict where Spark restarts and keeps the "
+                   "promise of an in-place restart (README: which could be relaxed).",
+                   [r for r in rows if r["ran"] and r["conservative"]])
+    out += _listed("Vacuous proofs",
+                   "Spark restarts, but no row was compared (`prove` exits 8): these proofs "
+                   "say nothing of the verdict, neither agreement nor a conservative verdict.",
+                   [r for r in rows if r["ran"] and r["vacuous"]])
     wrong = [r for r in rows if r["ran"] and not r["agrees"] and not r["conservative"]
              and not (r["vacuous"] and r["prediction_agrees"] is not False)]
     if wrong:
@@ -233,6 +227,15 @@ def markdown(rows: list[dict], note: str) -> str:
             for d in r["differences"][:3]:
                 out.append(f"  - {d}")
     return "\n".join(out) + "\n"
+
+
+def _listed(title: str, intro: str, rows: list[dict]) -> list[str]:
+    """A section of truth.md listing ``rows`` with verdict and findings (none if empty)."""
+    if not rows:
+        return []
+    return ["", f"## {title}", "", intro, ""] + [
+        f"- {r['pair']} ({r['runtime']}): {r['verdict']}; findings "
+        f"{', '.join(r['findings']) or 'none'}" for r in rows]
 
 
 def load(path: Path) -> list[dict]:
