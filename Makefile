@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 # at a time: they share one broker and their Spark drivers already load both cores.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --ignore=tests/integration --durations=10
-	$(PY) -m pytest -q --durations=20 tests/integration
+	$(PY) -m pytest -q --durations=0 --durations-min=15 tests/integration
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py
