@@ -19,8 +19,10 @@ of the step's *state descriptor*:
   and their types (the state keeps the running values by position: a changed argument
   would retract rows with other values than it added);
 * ``join`` (a table-table join): the canonical key expressions of each side and their
-  types.  Not the join type: the state is both sides' current rows whatever the type, and
-  the output before and after each change is computed from it with the new type.
+  types; from join version 3, the bucket count (the state key is a bucket's number, its
+  value the bucket's join keys' rows).  Not the join type: the state is both sides'
+  current rows whatever the type, and the output before and after each change is
+  computed from it with the new type.
 
 Aggregate and column names that only name outputs are left out (renaming an output keeps
 the state).  Integer types are one kind here: their JSON is the same, so widening
@@ -54,6 +56,7 @@ from compat import types as T
 from compat.infer import scope
 from compat.model import Node, Plan
 from compat.steps import Aggregate, Join, Source
+from compat.steps.join import state_buckets as join_buckets
 from compat.steps.source import state_buckets
 
 #: the one state variable's name before state names said what the state means
@@ -118,10 +121,16 @@ def _aggregate(node: Aggregate, plan: Plan) -> dict[str, Any] | None:
 @descriptor.register
 def _join(node: Join, plan: Plan) -> dict[str, Any] | None:
     lid, rid = node.inputs
-    return {"step": "join",
-            "left_keys": [[E.canonical(k), _expr_type(k, plan, lid)] for k in node.left_keys],
-            "right_keys": [[E.canonical(k), _expr_type(k, plan, rid)]
-                           for k in node.right_keys]}
+    desc: dict[str, Any] = {
+        "step": "join",
+        "left_keys": [[E.canonical(k), _expr_type(k, plan, lid)] for k in node.left_keys],
+        "right_keys": [[E.canonical(k), _expr_type(k, plan, rid)] for k in node.right_keys]}
+    buckets = join_buckets(node, plan)
+    if buckets is not None:
+        # join version 3: a value per bucket of join keys, the bucket a number modulo the
+        # count; versions 1 and 2 keep the descriptor (and so the name) they always had
+        desc["buckets"] = buckets
+    return desc
 
 
 def digest(desc: dict[str, Any]) -> str:
@@ -152,8 +161,9 @@ def describe(plan: Plan, node_id: str) -> str:
         win = f"window {d['window'][0]} {d['window'][2]}; " if d["window"] else ""
         return f"{win}group by ({keys}); {aggs}"
     if d.get("step") == "join":
-        return "join keys (" + ", ".join(f"{a[0]} = {b[0]}" for a, b in
+        keys = "join keys (" + ", ".join(f"{a[0]} = {b[0]}" for a, b in
                                          zip(d["left_keys"], d["right_keys"])) + ")"
+        return keys + (f" in {d['buckets']} buckets" if "buckets" in d else "")
     return node.step
 
 

@@ -152,7 +152,7 @@ def test_version_names_the_plan_format_and_step_versions():
     first, second = r.output.splitlines()
     assert first.startswith("theseus ")
     assert second.startswith("plan format: reads and writes theseus.plan/1 (step versions: ")
-    assert "source 1-4" in second and "aggregate 1-2" in second and "join 1-2" in second
+    assert "source 1-4" in second and "aggregate 1-2" in second and "join 1-3" in second
     assert "every other step 1" in second
 
 

@@ -212,4 +212,4 @@ def test_every_known_version_loads():
         assert cls.max_version >= 1, name
     assert (STEPS["source"].max_version, STEPS["sink"].max_version,
             STEPS["recursive"].max_version, STEPS["aggregate"].max_version,
-            STEPS["join"].max_version) == (4, 2, 2, 2, 2)
+            STEPS["join"].max_version) == (4, 2, 2, 2, 3)

@@ -18,6 +18,16 @@ Versions of a table-table join (old versions stay buildable and keep their meani
    normalised once: other operators, which Spark refuses on a version 1 checkpoint, so a
    query moves from version 1 by a migration.  Refused for other joins, where it would
    mean what 1 means.
+3. the operator keeps its state per *bucket* of join keys (``state_buckets``, default
+   :data:`~compat.steps.source.DEFAULT_BUCKETS`; a join key's bucket is
+   ``pmod(xxhash64(key), state_buckets)``), one value of the bucket's join keys' rows of
+   both sides, instead of one value per join key, as source version 4 does for the
+   normalisation: PySpark 4.3's state API costs a synchronous round trip per key and
+   call, so a batch pays per bucket it touches instead of per join key.  The output is
+   version 2's.  The price: a batch rewrites every bucket it touches in full.  The count
+   is part of the state's layout: changing it, or moving between versions 2 and 3, is a
+   migration (``join-state-layout-changed``).  Refused for other joins, as 2 is;
+   ``state_buckets`` is refused below version 3.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ from compat.pushdown import Conjunct, PushGraph, Targets, push_through
 from compat.pyspark_text import Code, Refusal, bare, export_step, ident, py, var
 from compat.rules import RuleContext, canon, canon_list, compare
 from compat.signing import NodeSig, by_name, canon_expr, digest, sign_step, token
+from compat.steps.source import DEFAULT_BUCKETS, MAX_BUCKETS
 
 JOIN_TYPES = ("inner", "left", "right", "full", "left_semi", "left_anti")
 #: the sides (0 left, 1 right) into which Spark moves a condition on one side's columns:
@@ -66,6 +77,8 @@ _CONDITION_SIDES = {"inner": (0, 1), "left": (1,), "right": (0,), "full": (),
 TABLE_TABLE_TYPES = ("inner", "left")
 #: the first version whose table-table operator is the row-based ``transformWithState``
 ROWS_VERSION = 2
+#: the first version whose table-table operator keeps its state per bucket of join keys
+BUCKETS_VERSION = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,9 +93,13 @@ class Join(Node):
     right_keys: tuple[str, ...] = prop(items=EXPR)
     condition: str | None = prop(None, schema=EXPR, qualified=True)
     time_bound: str | None = prop(None, schema=EXPR, qualified=True)
+    state_buckets: int | None = prop(None, schema={"type": "integer", "minimum": 1,
+                                                   "maximum": MAX_BUCKETS},
+                                     doc="how many buckets of join keys a table-table "
+                                     "join keeps its state in (join version 3; default 64)")
     step: ClassVar[str] = "join"
     klass: ClassVar[str] = ENFORCING
-    max_version: ClassVar[int] = 2
+    max_version: ClassVar[int] = 3
     min_inputs: ClassVar[int] = 2
     max_inputs: ClassVar[int | None] = 2
 
@@ -100,7 +117,32 @@ register_codes({
     "join-condition-changed": ("migrate", "error", "data_selection", MIGRATE),
     "join-state-schema-changed": ("migrate", "error", "schema_evolution", MIGRATE),
     "join-statefulness-changed": ("migrate", "error", "topology", MIGRATE),
+    "join-state-layout-changed": ("migrate", "error", "scaling",
+                                  "Spark would read the old layout's state as the new "
+                                  "one's (a bucket's value as a join key's, or another "
+                                  "count's buckets): migrate, so the new join rebuilds its "
+                                  "state from its inputs."),
 })
+
+
+def state_buckets(node: Join, plan: Plan) -> int | None:
+    """How many buckets of join keys the table-table join ``node`` keeps its state in
+    (join version 3), or None: one state value per join key (versions 1 and 2), or no
+    table-table join."""
+    if node.version < BUCKETS_VERSION or not plan.info[node.id].changelog:
+        return None
+    return _buckets(node)
+
+
+def _buckets(node: Join) -> int:
+    return node.state_buckets if node.state_buckets is not None else DEFAULT_BUCKETS
+
+
+def layout(node: Join, plan: Plan) -> str:
+    """The table-table join's state layout in words, for findings."""
+    b = state_buckets(node, plan)
+    return "one value per join key" if b is None else \
+        f"one value per bucket of join keys ({b} buckets)"
 
 
 #: stream-stream join types whose state Spark keeps alike (join state format 2): every row
@@ -195,8 +237,19 @@ def _infer(node: Join, ctx: InferContext, ins: list[NodeInfo]) -> NodeInfo:
                       f"{what}", expected="both inputs tables read as changelogs, or the "
                       "table read as a snapshot (read: snapshot) in a stream-table join",
                       found=what)
+    if node.state_buckets is not None and node.version < BUCKETS_VERSION:
+        raise ctx.err(node, "state_buckets", "'state_buckets' is a field of join version "
+                      f"{BUCKETS_VERSION} (a table-table join's state kept per bucket of "
+                      "join keys)", expected=f"version {BUCKETS_VERSION}, or no "
+                      f"'state_buckets' (version {node.version} keeps one state value per "
+                      "join key)", found=f"version {node.version}")
+    if node.state_buckets is not None and not table_table:
+        raise ctx.err(node, "state_buckets", "'state_buckets' says how a table-table join "
+                      "keeps its state; this join keeps none of its own operator",
+                      expected="both inputs tables read as changelogs, or no "
+                      "'state_buckets'", found="a join with a stream")
     if node.version >= ROWS_VERSION and not table_table:
-        raise ctx.err(node, "version", f"join version {ROWS_VERSION} differs from 1 only "
+        raise ctx.err(node, "version", f"join version {node.version} differs from 1 only "
                       "for a table-table join (its operator)",
                       expected="version 1 for a join with a stream",
                       found=f"version {node.version}")
@@ -503,6 +556,14 @@ def _compare(old: Join, new: Join, ctx: RuleContext) -> list[Finding]:
                      "condition", **soft))
     if n_state:
         out += _state_findings(old, new, ctx)
+    if ctx.oi(old).changelog and ctx.ni(new).changelog and \
+            state_buckets(old, ctx.old) != state_buckets(new, ctx.new):
+        # versions 2 and 3 key their state by text (a join key's JSON, a bucket's number),
+        # so Spark's schema check would not stop a restart reading one layout as the other
+        out.append(f("join-state-layout-changed", f"join '{new.id}' keeps its state as "
+                     f"{layout(new, ctx.new)} instead of {layout(old, ctx.old)}", old, new,
+                     "state_buckets" if new.state_buckets is not None and
+                     old.version == new.version else "version"))
     return out
 
 
@@ -536,7 +597,10 @@ def _sign(node: Join, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
                         for lk, rk in zip(node.left_keys, node.right_keys)))
     cond = canon_expr(node.condition, qualified) if node.condition else None
     bound = canon_expr(node.time_bound, qualified) if node.time_bound else None
-    sig = digest("join", node.version, node.type, left.sig, right.sig, keys, cond, bound)
+    sig = digest("join", node.version, node.type, left.sig, right.sig, keys, cond, bound,
+                 # a version 3 table-table join's state layout (its bucket count)
+                 # (version 3 is a table-table join's only: its count, written or not)
+                 *((_buckets(node),) if node.version >= BUCKETS_VERSION else ()))
     lnames = plan.info[node.inputs[0]].names if plan.info else tuple(left.columns)
     rnames = plan.info[node.inputs[1]].names if plan.info else tuple(right.columns)
     cols = {}
