@@ -27,7 +27,10 @@ carried as JSON text too (``from_json`` with the node's inferred schema reads th
 * **join** (inner or left, equal keys; a foreign-key join is one): per join key the current
   rows of each side as counted multisets; the output for the key before and after the
   batch's changes is compared and the difference emitted.  Rows with a null key match
-  nothing and keep no state (a left row with one passes, padded with nulls).
+  nothing and keep no state (a left row with one passes, padded with nulls).  From join
+  version 3 the state is kept per bucket of join keys (one JSON object of the bucket's
+  join keys' rows, the operator keyed by the bucket's number): the same output, with one
+  state round trip per bucket and batch instead of per join key.
 
 Why ``transformWithStateInPandas``: a table aggregate or join chains two stateful operators
 (the normalisation, then the aggregate or join), and Spark refuses a second
@@ -64,6 +67,12 @@ TABLE_KEY = "_theseus_tk"
 #: a bucketed normalisation's state: the bucket's rows by table key.  Its field is not
 #: version 3's ``row``, so that a checkpoint's value schema tells the layouts apart too.
 BUCKET_STATE = "rows string"
+#: a bucketed join's join key (join version 3; ``KEY`` is then the bucket)
+JOIN_KEY = "_theseus_jk"
+#: a bucketed join's state: the bucket's join keys' rows of both sides.  Its one field is
+#: not version 2's ``l`` and ``r``, so that a checkpoint's value schema tells the layouts
+#: apart too.
+JOIN_BUCKET_STATE = "keys string"
 #: how a stateful changelog operator's output is typed before ``from_json``
 OUT_SCHEMA = f"{ROW} string, {SIGN} bigint"
 
@@ -448,11 +457,15 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
          right_keys: tuple[str, ...], how: str, out: list[tuple[str, str, str]],
          left_names: tuple[str, ...], right_names: tuple[str, ...],
          columns: tuple[tuple[str, str], ...], names: tuple[str, ...], state_name: str,
-         rows: bool = False) -> Any:
+         rows: bool = False, buckets: int | None = None) -> Any:
     """An inner or left join of two changelogs on equal keys; ``out`` is
     ``compat.steps.join.join_output``'s (output name, side, input column).  ``rows``: on
-    the row-based operator, a left row with a null key padded by it (join version 2)."""
+    the row-based operator, a left row with a null key padded by it (join version 2);
+    ``buckets``: so, with the state kept per bucket of join keys, that many (join version
+    3)."""
     F = b.F
+    if buckets is not None:
+        rows = True
 
     def null_key(keys: tuple[str, ...]) -> Any:
         out = None
@@ -465,19 +478,35 @@ def join(b: Any, left: Any, right: Any, left_keys: tuple[str, ...],
              pad: bool) -> Any:
         kcols = [F.expr(e).alias(f"k{i}") for i, e in enumerate(keys)]
         key = F.to_json(F.struct(*kcols), JSON_OPTIONS)
+        group = key
+        if buckets is not None:
+            # the bucket's number as text: the state key stays a string, as every changelog
+            # operator's is; xxhash64 is Spark's, seeded alike on every executor and release
+            group = F.pmod(F.xxhash64(key), F.lit(buckets)).cast("string")
         if pad:
             # one group for the null key, which the operator pads without state
-            key = F.when(null_key(keys), F.lit(NULL_KEY)).otherwise(key)
+            isnull = null_key(keys)
+            key = F.when(isnull, F.lit(NULL_KEY)).otherwise(key)
+            group = F.when(isnull, F.lit(NULL_KEY)).otherwise(group)
         else:
             # SQL equality: a row with a null key matches nothing, so it never enters state
             df = df.where(~null_key(keys))
-        return df.select(key.alias(KEY), F.lit(tag).alias(SIDE), _pack(b, cols).alias(ROW),
-                         F.col(SIGN))
+        carried = [key.alias(JOIN_KEY)] if buckets is not None else []
+        return df.select(group.alias(KEY), *carried, F.lit(tag).alias(SIDE),
+                         _pack(b, cols).alias(ROW), F.col(SIGN))
 
     pad = rows and how == "left"
     both = side(left, left_keys, left_names, 0, pad).unionByName(
         side(right, right_keys, right_names, 1, False))
     spec = (how, out)
+
+    if buckets is not None:
+        def by_bucket(key: tuple, changes: Iterable[tuple], state: Any
+                      ) -> list[tuple[str, int]]:
+            return _join_bucket(spec, key, changes, state)
+
+        return unpack(b, _stateful(both, by_bucket, (JOIN_KEY, SIDE, ROW, SIGN),
+                                   JOIN_BUCKET_STATE, state_name, True), columns, names)
 
     def fn(key: tuple, changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
         return _join_group(spec, key, changes, state)
@@ -523,16 +552,33 @@ def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
     """``changes`` as (side, row, sign)."""
     (key_json,) = key
     if key_json == NULL_KEY:
-        # a left join's left rows with a null key (version 2): each passes padded, with
-        # its sign, as it would unmatched; they match nothing, so they keep no state
-        return [(_dumps(_padded(spec[1], json.loads(row))), sign)
-                for _side, row, sign in changes]
+        return _null_keyed(spec, changes)
     v = state.value()
     if v is not None:
         ls, rs = v
         lrows, rrows = Counter(json.loads(ls)), Counter(json.loads(rs))
     else:
         lrows, rrows = Counter(), Counter()
+    diff = _join_changes(spec, lrows, rrows, changes)
+    if lrows or rrows:
+        state.update((_dumps(dict(lrows)), _dumps(dict(rrows))))
+    else:
+        state.remove()
+    return diff
+
+
+def _null_keyed(spec: tuple[str, list[tuple[str, str, str]]], changes: Iterable[tuple]
+                ) -> list[tuple[str, int]]:
+    """A left join's left rows with a null key (join versions 2 and 3), as (side, row,
+    sign): each passes padded, with its sign, as it would unmatched; they match nothing,
+    so they keep no state."""
+    return [(_dumps(_padded(spec[1], json.loads(row))), sign) for _side, row, sign in changes]
+
+
+def _join_changes(spec: tuple[str, list[tuple[str, str, str]]], lrows: Counter,
+                  rrows: Counter, changes: Iterable[tuple]) -> list[tuple[str, int]]:
+    """One join key's rows of each side (``lrows``, ``rrows``, changed in place) after
+    ``changes`` as (side, row, sign); the joined rows' difference, added rows first."""
     before = _joined(spec, lrows, rrows)
     for side, row, sign in changes:
         rows = lrows if side == 0 else rrows
@@ -540,10 +586,44 @@ def _join_group(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
         if rows[row] == 0:
             del rows[row]
     after = _joined(spec, lrows, rrows)
-    if lrows or rrows:
-        state.update((_dumps(dict(lrows)), _dumps(dict(rrows))))
-    else:
-        state.remove()
     diff = [(r, 1) for r, c in (after - before).items() for _ in range(c)]
     diff += [(r, -1) for r, c in (before - after).items() for _ in range(c)]
     return diff
+
+
+def _join_bucket(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
+                 changes: Iterable[tuple], state: Any) -> list[tuple[str, int]]:
+    """``changes`` as (join key, side, row, sign) of one bucket's join keys; the state one
+    JSON object of the bucket's join keys' rows, ``{join key: [left rows, right rows]}``,
+    each side's rows a JSON object of row text to count (join version 3).  Per join key,
+    what ``_join_group`` does, its outputs in the order of the join keys' texts; a left
+    join's left rows with a null key (their own group, :data:`NULL_KEY`) pass padded
+    without touching the state.  The bucket is read once and written once."""
+    groups: dict[str, list[tuple]] = {}
+    for jk, side, row, sign in changes:
+        groups.setdefault(jk, []).append((side, row, sign))
+    out: list[tuple[str, int]] = []
+    keyed = any(jk != NULL_KEY for jk in groups)
+    current: dict[str, list[dict[str, int]]] = {}
+    if keyed:
+        v = state.value()
+        if v is not None:
+            current = json.loads(v[0])
+    for jk in sorted(groups):
+        if jk == NULL_KEY:
+            out += _null_keyed(spec, groups[jk])
+            continue
+        ls, rs = current.get(jk, ({}, {}))
+        lrows, rrows = Counter(ls), Counter(rs)
+        out += _join_changes(spec, lrows, rrows, groups[jk])
+        if lrows or rrows:
+            current[jk] = [dict(lrows), dict(rrows)]
+        else:
+            current.pop(jk, None)
+    if keyed:
+        # the whole bucket is written back: what makes a large bucket dear for few changes
+        if current:
+            state.update((_dumps(current),))
+        else:
+            state.remove()
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from compat.infer import NodeInfo
 from compat.steps import Join
-from compat.steps.join import ROWS_VERSION, join_output, paired_keys
+from compat.steps.join import ROWS_VERSION, join_output, paired_keys, state_buckets
 from migrate.build import changelog
 from migrate.build.core import Builder, build_step, q
 
@@ -25,7 +25,8 @@ def _build(node: Join, b: Builder, ins: list[Any], info: NodeInfo) -> Any:
         return changelog.join(b, left, right, node.left_keys, node.right_keys, node.type,
                               join_output(node, linfo.names, rinfo.names), linfo.names,
                               rinfo.names, info.columns, info.names,
-                              b.state_name(node.id), node.version >= ROWS_VERSION)
+                              b.state_name(node.id), node.version >= ROWS_VERSION,
+                              buckets=state_buckets(node, b.plan))
     # Keys may be expressions: compute them on each side, then join on the results.
     lk = [f"__theseus_lk{i}" for i in range(len(node.left_keys))]
     rk = [f"__theseus_rk{i}" for i in range(len(node.right_keys))]
