@@ -1,8 +1,10 @@
 """Benchmark: tables read as changelogs — a table aggregation and a table-table (left) join —
 on the old step versions' operators (source 2, aggregate 1, join 1:
 ``transformWithStateInPandas``), the new ones' (source 3, aggregate 2, join 2: PySpark's
-row-based ``transformWithState``) and the bucketed normalisation's (source 4: its state per
-bucket of table keys, ``BENCH_BUCKETS`` of them, else the plan format's default), against
+row-based ``transformWithState``), the bucketed normalisation's (source 4: its state per
+bucket of table keys, ``BENCH_BUCKETS`` of them, else the plan format's default) and, for the
+join, the bucketed join's too (``table_table_join.join_buckets``: sources 4 and join 3, its
+state per bucket of join keys, as many), against
 issue 31's baseline: **Spark's own update-mode
 aggregation over the same change records read as a plain stream** (a stream source on the
 same topic, ``groupBy(region).agg(...)``, an update-mode sink), through the same gated
@@ -47,17 +49,21 @@ WARMUP = os.environ.get("BENCH_WARMUP", "1") != "0"
 REGIONS = [f"r{i}" for i in range(50)]
 #: the targets of issue 31 (ratios to the baseline; keys per second of the initial load)
 TARGETS = {"table_aggregate": 0.5, "table_table_join": 0.3, "initial_load_keys_per_s": 20000}
-#: the step versions of the changelog operators: old (pandas), rows (row-based) and
-#: buckets (row-based, the normalisation's state per bucket of keys)
+#: the step versions of the changelog operators: old (pandas), rows (row-based),
+#: buckets (row-based, the normalisation's state per bucket of keys) and join_buckets (the
+#: join's state per bucket of join keys too; the join query's alone)
 VERSIONS = {"old": {"source": 2, "aggregate": 1, "join": 1},
             "rows": {"source": 3, "aggregate": 2, "join": 2},
-            "buckets": {"source": 4, "aggregate": 2, "join": 2}}
-#: the bucketed sources' ``state_buckets`` (none: the plan format's default)
+            "buckets": {"source": 4, "aggregate": 2, "join": 2},
+            "join_buckets": {"source": 4, "aggregate": 2, "join": 3}}
+#: the versions each changelog query runs on
+QUERY_VERSIONS = {"table_aggregate": ("old", "rows", "buckets"),
+                  "table_table_join": ("old", "rows", "buckets", "join_buckets")}
+#: the bucketed sources' and join's ``state_buckets`` (none: the plan format's default)
 BUCKETS = int(os.environ["BENCH_BUCKETS"]) if os.environ.get("BENCH_BUCKETS") else None
 BASELINE = "baseline_stream_aggregate"
 #: every query of a run: the baseline, then each changelog query per versions
-NAMES = [BASELINE] + [f"{q}.{v}" for q in ("table_aggregate", "table_table_join")
-                      for v in VERSIONS]
+NAMES = [BASELINE] + [f"{q}.{v}" for q, vs in QUERY_VERSIONS.items() for v in vs]
 
 
 def selected(text: str | None) -> list[str]:
@@ -148,16 +154,18 @@ def plans(topics: dict[str, str], out: dict[str, str]) -> dict[str, dict]:
         "a", ["region"])}
     for tag, v in VERSIONS.items():
         users = source("users", topics["users"], USER, "table", v["source"], ["user_id"])
-        docs[f"table_aggregate.{tag}"] = plan(f"table_aggregate.{tag}", [users, {
-            "id": "a", "step": "aggregate", "version": v["aggregate"], "inputs": ["users"],
-            "group_by": [{"name": "region", "expr": "region"}], "aggregates": aggs}],
-            "a", ["region"])
+        if tag in QUERY_VERSIONS["table_aggregate"]:
+            docs[f"table_aggregate.{tag}"] = plan(f"table_aggregate.{tag}", [users, {
+                "id": "a", "step": "aggregate", "version": v["aggregate"],
+                "inputs": ["users"], "group_by": [{"name": "region", "expr": "region"}],
+                "aggregates": aggs}], "a", ["region"])
+        join = {"id": "j", "step": "join", "version": v["join"], "inputs": ["users", "profiles"],
+                "type": "left", "left_keys": ["user_id"], "right_keys": ["user_id"]}
+        if v["join"] >= 3 and BUCKETS is not None:
+            join["state_buckets"] = BUCKETS
         docs[f"table_table_join.{tag}"] = plan(f"table_table_join.{tag}", [
             users, source("profiles", topics["profiles"], PROFILE, "table", v["source"],
-                          ["user_id"]),
-            {"id": "j", "step": "join", "version": v["join"], "inputs": ["users", "profiles"],
-             "type": "left", "left_keys": ["user_id"], "right_keys": ["user_id"]}],
-            "j", ["user_id"])
+                          ["user_id"]), join], "j", ["user_id"])
     for d in docs.values():
         d["query"] = d["query"].replace(".", "_")
     return {n: d for n, d in docs.items() if n in out}
@@ -246,7 +254,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="theseus-bench-tables-"))
     result: dict = {**started, "keys": KEYS, "updates": UPDATES, "batch_offsets": BATCH,
                     "spark": spark.version, "versions": VERSIONS, "queries": {}}
-    if any(n.endswith(".buckets") for n in names):
+    if any(n.endswith("buckets") for n in names):  # .buckets, .join_buckets
         from compat.steps.source import DEFAULT_BUCKETS
 
         result["state_buckets"] = BUCKETS or DEFAULT_BUCKETS

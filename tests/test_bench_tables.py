@@ -17,6 +17,15 @@ def test_queries_default_to_all_and_keep_the_baseline_first():
         tables.BASELINE, "table_aggregate.rows", "table_table_join.rows"]
 
 
+def test_the_bucketed_join_is_a_join_query_only():
+    assert tables.NAMES[-2:] == ["table_table_join.buckets", "table_table_join.join_buckets"]
+    assert "table_aggregate.join_buckets" not in tables.NAMES
+    assert tables.selected("table_table_join.join_buckets") == [
+        tables.BASELINE, "table_table_join.join_buckets"]
+    with pytest.raises(SystemExit, match="unknown table_aggregate.join_buckets"):
+        tables.selected("table_aggregate.join_buckets")
+
+
 def test_unknown_query_is_refused_with_the_known_ones():
     with pytest.raises(SystemExit, match="unknown table_agg.*table_aggregate.rows"):
         tables.selected("table_agg,table_aggregate.rows")
@@ -100,16 +109,23 @@ def test_bucketed_normalisation_emits_what_the_per_key_one_does():
 def test_the_bucketed_queries_are_valid_version_4_plans(monkeypatch):
     from compat.infer import analyze
     from compat.serde import from_doc
+    from compat.steps.join import state_buckets as join_buckets
     from compat.steps.source import state_buckets
 
     topics = {"users": "u", "profiles": "p"}
     for buckets, want in ((None, 64), (16, 16)):
         monkeypatch.setattr(tables, "BUCKETS", buckets)
-        names = ["table_aggregate.buckets", "table_table_join.buckets"]
+        names = ["table_aggregate.buckets", "table_table_join.buckets",
+                 "table_table_join.join_buckets"]
         docs = tables.plans(topics, {n: "out" for n in names})
         assert sorted(docs) == sorted(names)
-        for doc in docs.values():
+        for name, doc in docs.items():
             plan = from_doc(doc)
             analyze(plan)
             srcs = [n for n in plan.nodes.values() if n.step == "source"]
             assert srcs and {(n.version, state_buckets(n)) for n in srcs} == {(4, want)}
+            joins = [n for n in plan.nodes.values() if n.step == "join"]
+            # join version 3 (its state per bucket of join keys) in join_buckets alone
+            assert [(n.version, join_buckets(n, plan)) for n in joins] == (
+                [(3, want)] if name.endswith("join_buckets") else
+                [(2, None)] if name.startswith("table_table_join") else [])
