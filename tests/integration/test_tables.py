@@ -12,7 +12,8 @@ The aggregate and the left joins run twice: on the old step versions' operators
 (``transformWithStateInPandas``) and on the new ones' (source 3, aggregate 2, join 2:
 PySpark's row-based ``transformWithState``, a left join's null-key rows padded by the join
 operator), under the same oracle; the aggregate and the users-profiles left join a third
-time with the tables' normalisation keeping its state per bucket of keys (source 4).
+time with the tables' normalisation keeping its state per bucket of keys (source 4), the
+join keeping its own per bucket of join keys too (join 3).
 Some orders have a null user_id: a foreign-key left join pads them, an inner one drops
 them.
 
@@ -62,19 +63,21 @@ def _rows(doc: dict) -> dict:
     return doc
 
 
-#: the step versions with the normalisation's state per bucket of table keys: few buckets,
-#: so that each holds hundreds of keys and a batch changes many keys of one bucket
-BUCKETS = {"source": 4, "aggregate": 2, "join": 2}
+#: the step versions with the state per bucket of keys: the normalisation's per bucket of
+#: table keys, a table-table join's per bucket of join keys; few buckets, so that each
+#: holds hundreds of keys and a batch changes many keys of one bucket
+BUCKETS = {"source": 4, "aggregate": 2, "join": 3}
 STATE_BUCKETS = 4
 
 
 def _buckets(doc: dict) -> dict:
-    """The same plan on the bucketed normalisation (another query and checkpoint)."""
+    """The same plan on the bucketed normalisation and join (another query and
+    checkpoint)."""
     doc = json.loads(json.dumps(doc))
     doc["query"] += "_buckets"
     for n in doc["nodes"]:
         n["version"] = BUCKETS.get(n["step"], n["version"])
-        if n["step"] == "source":
+        if n["step"] in ("source", "join"):
             n["state_buckets"] = STATE_BUCKETS
     return doc
 
@@ -338,7 +341,8 @@ def _same(got: dict, want: dict) -> None:
 #: the same queries on the new step versions
 ROW_CASES = ["aggregate_rows", "left_join_rows", "fk_left_join_rows"]
 #: on the bucketed normalisation (source 4): the aggregate, and a left join whose both
-#: sides are normalised so (they fill the last group of three side by side: cheap)
+#: sides are normalised so and which keeps its own state per bucket of join keys (join 3)
+#: (they fill the last group of three side by side: cheap)
 BUCKET_CASES = ["aggregate_buckets", "left_join_buckets"]
 CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join",
          "fk_left_join", *ROW_CASES, *BUCKET_CASES]
