@@ -186,7 +186,9 @@ def test_a_migrator_killed_at_every_phase_never_stalls_the_output(kafka, tmp_pat
 
         wait_for(halted, 400, f"the migrator to {fault}")
         gone = time.time()
-        time.sleep(3 * TTL)  # longer than any bounded stall: an unbounded one shows
+        # longer than the gap bound asserted below (TTL + TRIGGER + 3): an unbounded stall
+        # shows as a gap over it
+        time.sleep(TTL + TRIGGER + 4.0)
         if proc.poll() is None:  # hung: killed now
             proc.kill()
             proc.wait(30)
