@@ -13,20 +13,19 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compat import tws_state as S
-from compat.check import check_plans, load_plan
+from compat.check import load_plan
 from compat.checkpoint import read_checkpoint
 from compat.checkpoint_check import compare, predict, stateful_nodes
 from compat.fleet.signature import signatures
 from compat.steps.join import state_buckets
 from compat.steps.source import DEFAULT_BUCKETS
 from migrate.build import changelog
-from migrate.cli import main
 from tests.conftest import FIXTURES
+from tests.test_buckets_version import check, refused
 
 CASES = FIXTURES / "upgrades"
 JOIN = json.loads((CASES / "table_table_join_type_changed" / "old.json").read_text())
@@ -47,19 +46,6 @@ def versioned(doc: dict, version: int, buckets=None, source: int = 3) -> dict:
         elif n["step"] == "source" and n.get("role") == "table":
             n["version"] = source
     return d
-
-
-def refused(write_plan, d: dict, *needles: str) -> None:
-    result = CliRunner().invoke(main, ["check", write_plan(d), write_plan(d)])
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert len(result.output.strip().splitlines()) == 1, result.output
-    for n in needles:
-        assert n in result.output, (n, result.output)
-
-
-def check(write_plan, old: dict, new: dict):
-    return check_plans(load_plan(write_plan(old)), load_plan(write_plan(new)))
 
 
 # -- the plan format ---------------------------------------------------------------------

@@ -256,11 +256,7 @@ def _normalise_bucket(key: tuple, changes: Iterable[tuple], state: Any
         else:
             del current[tk]
     if out:
-        # the whole bucket is written back: what makes a large bucket dear for few changes
-        if current:
-            state.update((_dumps(current),))
-        else:
-            state.remove()
+        _write_bucket(state, current)
     return out
 
 
@@ -621,9 +617,14 @@ def _join_bucket(spec: tuple[str, list[tuple[str, str, str]]], key: tuple,
         else:
             current.pop(jk, None)
     if keyed:
-        # the whole bucket is written back: what makes a large bucket dear for few changes
-        if current:
-            state.update((_dumps(current),))
-        else:
-            state.remove()
+        _write_bucket(state, current)
     return out
+
+
+def _write_bucket(state: Any, current: dict) -> None:
+    """A bucketed operator's state written back whole (source 4, join 3): what makes a
+    large bucket dear for few changes; removed when the bucket is empty."""
+    if current:
+        state.update((_dumps(current),))
+    else:
+        state.remove()
