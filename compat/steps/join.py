@@ -598,8 +598,7 @@ def _sign(node: Join, ins: list[NodeSig], names: tuple[str, ...], plan: Plan) ->
     cond = canon_expr(node.condition, qualified) if node.condition else None
     bound = canon_expr(node.time_bound, qualified) if node.time_bound else None
     sig = digest("join", node.version, node.type, left.sig, right.sig, keys, cond, bound,
-                 # a version 3 table-table join's state layout (its bucket count)
-                 # (version 3 is a table-table join's only: its count, written or not)
+                 # version 3 (table-table joins only): its bucket count, written or not
                  *((_buckets(node),) if node.version >= BUCKETS_VERSION else ()))
     lnames = plan.info[node.inputs[0]].names if plan.info else tuple(left.columns)
     rnames = plan.info[node.inputs[1]].names if plan.info else tuple(right.columns)
