@@ -399,33 +399,45 @@ def test_the_rare_group_emptied_and_was_tombstoned(runs, tables, kafka):
 
 
 @pytest.mark.own_jvm
-@pytest.mark.parametrize("case", ["aggregate", "aggregate_rows"])
-def test_table_aggregate_survives_sigkill(case, kafka, tmp_path):
-    """``theseus run`` of the table aggregate over its own users topic, killed with SIGKILL
-    while changes still arrive, restarted on its checkpoint: the output equals the oracle
-    (the exactly-once sink skips a batch Spark replays; the state resumes from the last
-    committed batch).  On the old step versions and on the row-based ones."""
-    topics = {"users": kafka.topic(f"tbl-kill-users-{case}", partitions=3), "profiles": "-",
-              "orders": "-"}
+@pytest.mark.parametrize("case", ["aggregate", "aggregate_rows", "aggregate_buckets",
+                                  "left_join_buckets"])
+def test_table_query_survives_sigkill(case, kafka, tmp_path):
+    """``theseus run`` of a table query over its own topics, killed with SIGKILL while
+    changes still arrive, restarted on its checkpoint: the output equals the oracle (the
+    exactly-once sink skips a batch Spark replays; the state resumes from the last
+    committed batch).  The table aggregate on the old step versions, the row-based ones
+    and the bucketed normalisation (source 4); the left join on the bucketed normalisation
+    and join (join 3), both tables changing."""
+    tables = ["users", "profiles"] if "join" in case else ["users"]
+    topics = {t: kafka.topic(f"tbl-kill-{t}-{case}", partitions=3) if t in tables else "-"
+              for t in ("users", "profiles", "orders")}
     doc, key, fn = _cases(topics)[case]
     out = kafka.topic(f"tbl-out-kill-{case}", partitions=2)
-    plan_path = tmp_path / "agg.json"
-    plan_path.write_text(json.dumps(doc).replace("{out}", out).replace("t_agg", "t_kill"))
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(doc).replace("{out}", out).replace('"t_', '"t_kill_'))
     rng = random.Random(1818)
-    users = _history(rng, True)["users"] + _history(rng, False)["users"]
-    state: dict[str, dict[str, dict]] = {"users": {}}
-    step = len(users) // 6 + 1
-    chunks = [users[i:i + step] for i in range(0, len(users), step)]
+    first, second = _history(rng, True), _history(rng, False)
+    # each table's changes in six chunks, sent table by table in the same order
+    state: dict[str, dict[str, dict]] = {t: {} for t in tables}
+    chunks = []
+    for t in tables:
+        changes = first[t] + second[t]
+        step = len(changes) // 6 + 1
+        for i, c in enumerate(changes[j:j + step] for j in range(0, len(changes), step)):
+            while len(chunks) <= i:
+                chunks.append([])
+            chunks[i].append((t, c))
 
-    def send(ordered):
-        kafka.produce(topics["users"], [v for _, v in ordered],
-                      keys=[json.dumps({"user_id": k}, separators=(",", ":"))
-                            for k, _ in ordered])
-        for k, v in ordered:
-            if v is None:
-                state["users"].pop(k, None)
-            else:
-                state["users"][k] = v
+    def send(chunk):
+        for t, ordered in chunk:
+            kafka.produce(topics[t], [v for _, v in ordered],
+                          keys=[json.dumps({"user_id": k}, separators=(",", ":"))
+                                for k, _ in ordered])
+            for k, v in ordered:
+                if v is None:
+                    state[t].pop(k, None)
+                else:
+                    state[t][k] = v
 
     cmd = [PYTHON, "-m", "migrate.cli", "run", str(plan_path), "--bootstrap", kafka.bootstrap,
            "--state", str(tmp_path / "store")]
