@@ -241,18 +241,29 @@ def check_counts(m, status, old: dict, new: dict) -> None:
         status.stdout
 
 
-@pytest.mark.parametrize("versions", ["same", "rows"])
+@pytest.mark.parametrize("versions", ["same", "rows", "buckets"])
 def test_table_aggregate_migrates_live_to_the_new_plan_over_the_final_table(kafka, tmp_path,
                                                                             versions):
     """``rows``: the new plan also moves to the step versions on PySpark's row-based
     transformWithState (source 3, aggregate 2), whose operators Spark would refuse on the
-    old checkpoint: the shadow builds them afresh from the table's history."""
+    old checkpoint: the shadow builds them afresh from the table's history.  ``buckets``:
+    the old plan runs on those, the new one moves the normalisation's state to buckets of
+    table keys (source 3 -> 4, four buckets), a state layout Spark would refuse too."""
+    def moved(doc, versions_of):
+        for n in doc["nodes"]:
+            n["version"] = versions_of.get(n["step"], n["version"])
+            if n["step"] == "source" and n["version"] >= 4:
+                n["state_buckets"] = 4
+        return doc
+
     def plans(query, src, out):
-        new = table_plan(query, src, out, True)
+        old, new = table_plan(query, src, out, False), table_plan(query, src, out, True)
         if versions == "rows":
-            for n in new["nodes"]:
-                n["version"] = {"source": 3, "aggregate": 2}.get(n["step"], n["version"])
-        return table_plan(query, src, out, False), new
+            moved(new, {"source": 3, "aggregate": 2})
+        elif versions == "buckets":
+            moved(old, {"source": 3, "aggregate": 2})
+            moved(new, {"source": 4, "aggregate": 2})
+        return old, new
 
     def empty_t38(src):  # after the cut: t38 empties
         emptied = [i for i in range(USERS) if team_of(i) == EMPTIED]
