@@ -172,6 +172,21 @@ def plans(topics: dict[str, str], out: dict[str, str]) -> dict[str, dict]:
 
 
 def run(spark, doc: dict, bs: str, ck: Path) -> float:
+    """``doc`` run with available-now on its checkpoint ``ck``; the seconds it took, its
+    start and stop included."""
+    return run_phases(spark, doc, bs, ck)[0]
+
+
+def run_phases(spark, doc: dict, bs: str, ck: Path) -> tuple[float, dict]:
+    """:func:`run`'s seconds and where they went, from the query's own progress (Spark's
+    ``durationMs``): ``batches`` the micro-batches' ``triggerExecution`` summed, ``count``
+    of them, ``first_planning`` the first batch's ``queryPlanning``, ``start_stop`` the rest
+    of the run (the query's start before its first batch, its stop after the last).  What a
+    (re)start pays once is ``start_stop`` plus ``first_planning``: PySpark starts a fresh
+    Python process in the driver for each Python data source (at the start) and for each
+    Python stateful operator (to read its state schema, in the first batch's planning);
+    ``steady`` is the batches without that planning, the rate a query that runs on
+    sustains."""
     from compat.infer import analyze
     from compat.serde import from_doc
     from migrate.build import Builder, BuildOptions
@@ -185,7 +200,18 @@ def run(spark, doc: dict, bs: str, ck: Path) -> float:
     q.awaitTermination()
     elapsed = time.perf_counter() - t
     assert q.exception() is None, q.exception()
-    return elapsed
+    return elapsed, phases(q.recentProgress, elapsed)
+
+
+def phases(progress: list[dict], elapsed: float) -> dict:
+    """:func:`run_phases`' figures from a query's progress list and its run's seconds; a
+    batch that read nothing (available-now's last, empty trigger) is not one."""
+    batches = [p for p in progress if p.get("numInputRows")]
+    total = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / 1000
+    first = batches[0]["durationMs"].get("queryPlanning", 0) / 1000 if batches else 0.0
+    return {"count": len(batches), "batches": round(total, 2),
+            "first_planning": round(first, 2), "start_stop": round(elapsed - total, 2),
+            "steady": round(total - first, 2)}
 
 
 def verify(bs: str, out: dict[str, str], table: dict[str, dict],
@@ -263,10 +289,12 @@ def main() -> int:
     runs = result["queries"]
     for name in names:
         started_at = load_average()
-        secs = run(spark, docs[name], bs, tmp / name)
+        secs, phases = run_phases(spark, docs[name], bs, tmp / name)
         runs[name] = {"load_average_1m_at_load": started_at,
                       "initial_load_seconds": round(secs, 2),
-                      "initial_load_keys_per_s": round(KEYS / secs)}
+                      "initial_load_keys_per_s": round(KEYS / secs),
+                      "initial_load_phases": phases,
+                      "initial_load_keys_per_s_steady": round(KEYS / phases["steady"])}
         print(name, "loaded", runs[name], flush=True)
     batch = list(updates(rng, UPDATES))
     send(p, topics["users"], batch)
@@ -277,9 +305,10 @@ def main() -> int:
             table[k] = v
     for name in names:
         started_at = load_average()
-        secs = run(spark, docs[name], bs, tmp / name)
+        secs, phases = run_phases(spark, docs[name], bs, tmp / name)
         runs[name].update(load_average_1m_at_updates=started_at, seconds=round(secs, 2),
-                          updates_per_s=round(UPDATES / secs))
+                          updates_per_s=round(UPDATES / secs), update_phases=phases,
+                          updates_per_s_steady=round(UPDATES / phases["steady"]))
         print(name, runs[name], flush=True)
     base = runs[BASELINE]
     for name in names[1:]:
@@ -287,9 +316,16 @@ def main() -> int:
         r["updates_over_baseline"] = round(r["updates_per_s"] / base["updates_per_s"], 3)
         r["load_over_baseline"] = round(r["initial_load_keys_per_s"]
                                         / base["initial_load_keys_per_s"], 3)
+        # the same ratio without what each query's (re)start pays once (``run_phases``)
+        r["updates_over_baseline_steady"] = round(r["updates_per_s_steady"]
+                                                  / base["updates_per_s_steady"], 3)
         kind = name.split(".")[0]
         r["target_met"] = {"updates": r["updates_over_baseline"] >= TARGETS[kind],
                            "initial_load": r["initial_load_keys_per_s"]
+                           >= TARGETS["initial_load_keys_per_s"],
+                           "updates_steady": r["updates_over_baseline_steady"]
+                           >= TARGETS[kind],
+                           "initial_load_steady": r["initial_load_keys_per_s_steady"]
                            >= TARGETS["initial_load_keys_per_s"]}
     result["results_equal"] = verify(bs, {n: out[n] for n in names[1:]}, table, profiles)
     print("outputs equal the oracle:", result["results_equal"], flush=True)
@@ -301,9 +337,11 @@ def main() -> int:
     doc = {"targets": TARGETS,
            "note": ("updates_per_s / initial_load_keys_per_s: input changes per second of a "
                     "query's run; *_over_baseline: over Spark's own update-mode aggregation of "
-                    "the same records read as a stream, in the same run; load_average_1m: "
-                    "os.getloadavg() at the start of the run and of each query's run (a "
-                    "shared 2-core machine)"),
+                    "the same records read as a stream, in the same run; *_steady and "
+                    "*_phases: the same without what a (re)start pays once (the query's start "
+                    "and stop, the first batch's planning: bench/tables.py run_phases); "
+                    "load_average_1m: os.getloadavg() at the start of the run and of each "
+                    "query's run (a shared 2-core machine)"),
            "runs": kept + [result]}
     path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {path}")

@@ -129,3 +129,17 @@ def test_the_bucketed_queries_are_valid_version_4_plans(monkeypatch):
             assert [(n.version, join_buckets(n, plan)) for n in joins] == (
                 [(3, want)] if name.endswith("join_buckets") else
                 [(2, None)] if name.startswith("table_table_join") else [])
+
+
+def test_phases_split_a_run_into_its_batches_and_what_a_start_pays_once():
+    progress = [
+        {"numInputRows": 100, "durationMs": {"triggerExecution": 5000, "queryPlanning": 3000}},
+        {"numInputRows": 50, "durationMs": {"triggerExecution": 1500, "queryPlanning": 100}},
+        {"numInputRows": 0, "durationMs": {"triggerExecution": 400, "queryPlanning": 90}},
+    ]
+    assert tables.phases(progress, 9.0) == {
+        "count": 2, "batches": 6.5, "first_planning": 3.0, "start_stop": 2.5, "steady": 3.5}
+    # a run whose first trigger read nothing: the first batch with rows is the first
+    assert tables.phases(progress[2:] + progress[:2], 9.4)["first_planning"] == 3.0
+    assert tables.phases([], 1.0) == {"count": 0, "batches": 0.0, "first_planning": 0.0,
+                                      "start_stop": 1.0, "steady": 0.0}
