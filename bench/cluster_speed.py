@@ -445,7 +445,10 @@ def measure_tables(master: str, bs: str, jars: list[str]) -> dict:
         sets[label] = (topics, users, profiles)
     result: dict = {**started, "master": master, "bootstrap": bs, "keys": TABLE_KEYS,
                     "repeats": TABLE_REPEATS, "batch_offsets": tables.BATCH,
-                    "state_partitions": 2, "versions": tables.VERSIONS["rows"], "runs": []}
+                    "state_partitions": 2, "runs": [],
+                    # each query's step versions (``table_aggregate.rows``: the "rows" set)
+                    "versions": {n: tables.VERSIONS[n.split(".", 1)[1]] for n in queries
+                                 if "." in n}}
     t_all = time.perf_counter()
     for cores in (1, 2):
         spark = session(master, cores, jars)
