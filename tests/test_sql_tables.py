@@ -1,7 +1,7 @@
 """``CREATE TABLE ... AS SELECT`` over tables: a query that reads tables only reads them as
-changelogs (source version 2) and writes upserts and tombstones keyed as ksqlDB keys them;
-a table joined to a stream stays a snapshot (version 1), and option ``read`` says it
-explicitly."""
+changelogs and writes upserts and tombstones keyed as ksqlDB keys them, on the fastest step
+versions (source 4, aggregate 2, join 3: the state per bucket of keys); a table joined to a
+stream stays a snapshot (version 1), and option ``read`` says it explicitly."""
 
 from __future__ import annotations
 
@@ -29,14 +29,16 @@ def compiled(sql: str) -> dict:
 def test_a_table_filter_and_select_reads_a_changelog_keyed_by_the_table_key():
     n = compiled("CREATE TABLE good USING kafka AS SELECT user_id, score * 2 AS s "
                  "FROM users WHERE score > 40;")
-    assert n["users"]["version"] == 2 and "read" not in n["users"]
+    assert n["users"]["version"] == 4 and "read" not in n["users"]
+    assert "state_buckets" not in n["users"]  # the plan format's default
     assert n["good"]["mode"] == "update" and n["good"]["key_columns"] == ["user_id"]
 
 
 def test_a_table_aggregate_is_keyed_by_its_groups():
     n = compiled("CREATE TABLE r USING kafka AS SELECT region, count(*) AS n, "
                  "min(score) AS lo FROM users GROUP BY region;")
-    assert n["users"]["version"] == 2
+    assert n["users"]["version"] == 4
+    assert next(v for v in n.values() if v["step"] == "aggregate")["version"] == 2
     assert n["r"]["key_columns"] == ["region"] and n["r"]["mode"] == "update"
 
 
@@ -44,14 +46,15 @@ def test_a_foreign_key_join_is_keyed_by_the_left_table():
     n = compiled("CREATE TABLE fk USING kafka AS SELECT o.order_id, o.amount, u.region "
                  "FROM orders o JOIN users u ON o.user_id = u.user_id;")
     j = next(v for v in n.values() if v["step"] == "join")
-    assert j["type"] == "inner" and j["left_keys"] == ["user_id"]
+    assert j["type"] == "inner" and j["left_keys"] == ["user_id"] and j["version"] == 3
     assert n["fk"]["key_columns"] == ["order_id"]
 
 
 def test_a_left_table_table_join():
     n = compiled("CREATE TABLE lj USING kafka AS SELECT u.user_id, p.tier "
                  "FROM users u LEFT JOIN profiles p ON u.user_id = p.user_id;")
-    assert {n["users"]["version"], n["profiles"]["version"]} == {2}
+    assert {n["users"]["version"], n["profiles"]["version"]} == {4}
+    assert next(v for v in n.values() if v["step"] == "join")["version"] == 3
     assert n["lj"]["key_columns"] == ["user_id"]
 
 
@@ -59,6 +62,7 @@ def test_a_table_joined_to_a_stream_stays_a_snapshot():
     n = compiled("CREATE TABLE e USING kafka AS SELECT c.user_id, c.page, u.region "
                  "FROM clicks c JOIN users u ON c.user_id = u.user_id;")
     assert n["users"]["version"] == 1 and n["e"]["mode"] == "append"
+    assert next(v for v in n.values() if v["step"] == "join")["version"] == 1
 
 
 def test_read_snapshot_alone_is_refused_as_before():

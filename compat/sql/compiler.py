@@ -33,7 +33,10 @@ from compat.sql.parse import parse_script
 from compat.sql.script import Script, SinkOptions, read_script, sink_options
 from compat.sql.text import SqlText, did_you_mean
 from compat.sql.translate import Output, plan_error, translate
-from compat.steps import Project, Sink
+from compat.steps import Aggregate, Join, Project, Sink, Source
+from compat.steps import aggregate as _aggregate
+from compat.steps import join as _join
+from compat.steps import source as _source
 from compat.steps.sink import WINDOWED_KEY_VERSION, window_bounds
 
 COMPILER_VERSION = "theseus-sql/1"
@@ -249,6 +252,10 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
                 plan = _check(src, script, g)
             except PlanError as e:
                 raise plan_error(src, script, g, e) from None
+        tables = _table_versions(g, plan)
+        if tables is not None:
+            g = tables
+            plan = _check(src, script, g)
         if window_bounds(plan.info[g.sink]):
             # Keyed by its group columns alone, a compacted topic would keep only the last
             # window of each group: version 2 keys a windowed output by its window too
@@ -258,6 +265,34 @@ def _validated(src: SqlText, script: Script, graph: ir.Graph, out: Output,
         return plan, g
     assert failure is not None
     raise plan_error(src, script, graph, failure)
+
+
+def _table_versions(g: ir.Graph, plan: Plan) -> ir.Graph | None:
+    """Tables read as changelogs on the fastest step versions of this release: the
+    normalisation's state per bucket of table keys (source 4), the row-based aggregate over
+    a changelog (aggregate 2), a table-table join's state per bucket of join keys (join 3);
+    each with its plan format's defaults (``state_buckets`` 64).  The versions before them
+    keep their meaning in plans written earlier (a move to these is a migration, as
+    ``theseus check`` says); what compiles today gets these.  None when nothing reads a
+    table as a changelog."""
+    out = g.copy()
+    changed = False
+    for sid in g.order():
+        step = g[sid]
+        ins = [plan.info[i] for i in step.inputs]
+        if (isinstance(step, Source) and step.version == _source.CHANGELOG_VERSION
+                and step.read is None and plan.info[sid].changelog):
+            out.put(dataclasses.replace(step, version=_source.BUCKETS_VERSION))
+        elif (isinstance(step, Aggregate) and step.version < _aggregate.ROWS_VERSION
+              and ins and ins[0].changelog):
+            out.put(dataclasses.replace(step, version=_aggregate.ROWS_VERSION))
+        elif (isinstance(step, Join) and step.version < _join.BUCKETS_VERSION
+              and len(ins) == 2 and all(i.changelog for i in ins)):
+            out.put(dataclasses.replace(step, version=_join.BUCKETS_VERSION))
+        else:
+            continue
+        changed = True
+    return out if changed else None
 
 
 def _casts(script: Script, g: ir.Graph, plan: Plan) -> ir.Graph | None:

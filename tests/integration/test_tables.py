@@ -13,7 +13,8 @@ The aggregate and the left joins run twice: on the old step versions' operators
 PySpark's row-based ``transformWithState``, a left join's null-key rows padded by the join
 operator), under the same oracle; the aggregate and the users-profiles left join a third
 time with the tables' normalisation keeping its state per bucket of keys (source 4), the
-join keeping its own per bucket of join keys too (join 3).
+join keeping its own per bucket of join keys too (join 3); and three queries compiled from
+SQL (``theseus sql``), on the versions the compiler chooses for tables.
 Some orders have a null user_id: a foreign-key left join pads them, an inner one drops
 them.
 
@@ -79,6 +80,34 @@ def _buckets(doc: dict) -> dict:
         n["version"] = BUCKETS.get(n["step"], n["version"])
         if n["step"] in ("source", "join"):
             n["state_buckets"] = STATE_BUCKETS
+    return doc
+
+
+#: the sink topic's name in a compiled SQL case, replaced by the case's output topic
+SQL_OUT = "tbl_sql_out"
+
+
+def _sql(query: str, topics: dict, select: str) -> dict:
+    """The plan ``theseus sql`` compiles from tables declared over ``topics`` and one
+    ``CREATE TABLE ... AS SELECT``: tables read as changelogs on the versions the compiler
+    chooses today (source 4, aggregate 2, join 3)."""
+    from compat.sql import compile_sql
+
+    text = f"""SET spark.sql.shuffle.partitions = 2;
+SET theseus.query = '{query}';
+CREATE TABLE users (user_id STRING, region STRING, score BIGINT)
+  USING kafka OPTIONS (topic '{topics["users"]}', role 'table', key 'user_id', partitions 3);
+CREATE TABLE profiles (user_id STRING, tier STRING)
+  USING kafka OPTIONS (topic '{topics["profiles"]}', role 'table', key 'user_id',
+                       partitions 3);
+CREATE TABLE orders (order_id STRING, user_id STRING, amount BIGINT)
+  USING kafka OPTIONS (topic '{topics["orders"]}', role 'table', key 'order_id',
+                       partitions 3);
+CREATE TABLE out USING kafka OPTIONS (topic '{SQL_OUT}') AS {select};
+"""
+    doc = json.loads(json.dumps(compile_sql(text, f"{query}.sql")).replace(SQL_OUT, "{out}"))
+    versions = {n["step"]: n["version"] for n in doc["nodes"]}
+    assert versions["source"] == 4, versions  # what this case is here for
     return doc
 
 
@@ -285,6 +314,18 @@ def _cases(topics):
         "fk_join": (fk("t_fk", "inner"), ["order_id"], o_fk_join),
         "fk_left_join": (fk("t_fkl", "left"), ["order_id"], lambda s: o_fk_join(s, "left")),
     }
+    cases["sql_aggregate"] = (_sql("t_sql_agg", topics, (
+        "SELECT region, count(*) AS n, sum(score) AS total, avg(score) AS mean, "
+        "min(score) AS lo, max(score) AS hi FROM users GROUP BY region")),
+        ["region"], o_aggregate)
+    cases["sql_left_join"] = (_sql("t_sql_lj", topics, (
+        "SELECT u.user_id, u.region, u.score, p.tier "
+        "FROM users u LEFT JOIN profiles p ON u.user_id = p.user_id")),
+        ["user_id"], lambda s: o_join(s, "left"))
+    cases["sql_fk_left_join"] = (_sql("t_sql_fkl", topics, (
+        "SELECT o.order_id, o.user_id, o.amount, u.region, u.score "
+        "FROM orders o LEFT JOIN users u ON o.user_id = u.user_id")),
+        ["order_id"], lambda s: o_fk_join(s, "left"))
     for name in ROW_CASES:
         doc, key, fn = cases[name.removesuffix("_rows")]
         cases[name] = (_rows(doc), key, fn)
@@ -344,8 +385,11 @@ ROW_CASES = ["aggregate_rows", "left_join_rows", "fk_left_join_rows"]
 #: sides are normalised so and which keeps its own state per bucket of join keys (join 3)
 #: (they fill the last group of three side by side: cheap)
 BUCKET_CASES = ["aggregate_buckets", "left_join_buckets"]
+#: compiled from SQL: the versions the compiler chooses for tables (source 4, aggregate 2,
+#: join 3), a foreign-key left join on join 3 among them
+SQL_CASES = ["sql_aggregate", "sql_left_join", "sql_fk_left_join"]
 CASES = ["filter", "project", "aggregate", "inner_join", "left_join", "fk_join",
-         "fk_left_join", *ROW_CASES, *BUCKET_CASES]
+         "fk_left_join", *ROW_CASES, *BUCKET_CASES, *SQL_CASES]
 
 
 @pytest.fixture(scope="module")
