@@ -14,7 +14,7 @@ PySpark's row-based ``transformWithState``, a left join's null-key rows padded b
 operator), under the same oracle; the aggregate and the users-profiles left join a third
 time with the tables' normalisation keeping its state per bucket of keys (source 4), the
 join keeping its own per bucket of join keys too (join 3); and three queries compiled from
-SQL (``theseus sql``), on the versions the compiler chooses for tables.
+SQL (``theseus plan compile``), on the versions the compiler chooses for tables.
 Some orders have a null user_id: a foreign-key left join pads them, an inner one drops
 them.
 
@@ -88,7 +88,7 @@ SQL_OUT = "tbl_sql_out"
 
 
 def _sql(query: str, topics: dict, select: str) -> dict:
-    """The plan ``theseus sql`` compiles from tables declared over ``topics`` and one
+    """The plan ``theseus plan compile`` makes from tables declared over ``topics`` and one
     ``CREATE TABLE ... AS SELECT``: tables read as changelogs on the versions the compiler
     chooses today (source 4, aggregate 2, join 3)."""
     from compat.sql import compile_sql
