@@ -251,8 +251,9 @@ def run(plan_path: str, *, bootstrap: str, state: str, master: str = "local[2]",
         if exc is not None:
             from gates.kafkaconf import redact
 
-            store.set_status(name, status="failed", error=redact(str(exc))[:8000])
-            raise RuntimeFailure(f"the query failed: {redact(failure_message(str(exc)))}",
+            text = failure_text(exc)
+            store.set_status(name, status="failed", error=redact(text)[:8000])
+            raise RuntimeFailure(f"the query failed: {redact(failure_message(text))}",
                                  file=plan_path, node=None)
         store.set_status(name, status="stopped", last_batch=seen,
                          handed_over=handed_over.is_set())
@@ -403,11 +404,38 @@ def _error_names() -> set[str]:
     return names
 
 
+def failure_text(exc: Any) -> str:
+    """A failed query's exception as text, with the JVM's causes after its first line.
+    PySpark's ``str()`` leaves them out (unless ``spark.sql.pyspark.jvmStacktrace.enabled``),
+    and some of Spark's wrappers say nothing themselves: a CI run's old query failed with
+    "Exception thrown in awaitResult: " and no word of why."""
+    text = str(exc)
+    # a StreamingQueryException keeps its own frames; its cause (converted by PySpark)
+    # keeps the JVM's whole chain, each exception under it a "Caused by: " line
+    causes: list[str] = []
+    e, depth = exc, 0
+    while e is not None and depth < 5:
+        for line in str(getattr(e, "_stackTrace", None) or "").splitlines():
+            line = line.strip()
+            if line.startswith(CAUSED_BY) and line not in causes:
+                causes.append(line)
+        e, depth = getattr(e, "_cause", None), depth + 1
+    if not causes or "JVM stacktrace:" in text:
+        return text
+    first, _, rest = text.partition("\n")
+    return "\n".join([first, *causes[:10], rest]) if rest else "\n".join([first, *causes[:10]])
+
+
+#: how a JVM stack trace names each exception under the one thrown
+CAUSED_BY = "Caused by: "
+
+
 def failure_message(text: str) -> str:
     """What a failed query's error says went wrong, in one line.  Spark wraps an error raised
     in Python (the gated source, the sink) in its own message that carries the Python
     traceback; its last ``<module>.<Class>: message`` line of a Theseus error says it best,
-    else the last Python exception line, else Spark's first line."""
+    else the last Python exception line, else Spark's first line, followed by the JVM's
+    deepest cause (:func:`failure_text`) when that line says nothing after its colon."""
     lines = text.splitlines()
     names = "|".join(sorted(_error_names()))
     theseus = re.compile(rf"^(?:[\w.]+\.)?(?:{names}): (.+)$")
@@ -416,7 +444,11 @@ def failure_message(text: str) -> str:
         found = [m.group(1) for m in map(pattern.match, lines) if m]
         if found:
             return found[-1].strip()
-    return (lines[0] if lines else text).strip()
+    first = (lines[0] if lines else text).strip()
+    causes = [ln.strip()[len(CAUSED_BY):] for ln in lines if ln.strip().startswith(CAUSED_BY)]
+    if causes and (not first or first.endswith(":")):
+        return f"{first} {causes[-1]}".strip()
+    return first
 
 
 def stop_after_batch(query: Any, timeout: float = 10.0,

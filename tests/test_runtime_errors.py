@@ -195,6 +195,54 @@ def test_a_failed_query_is_reported_by_its_theseus_error_line():
         "[CAST_INVALID_INPUT] oops"
 
 
+class _Captured:
+    """PySpark's captured JVM exception as ``failure_text`` reads it: ``str()`` without the
+    JVM stack trace, which it keeps in ``_stackTrace``."""
+
+    def __init__(self, text: str, stack: str, cause: _Captured | None = None) -> None:
+        self.text, self._stackTrace, self._cause = text, stack, cause
+
+    def __str__(self) -> str:
+        return self.text
+
+
+AWAIT = ("Exception thrown in awaitResult: \n=== Streaming Query ===\nIdentifier: q\n"
+         "Current State: ACTIVE")
+AWAIT_STACK = """org.apache.spark.SparkException: Exception thrown in awaitResult: 
+\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:53)
+Caused by: java.util.concurrent.ExecutionException: boxed
+\tat java.base/java.util.concurrent.FutureTask.report(FutureTask.java:122)
+Caused by: java.io.IOException: Stream closed
+\tat java.base/java.io.BufferedInputStream.getBufIfOpen(BufferedInputStream.java:168)
+"""
+
+
+def test_a_failure_that_says_nothing_is_reported_with_its_deepest_jvm_cause():
+    from migrate.run import failure_message, failure_text
+
+    text = failure_text(_Captured(AWAIT, AWAIT_STACK))
+    # the causes right after the first line: a status error cut at 8,000 characters keeps them
+    assert text.splitlines()[:3] == [
+        "Exception thrown in awaitResult: ",
+        "Caused by: java.util.concurrent.ExecutionException: boxed",
+        "Caused by: java.io.IOException: Stream closed"]
+    assert text.endswith("Current State: ACTIVE")
+    assert failure_message(text) == ("Exception thrown in awaitResult: "
+                                     "java.io.IOException: Stream closed")
+    # as PySpark builds it for a failed query: its own frames, the chain in its cause's
+    top = _Captured(AWAIT, "\tat org.apache.spark.sql.execution.streaming.X.run",
+                    _Captured("Exception thrown in awaitResult: ", AWAIT_STACK))
+    assert failure_text(top) == text
+    # without causes, or when the first line says something, as before
+    assert failure_text(_Captured(AWAIT, "")) == AWAIT
+    assert failure_message(AWAIT) == "Exception thrown in awaitResult:"
+    said = failure_text(_Captured("[STATE_STORE_X] bad\nmore", AWAIT_STACK))
+    assert failure_message(said) == "[STATE_STORE_X] bad"
+    # a Theseus error line still wins over the causes
+    assert failure_message(failure_text(_Captured(SPARK_FAILURE, AWAIT_STACK))).startswith(
+        "topic 'events'")
+
+
 # -------------------------------------------------------------------------- the migrator
 
 def cut_phase_store(tmp_path: Path, bootstrap: str):
