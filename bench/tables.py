@@ -289,12 +289,12 @@ def main() -> int:
     runs = result["queries"]
     for name in names:
         started_at = load_average()
-        secs, phases = run_phases(spark, docs[name], bs, tmp / name)
+        secs, split = run_phases(spark, docs[name], bs, tmp / name)
         runs[name] = {"load_average_1m_at_load": started_at,
                       "initial_load_seconds": round(secs, 2),
                       "initial_load_keys_per_s": round(KEYS / secs),
-                      "initial_load_phases": phases,
-                      "initial_load_keys_per_s_steady": round(KEYS / phases["steady"])}
+                      "initial_load_phases": split,
+                      "initial_load_keys_per_s_steady": round(KEYS / split["steady"])}
         print(name, "loaded", runs[name], flush=True)
     batch = list(updates(rng, UPDATES))
     send(p, topics["users"], batch)
@@ -305,10 +305,10 @@ def main() -> int:
             table[k] = v
     for name in names:
         started_at = load_average()
-        secs, phases = run_phases(spark, docs[name], bs, tmp / name)
+        secs, split = run_phases(spark, docs[name], bs, tmp / name)
         runs[name].update(load_average_1m_at_updates=started_at, seconds=round(secs, 2),
-                          updates_per_s=round(UPDATES / secs), update_phases=phases,
-                          updates_per_s_steady=round(UPDATES / phases["steady"]))
+                          updates_per_s=round(UPDATES / secs), update_phases=split,
+                          updates_per_s_steady=round(UPDATES / split["steady"]))
         print(name, runs[name], flush=True)
     base = runs[BASELINE]
     for name in names[1:]:

@@ -68,6 +68,8 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4,
     if _SESSION is None:
         from pyspark.sql import SparkSession
 
+        from migrate.build.core import COMMIT_VALIDATION
+
         builder = SparkSession.builder
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
@@ -98,8 +100,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 4,
                             "RocksDBStateStoreProvider")
                     .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                     # the gated sink skips a batch on purpose (migrate.build.core)
-                    .config("spark.sql.streaming.stateStore.commitValidation.enabled",
-                            "false")
+                    .config(COMMIT_VALIDATION, "false")
                     .getOrCreate())
         _SESSION.sparkContext.setLogLevel("ERROR")
         _quiet_query_failures(_SESSION)
@@ -407,6 +408,10 @@ def _error_names() -> set[str]:
     return names
 
 
+#: how a JVM stack trace names each exception under the one thrown
+CAUSED_BY = "Caused by: "
+
+
 def failure_text(exc: Any) -> str:
     """A failed query's exception as text, with the JVM's causes after its first line.
     PySpark's ``str()`` leaves them out (unless ``spark.sql.pyspark.jvmStacktrace.enabled``),
@@ -426,11 +431,7 @@ def failure_text(exc: Any) -> str:
     if not causes or "JVM stacktrace:" in text:
         return text
     first, _, rest = text.partition("\n")
-    return "\n".join([first, *causes[:10], rest]) if rest else "\n".join([first, *causes[:10]])
-
-
-#: how a JVM stack trace names each exception under the one thrown
-CAUSED_BY = "Caused by: "
+    return "\n".join([first, *causes[:10], *([rest] if rest else [])])
 
 
 def failure_message(text: str) -> str:
